@@ -1,0 +1,45 @@
+"""Attacks receive a :class:`~leakshield.fl.types.ServerView` and return a :class:`Reconstruction`.
+
+No attack signature accepts the private batch (DESIGN.md principle 1): the evaluator keeps it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from leakshield.fl.types import ServerView
+from leakshield.registry import Params, Registry
+
+
+@dataclass(frozen=True)
+class Reconstruction:
+    """What an attack produced: images in [0, 1] pixel space (N×C×H×W, at least the batch size), the
+    labels it inferred or was given (or None), and diagnostics (final gradient distance, time...)."""
+
+    images: torch.Tensor
+    labels: torch.Tensor | None = None
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+class Attack:
+    """Base class of every attack. Subclasses implement :meth:`reconstruct`."""
+
+    name: str = "attack"
+
+    def __init__(self, params: Params) -> None:
+        self.params = params
+
+    def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction:
+        raise NotImplementedError
+
+
+ATTACKS: Registry[Attack] = Registry("attack")
+
+
+def create_attack(name: str, params: dict | None = None) -> Attack:
+    """Build a registered attack (or preset) with validated parameters."""
+    attack = ATTACKS.create(name, params)
+    attack.name = ATTACKS.get(name).name
+    return attack

@@ -1,0 +1,45 @@
+"""Label inference from the last layer's weight gradient (iDLG, Zhao et al. 2020; batch rule as in
+GradAttack / Wainakh et al.), SPEC §2.2."""
+
+from __future__ import annotations
+
+import torch
+
+from leakshield.fl.types import ServerView
+
+
+def classifier_weight_name(view: ServerView) -> str:
+    """Name of the last 2-D parameter with one row per class (the classifier's weight)."""
+    num_classes = view.data_info.num_classes
+    candidates = [n for n, g in view.update.delta.items() if g.ndim == 2 and g.shape[0] == num_classes]
+    if not candidates:
+        raise ValueError("no classes×features weight in the update; cannot infer labels")
+    return candidates[-1]
+
+
+def infer_labels(weight_grad: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """Infer ``batch_size`` labels from the classifier's weight gradient (classes × features).
+
+    Batch of one (iDLG): with non-negative features (sigmoid, ReLU) only the true class's row of
+    ∂L/∂W = (p − y)·featureᵀ is negative, so the label is the argmin of the row sums.
+    Larger batches: a class is present if its row minimum is below 0; present classes are ranked by row
+    sum (most negative first) and the ranking is cycled to fill the batch when fewer classes are present
+    than samples (repeats of a class cannot be counted from signs alone).
+    """
+    row_sum = weight_grad.sum(dim=1)
+    if batch_size == 1:
+        return row_sum.argmin().view(1)
+    order = row_sum.argsort()
+    present = order[weight_grad.min(dim=1).values[order] < 0]
+    if len(present) == 0:
+        present = order[:1]
+    reps = -(-batch_size // len(present))
+    return present.repeat(reps)[:batch_size].sort().values
+
+
+def label_accuracy(predicted: torch.Tensor, truth: torch.Tensor) -> float:
+    """Share of true labels recovered, as multisets (order-free): |pred ∩ truth| / |truth|."""
+    pred_counts = torch.bincount(predicted.cpu(), minlength=int(truth.max()) + 1)
+    true_counts = torch.bincount(truth.cpu(), minlength=len(pred_counts))
+    n = min(len(pred_counts), len(true_counts))
+    return float(torch.minimum(pred_counts[:n], true_counts[:n]).sum()) / len(truth)

@@ -1,0 +1,29 @@
+"""Datasets (registry + loaders that read local files only) and client partitioning."""
+
+from leakshield.data import cifar, digits, idx, imagefolder  # noqa: F401  (register loaders)
+from leakshield.data.partition import (
+    ByClassPartition,
+    DirichletPartition,
+    FixedSizePartition,
+    IIDPartition,
+    PartitionConfig,
+    partition_indices,
+)
+from leakshield.data.registry import DATASETS, DatasetParams, list_datasets, load_dataset
+from leakshield.data.types import DatasetInfo, DatasetSplits, ImageSet
+
+__all__ = [
+    "DATASETS",
+    "ByClassPartition",
+    "DatasetInfo",
+    "DatasetParams",
+    "DatasetSplits",
+    "DirichletPartition",
+    "FixedSizePartition",
+    "IIDPartition",
+    "ImageSet",
+    "PartitionConfig",
+    "list_datasets",
+    "load_dataset",
+    "partition_indices",
+]

@@ -1,0 +1,32 @@
+"""The embedded default dataset: scikit-learn's bundled 8×8 handwritten digits (no download)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from sklearn.datasets import load_digits
+
+from leakshield.data.registry import DATASETS, DatasetParams, RawDataset
+from leakshield.data.transforms import resize_images
+from leakshield.data.types import ImageSet
+
+
+@DATASETS.register(
+    "digits",
+    summary="scikit-learn's bundled 1797 handwritten digits (8×8, 10 classes), embedded, resized",
+    reference="Alpaydin & Kaynak, UCI Optical Recognition of Handwritten Digits (1998)",
+    params=DatasetParams,
+)
+def load_digits_dataset(params: DatasetParams, root: Path | None = None) -> RawDataset:
+    """Digits scaled from 0..16 to [0, 1]; default size 32×32 by bilinear interpolation, 1 channel."""
+    bunch = load_digits()
+    x = torch.from_numpy(bunch.images).float().div_(16.0).unsqueeze(1)
+    x = resize_images(x, params.size or 32)
+    y = torch.from_numpy(bunch.target).long()
+    return RawDataset(
+        train=ImageSet(x, y),
+        test=None,
+        num_classes=10,
+        class_names=tuple(str(d) for d in range(10)),
+    )

@@ -1,0 +1,31 @@
+"""FL simulation: client updates through the defense stages, FedSGD/FedAvg servers, attacker views."""
+
+from leakshield.fl.client import ClientTrace, compute_update, plain_gradient
+from leakshield.fl.config import FLConfig, LocalTraining
+from leakshield.fl.loss import cross_entropy
+from leakshield.fl.simulation import FederatedSimulation, seeded_generator
+from leakshield.fl.types import (
+    ClientUpdate,
+    ProtocolFacts,
+    ServerView,
+    ThreatModel,
+    build_server_view,
+    strip_hooks,
+)
+
+__all__ = [
+    "ClientTrace",
+    "ClientUpdate",
+    "FLConfig",
+    "FederatedSimulation",
+    "LocalTraining",
+    "ProtocolFacts",
+    "ServerView",
+    "ThreatModel",
+    "build_server_view",
+    "compute_update",
+    "cross_entropy",
+    "plain_gradient",
+    "seeded_generator",
+    "strip_hooks",
+]

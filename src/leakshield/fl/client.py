@@ -1,0 +1,112 @@
+"""A client's local computation: defense stages around FedSGD or FedAvg (DESIGN.md flow)."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from leakshield.data.types import ImageSet
+from leakshield.defenses.base import DefensePipeline
+from leakshield.fl.config import LocalTraining
+from leakshield.fl.loss import cross_entropy
+from leakshield.fl.types import ClientUpdate, ProtocolFacts
+
+Normalize = Callable[[torch.Tensor], torch.Tensor]
+
+
+def plain_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    """∇θ of the mean cross-entropy of the batch, for every parameter (zeros where unused)."""
+    names, params = zip(*model.named_parameters(), strict=True)
+    loss = cross_entropy(model(x), y)
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return {
+        n: (g.detach() if g is not None else torch.zeros_like(p))
+        for n, p, g in zip(names, params, grads, strict=True)
+    }
+
+
+@dataclass(frozen=True)
+class ClientTrace:
+    """Private facts the evaluator keeps (never given to an attack): the defended inputs x' in [0, 1]
+    pixel space, one per private sample and in its order, when the data stage preserves the batch."""
+
+    defended_x: torch.Tensor | None
+
+
+def compute_update(
+    model: nn.Module,
+    data: ImageSet,
+    local: LocalTraining,
+    defenses: DefensePipeline,
+    *,
+    normalize: Normalize,
+    generator: torch.Generator,
+    model_mode: str = "train",
+) -> tuple[ClientUpdate, ClientTrace]:
+    """Compute a client's update on ``data`` under ``defenses``.
+
+    FedSGD: the gradient of the whole of ``data`` as one batch (the caller picks the batch).
+    FedAvg: ``local.local_epochs`` epochs of SGD with momentum over ``data`` in shuffled minibatches.
+    ``model`` is not modified. Images in ``data`` are [0, 1] pixels; ``normalize`` maps them to model input.
+    """
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    gradient_fn = defenses.compute_gradient() or plain_gradient
+    if local.algorithm == "fedsgd":
+        model.train(model_mode == "train")
+        x, y = defenses.data_hook(data.x, data.y, generator)
+        delta = gradient_fn(model, normalize(x), y)
+        steps, batch, buffers = 1, len(data), {}
+        trace = ClientTrace(x.detach() if len(x) == len(data) else None)
+    else:
+        delta, steps, buffers, trace = _fedavg(
+            model, data, local, defenses, gradient_fn, normalize, generator, model_mode
+        )
+        batch = local.batch_size
+    delta = defenses.release_hook(delta, generator)
+    facts = ProtocolFacts(
+        algorithm=local.algorithm,
+        local_lr=local.local_lr,
+        momentum=local.momentum if local.algorithm == "fedavg" else 0.0,
+        local_epochs=local.local_epochs if local.algorithm == "fedavg" else 1,
+        local_steps=steps,
+        batch_size=batch,
+        num_samples=len(data),
+        model_mode="train" if model_mode == "train" else "eval",
+    )
+    return ClientUpdate(global_params=start, delta=delta, protocol=facts, buffers=buffers), trace
+
+
+def _fedavg(model, data, local, defenses, gradient_fn, normalize, generator, model_mode):
+    worker = copy.deepcopy(model)
+    worker.train(model_mode == "train")
+    params = dict(worker.named_parameters())
+    before = {k: p.detach().clone() for k, p in params.items()}
+    velocity = {k: torch.zeros_like(p) for k, p in params.items()}
+    n = len(data)
+    batches = math.ceil(n / local.batch_size)
+    defended = torch.empty_like(data.x)
+    complete = True
+    for epoch in range(local.local_epochs):
+        order = torch.randperm(n, generator=generator, device=generator.device).to(data.x.device)
+        for b in range(batches):
+            idx = order[b * local.batch_size : (b + 1) * local.batch_size]
+            x, y = defenses.data_hook(data.x[idx], data.y[idx], generator)
+            if epoch == 0:
+                if len(x) == len(idx):
+                    defended[idx] = x.detach()
+                else:
+                    complete = False
+            grads = gradient_fn(worker, normalize(x), y)
+            with torch.no_grad():
+                for k, p in params.items():
+                    velocity[k].mul_(local.momentum).add_(grads[k])
+                    p.sub_(local.local_lr * velocity[k])
+    delta = {k: (params[k].detach() - before[k]) for k in params}
+    buffers = {k: v.detach().clone() for k, v in worker.named_buffers()}
+    trace = ClientTrace(defended if complete else None)
+    return delta, local.local_epochs * batches, buffers, trace

@@ -1,0 +1,41 @@
+"""Validated configuration of the FL protocol (shared by the simulation and experiment configs)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pydantic
+
+from leakshield.data.partition import IIDPartition, PartitionConfig
+from leakshield.registry import Params
+
+
+class LocalTraining(Params):
+    """How a client computes its update.
+
+    algorithm: ``fedsgd`` — one gradient of one batch of ``batch_size`` (the server steps with
+    ``local_lr``); ``fedavg`` — ``local_epochs`` epochs of SGD (``local_lr``, ``momentum``) over the
+    client's data in minibatches of ``batch_size``, the update being θ_after − θ_before.
+    """
+
+    algorithm: Literal["fedsgd", "fedavg"] = "fedsgd"
+    local_lr: float = pydantic.Field(default=0.1, gt=0)
+    local_epochs: int = pydantic.Field(default=1, ge=1)
+    batch_size: int = pydantic.Field(default=32, ge=1)
+    momentum: float = pydantic.Field(default=0.0, ge=0, lt=1)
+
+
+class FLConfig(Params):
+    """The federation: ``clients`` clients holding a partition of the training split, of which
+    ``clients_per_round`` (None = all) are sampled each round."""
+
+    clients: int = pydantic.Field(default=10, ge=1)
+    clients_per_round: int | None = pydantic.Field(default=None, ge=1)
+    partition: PartitionConfig = pydantic.Field(default_factory=IIDPartition)
+    local: LocalTraining = pydantic.Field(default_factory=LocalTraining)
+
+    @pydantic.model_validator(mode="after")
+    def _check_sampling(self) -> FLConfig:
+        if self.clients_per_round is not None and self.clients_per_round > self.clients:
+            raise ValueError(f"clients_per_round ({self.clients_per_round}) exceeds clients ({self.clients})")
+        return self

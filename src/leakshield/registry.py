@@ -1,0 +1,128 @@
+"""Name → component registries with validated parameters (DESIGN.md principle 5).
+
+Every dataset, model, defense, attack and metric is looked up by name. An entry carries a factory, an
+optional pydantic model of its parameters, a one-line summary and its paper reference, so that
+``leakshield list`` can teach what exists and a config error can name the bad field.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import pydantic
+
+from leakshield.errors import ConfigError, UnknownNameError
+
+T = TypeVar("T")
+
+
+class Params(pydantic.BaseModel):
+    """Base of every component's parameter model: unknown fields are errors, values are validated."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+
+class NoParams(Params):
+    """For components without parameters."""
+
+
+@dataclass(frozen=True)
+class Entry(Generic[T]):
+    """One registered component."""
+
+    name: str
+    factory: Callable[..., T]
+    summary: str
+    reference: str = ""
+    params: type[Params] = NoParams
+    aliases: tuple[str, ...] = ()
+
+    def validate(self, params: Mapping[str, Any] | None) -> Params:
+        """Validate ``params`` against the entry's parameter model; errors name field and allowed values."""
+        try:
+            return self.params(**(params or {}))
+        except pydantic.ValidationError as exc:
+            raise ConfigError(f"{self.name}: {format_validation_error(exc)}") from None
+
+
+def format_validation_error(exc: pydantic.ValidationError, prefix: str = "") -> str:
+    """One line per problem, ``field: message``, joined by '; '."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts)
+
+
+class Registry(Generic[T]):
+    """A named collection of components, e.g. ``MODELS.create("lenet", ...)``."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, Entry[T]] = {}
+        self._aliases: dict[str, tuple[str, dict[str, Any]]] = {}
+
+    def register(
+        self,
+        name: str,
+        *,
+        summary: str,
+        reference: str = "",
+        params: type[Params] = NoParams,
+        aliases: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> Callable[[Callable[..., T]], Callable[..., T]]:
+        """Decorator registering ``factory(**validated_params_and_context)`` under ``name``.
+
+        ``aliases`` maps an alternative name to parameter defaults it implies (e.g. ``dmlp`` →
+        ``{"hidden_layers": 4}``).
+        """
+
+        def decorator(factory: Callable[..., T]) -> Callable[..., T]:
+            if name in self._entries or name in self._aliases:
+                raise ValueError(f"{self.kind} {name!r} is registered twice")
+            self._entries[name] = Entry(name, factory, summary, reference, params, tuple(aliases or ()))
+            for alias, implied in (aliases or {}).items():
+                self._aliases[alias] = (name, dict(implied))
+            return factory
+
+        return decorator
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries or name in self._aliases
+
+    def __iter__(self) -> Iterator[Entry[T]]:
+        return iter(self._entries[n] for n in self.names())
+
+    def resolve(self, name: str) -> tuple[Entry[T], dict[str, Any]]:
+        """The entry for ``name`` (or its alias) and the parameters the alias implies."""
+        if name in self._entries:
+            return self._entries[name], {}
+        if name in self._aliases:
+            target, implied = self._aliases[name]
+            return self._entries[target], implied
+        allowed = sorted([*self._entries, *self._aliases])
+        close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UnknownNameError(f"unknown {self.kind} {name!r}{hint}; allowed: {', '.join(allowed)}")
+
+    def get(self, name: str) -> Entry[T]:
+        return self.resolve(name)[0]
+
+    def validate(self, name: str, params: Mapping[str, Any] | None = None) -> Params:
+        entry, implied = self.resolve(name)
+        return entry.validate({**implied, **(params or {})})
+
+    def create(self, name: str, params: Mapping[str, Any] | None = None, **context: Any) -> T:
+        """Validate ``params`` and build the component; ``context`` passes run-time facts (shapes...)."""
+        entry = self.get(name)
+        validated = self.validate(name, params)
+        return entry.factory(validated, **context)
