@@ -13,8 +13,7 @@ from leakshield.data.transforms import to_float_images
 from leakshield.data.types import ImageSet
 from leakshield.errors import DataFileMissingError
 
-CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer",
-                   "dog", "frog", "horse", "ship", "truck")  # fmt: skip
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 PIXELS = 3 * 32 * 32
 
 
@@ -40,8 +39,13 @@ def read_cifar_binary(paths: list[Path], label_bytes: int, label_index: int) -> 
 )
 def load_cifar10(params: DatasetParams, root: Path | None = None) -> RawDataset:
     names = [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]
-    files = locate("cifar10", root, names, subfolders=("cifar-10-batches-bin",),
-                   source="cifar-10-binary.tar.gz (CIFAR-10 binary version), extracted")  # fmt: skip
+    files = locate(
+        "cifar10",
+        root,
+        names,
+        subfolders=("cifar-10-batches-bin",),
+        source="cifar-10-binary.tar.gz (CIFAR-10 binary version), extracted",
+    )
     return RawDataset(
         train=read_cifar_binary(files[:5], 1, 0),
         test=read_cifar_binary(files[5:], 1, 0),
@@ -57,8 +61,13 @@ def load_cifar10(params: DatasetParams, root: Path | None = None) -> RawDataset:
     params=DatasetParams,
 )
 def load_cifar100(params: DatasetParams, root: Path | None = None) -> RawDataset:
-    files = locate("cifar100", root, ["train.bin", "test.bin"], subfolders=("cifar-100-binary",),
-                   source="cifar-100-binary.tar.gz (CIFAR-100 binary version), extracted")  # fmt: skip
+    files = locate(
+        "cifar100",
+        root,
+        ["train.bin", "test.bin"],
+        subfolders=("cifar-100-binary",),
+        source="cifar-100-binary.tar.gz (CIFAR-100 binary version), extracted",
+    )
     return RawDataset(
         train=read_cifar_binary(files[:1], 2, 1),
         test=read_cifar_binary(files[1:], 2, 1),

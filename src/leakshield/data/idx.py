@@ -21,9 +21,17 @@ IDX_FILES = [
     "t10k-labels-idx1-ubyte",
 ]
 FASHION_CLASSES = (
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
-)  # fmt: skip
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+)
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -49,8 +57,7 @@ def load_idx_dataset(
     source: str,
     class_names: tuple[str, ...],
 ) -> RawDataset:
-    files = locate(name, root, IDX_FILES, subfolders=subfolders, source=source,
-                   suffixes=("", ".gz"))  # fmt: skip
+    files = locate(name, root, IDX_FILES, subfolders=subfolders, source=source, suffixes=("", ".gz"))
     train_x, train_y, test_x, test_y = (read_idx(p) for p in files)
     return RawDataset(
         train=ImageSet(to_float_images(train_x), torch.from_numpy(train_y.astype(np.int64))),
@@ -67,9 +74,13 @@ def load_idx_dataset(
     params=DatasetParams,
 )
 def load_mnist(params: DatasetParams, root: Path | None = None) -> RawDataset:
-    return load_idx_dataset("mnist", root, ("MNIST/raw", "mnist", "raw"),
-                            "the MNIST site (train/t10k images and labels)",
-                            tuple(str(d) for d in range(10)))  # fmt: skip
+    return load_idx_dataset(
+        "mnist",
+        root,
+        ("MNIST/raw", "mnist", "raw"),
+        "the MNIST site (train/t10k images and labels)",
+        tuple(str(d) for d in range(10)),
+    )
 
 
 @DATASETS.register(
@@ -79,6 +90,10 @@ def load_mnist(params: DatasetParams, root: Path | None = None) -> RawDataset:
     params=DatasetParams,
 )
 def load_fashion_mnist(params: DatasetParams, root: Path | None = None) -> RawDataset:
-    return load_idx_dataset("fashion-mnist", root, ("FashionMNIST/raw", "fashion-mnist", "raw"),
-                            "the Fashion-MNIST repository (zalandoresearch/fashion-mnist, data/fashion)",
-                            FASHION_CLASSES)  # fmt: skip
+    return load_idx_dataset(
+        "fashion-mnist",
+        root,
+        ("FashionMNIST/raw", "fashion-mnist", "raw"),
+        "the Fashion-MNIST repository (zalandoresearch/fashion-mnist, data/fashion)",
+        FASHION_CLASSES,
+    )

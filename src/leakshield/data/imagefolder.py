@@ -19,16 +19,20 @@ def read_class_folders(folder: Path, classes: list[str], size: int) -> ImageSet:
     images, labels = [], []
     for label, cls in enumerate(classes):
         cls_dir = folder / cls
-        files = sorted(p for p in cls_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES) \
-            if cls_dir.is_dir() else []  # fmt: skip
+        files = (
+            sorted(p for p in cls_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+            if cls_dir.is_dir()
+            else []
+        )
         for path in files:
             with Image.open(path) as img:
                 rgb = img.convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
                 images.append(np.asarray(rgb, dtype=np.uint8))
             labels.append(label)
     if not images:
-        raise DataFileMissingError(f"imagefolder: no images ({', '.join(sorted(IMAGE_SUFFIXES))}) "
-                                   f"in the class folders of {folder}")  # fmt: skip
+        raise DataFileMissingError(
+            f"imagefolder: no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in the class folders of {folder}"
+        )
     x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float().div_(255.0)
     return ImageSet(x.contiguous(), torch.tensor(labels, dtype=torch.long))
 

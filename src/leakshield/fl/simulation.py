@@ -71,9 +71,14 @@ class FederatedSimulation:
                 pick = torch.randperm(len(data), generator=gen)[: cfg.local.batch_size]
                 data = data.subset(pick.sort().values)
             update, _ = compute_update(
-                self.model, data, cfg.local, self.defenses,
-                normalize=self.info.normalize, generator=client_gen, model_mode="train",
-            )  # fmt: skip
+                self.model,
+                data,
+                cfg.local,
+                self.defenses,
+                normalize=self.info.normalize,
+                generator=client_gen,
+                model_mode="train",
+            )
             updates.append(update)
         if updates:
             self._aggregate(updates)

@@ -101,9 +101,14 @@ def strip_hooks(model: nn.Module) -> nn.Module:
     """Remove every forward/backward hook and state-dict hook from ``model`` and its children."""
     for module in model.modules():
         for attr in (
-            "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
-            "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called",
-        ):  # fmt: skip
+            "_forward_hooks",
+            "_forward_pre_hooks",
+            "_backward_hooks",
+            "_backward_pre_hooks",
+            "_forward_hooks_with_kwargs",
+            "_forward_pre_hooks_with_kwargs",
+            "_forward_hooks_always_called",
+        ):
             hooks = getattr(module, attr, None)
             if hooks is not None:
                 hooks.clear()

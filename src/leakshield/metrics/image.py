@@ -23,8 +23,9 @@ SSIM_SIGMA = 1.5
 
 def _check_pair(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if a.shape != b.shape or a.ndim != 4:
-        raise ValueError(f"expected two N×C×H×W batches of equal shape, got {tuple(a.shape)} "
-                         f"and {tuple(b.shape)}")  # fmt: skip
+        raise ValueError(
+            f"expected two N×C×H×W batches of equal shape, got {tuple(a.shape)} and {tuple(b.shape)}"
+        )
     return a.detach().double(), b.detach().double()
 
 

@@ -29,12 +29,19 @@ _SCALE = (0.458, 0.448, 0.450)
 
 def _alexnet_features() -> tuple[nn.Sequential, list[int], list[int]]:
     layers = nn.Sequential(
-        nn.Conv2d(3, 64, 11, stride=4, padding=2), nn.ReLU(), nn.MaxPool2d(3, 2),
-        nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(), nn.MaxPool2d(3, 2),
-        nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(),
-    )  # fmt: skip
+        nn.Conv2d(3, 64, 11, stride=4, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2),
+        nn.Conv2d(64, 192, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2),
+        nn.Conv2d(192, 384, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(384, 256, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(256, 256, 3, padding=1),
+        nn.ReLU(),
+    )
     return layers, [1, 4, 7, 9, 11], [64, 192, 384, 256, 256]
 
 
@@ -114,8 +121,10 @@ def load_lpips(net: Net, path: str | Path) -> LPIPS:
         )
     for key, ref in expected.items():
         if tensors[key].shape != ref.shape:
-            raise LeakshieldError(f"LPIPS weights file {path}: {key} has shape "
-                                  f"{tuple(tensors[key].shape)}, expected {tuple(ref.shape)}")  # fmt: skip
+            raise LeakshieldError(
+                f"LPIPS weights file {path}: {key} has shape "
+                f"{tuple(tensors[key].shape)}, expected {tuple(ref.shape)}"
+            )
     model.features.load_state_dict(
         {k.removeprefix("features."): v for k, v in tensors.items() if k.startswith("features.")}
     )

@@ -21,8 +21,9 @@ def _conv(cin: int, stride: int) -> list[nn.Module]:
     return [nn.Conv2d(cin, 12, kernel_size=5, padding=2, stride=stride), nn.Sigmoid()]
 
 
-def _build(in_shape: tuple[int, int, int], num_classes: int, strides: list[int],
-           init_range: float | None) -> FeatureClassifier:  # fmt: skip
+def _build(
+    in_shape: tuple[int, int, int], num_classes: int, strides: list[int], init_range: float | None
+) -> FeatureClassifier:
     layers: list[nn.Module] = []
     cin = in_shape[0]
     for stride in strides:

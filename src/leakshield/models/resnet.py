@@ -33,8 +33,9 @@ class BasicBlock(nn.Module):
         return self.relu(out + self.shortcut(x))
 
 
-def _resnet(in_shape: tuple[int, int, int], num_classes: int, blocks: list[int],
-            base: int) -> FeatureClassifier:  # fmt: skip
+def _resnet(
+    in_shape: tuple[int, int, int], num_classes: int, blocks: list[int], base: int
+) -> FeatureClassifier:
     layers: list[nn.Module] = [
         nn.Conv2d(in_shape[0], base, 3, padding=1, bias=False),
         nn.BatchNorm2d(base),

@@ -99,8 +99,8 @@ class GradientInversion(Attack):
                 continue
             if score < best_score:
                 best_x, best_score = x, score
-        if best_x is None:  # every restart diverged: return the mean image, flagged
-            best_x = torch.zeros(n, *info.shape, device=device)
+        if best_x is None:
+            raise FloatingPointError(f"every one of {p.restarts} restarts diverged (NaN/Inf)")
         images = info.denormalize(best_x.detach()).clamp(0, 1).cpu()
         stats = {
             "grad_distance": best_score,
@@ -166,9 +166,13 @@ class GradientInversion(Attack):
 
         if p.optimizer == "lbfgs":
             line_search = None if p.lbfgs_line_search == "none" else p.lbfgs_line_search
-            opt = torch.optim.LBFGS([x], lr=p.lr, max_iter=p.lbfgs_max_iter,
-                                    history_size=p.lbfgs_history,
-                                    line_search_fn=line_search)  # fmt: skip
+            opt = torch.optim.LBFGS(
+                [x],
+                lr=p.lr,
+                max_iter=p.lbfgs_max_iter,
+                history_size=p.lbfgs_history,
+                line_search_fn=line_search,
+            )
 
             def closure() -> torch.Tensor:
                 loss, grad_distance = matching_loss(x)
@@ -186,8 +190,11 @@ class GradientInversion(Attack):
             return best_x, best
 
         opt = torch.optim.Adam([x], lr=p.lr)
-        sched = (torch.optim.lr_scheduler.MultiStepLR(opt, ig_milestones(p.iterations), gamma=0.1)
-                 if p.lr_schedule == "milestones" else None)  # fmt: skip
+        sched = (
+            torch.optim.lr_scheduler.MultiStepLR(opt, ig_milestones(p.iterations), gamma=0.1)
+            if p.lr_schedule == "milestones"
+            else None
+        )
         for _ in range(p.iterations):
             loss, grad_distance = matching_loss(x)
             if not torch.isfinite(loss):

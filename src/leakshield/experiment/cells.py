@@ -1,0 +1,63 @@
+"""Grid cells: the unit of work and of storage. A cell is a pure function of the config and its seed."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from leakshield.experiment.config import Component, DefenseSetting, ExperimentConfig
+
+CellKind = Literal["baseline", "utility", "attack"]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """``baseline``: the no-information reconstruction (mean public image) scored on the victims.
+    ``utility``: FL training under a defense → accuracy. ``attack``: one attack on every victim."""
+
+    kind: CellKind
+    model: Component | None = None
+    defense: DefenseSetting | None = None
+    attack: Component | None = None
+    round: int | None = None
+    seed: int | None = None
+
+    @property
+    def coordinates(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "model": self.model.display if self.model else None,
+            "defense": self.defense.display if self.defense else None,
+            "attack": self.attack.display if self.attack else None,
+            "round": self.round,
+            "seed": self.seed,
+        }
+
+    @property
+    def key(self) -> str:
+        return json.dumps(self.coordinates, sort_keys=True)
+
+    @property
+    def slug(self) -> str:
+        parts = [str(v) for v in self.coordinates.values() if v is not None]
+        return re.sub(r"[^A-Za-z0-9_.+-]+", "_", "__".join(parts))
+
+    def describe(self) -> str:
+        return " · ".join(f"{k}={v}" for k, v in self.coordinates.items() if v is not None and k != "kind")
+
+
+def expand_grid(config: ExperimentConfig) -> list[Cell]:
+    """Every cell of the config, in run order: the baseline, then per seed, model and defense the
+    utility cell and the attack cells (round-major)."""
+    cells = [Cell("baseline")]
+    for seed in config.seeds:
+        for model in config.models:
+            for defense in config.defenses:
+                if config.utility.rounds > 0:
+                    cells.append(Cell("utility", model, defense, None, config.utility.rounds, seed))
+                for rnd in config.attack.rounds:
+                    for attack in config.attacks:
+                        cells.append(Cell("attack", model, defense, attack, rnd, seed))
+    return cells

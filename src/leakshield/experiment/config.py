@@ -1,0 +1,250 @@
+"""The experiment config (YAML), validated with pydantic; errors name the field and allowed values.
+
+Components (datasets, models, defenses, attacks) are written as a name or as a mapping with ``name``,
+an optional display ``label`` and the component's own parameters inline, e.g.
+``{name: ig, label: ig-1k, iterations: 1000}``. A defense setting may stack several defenses:
+``{label: mixup+noise, stack: [{name: mixup}, {name: gaussian, sigma: 0.001}]}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+import yaml
+
+from leakshield.attacks import ATTACKS
+from leakshield.data import DATASETS
+from leakshield.defenses import DEFENSES
+from leakshield.errors import ConfigError, LeakshieldError
+from leakshield.fl.config import FLConfig, LocalTraining
+from leakshield.models import MODELS
+from leakshield.registry import Registry, format_validation_error
+
+
+class Section(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+
+class Component(pydantic.BaseModel):
+    """``name`` of a registered component, an optional ``label`` (defaults to the name) and its
+    parameters inline."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+    name: str
+    label: str | None = None
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+    @property
+    def display(self) -> str:
+        return self.label or self.name
+
+    def check(self, registry: Registry, where: str) -> None:
+        try:
+            registry.validate(self.name, self.params)
+        except LeakshieldError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+
+
+def _component(value: Any) -> Any:
+    return {"name": value} if isinstance(value, str) else value
+
+
+class DefenseSetting(pydantic.BaseModel):
+    """One column of defenses: a single defense or a ``stack`` applied in order."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+    name: str | None = None
+    label: str | None = None
+    stack: list[Component] | None = None
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value: Any) -> Any:
+        return _component(value)
+
+    @pydantic.model_validator(mode="after")
+    def _one_form(self) -> DefenseSetting:
+        if (self.name is None) == (self.stack is None):
+            raise ValueError("give either a defense name or a stack of defenses")
+        if self.stack is not None and self.model_extra:
+            raise ValueError(f"parameters {sorted(self.model_extra)} belong inside the stack entries")
+        return self
+
+    @property
+    def entries(self) -> list[dict[str, Any]]:
+        if self.stack is not None:
+            return [{"name": c.name, "params": c.params} for c in self.stack]
+        return [{"name": self.name, "params": dict(self.model_extra or {})}]
+
+    @property
+    def display(self) -> str:
+        if self.label:
+            return self.label
+        return "+".join(c.display for c in self.stack) if self.stack else str(self.name)
+
+
+class DatasetSection(pydantic.BaseModel):
+    """``name``, the folder ``root`` holding its files (not needed for digits), its parameters inline."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+    name: str = "digits"
+    root: str | None = None
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class ThreatSection(Section):
+    """labels_known: the server knows the victims' labels (breaching's ``provide_labels``)."""
+
+    labels_known: bool = False
+
+
+class AttackSection(Section):
+    """rounds: FL rounds after which the victim is attacked (0 = the untrained model). update: how the
+    victim computes the attacked update (default: as in ``fl.local``; e.g. train with FedAvg but attack a
+    FedSGD gradient). model_mode: whether the victim runs the model in eval mode (SPEC §4) or train mode."""
+
+    rounds: list[pydantic.NonNegativeInt] = pydantic.Field(default_factory=lambda: [0], min_length=1)
+    update: LocalTraining | None = None
+    model_mode: Literal["eval", "train"] = "eval"
+    threat: ThreatSection = pydantic.Field(default_factory=ThreatSection)
+
+
+class VictimSection(Section):
+    """count victim batches of batch_size images each, drawn with seed from client's training data;
+    the same victims for every model, defense, attack and seed."""
+
+    count: pydantic.PositiveInt = 8
+    batch_size: pydantic.PositiveInt = 1
+    seed: int = 0
+    client: pydantic.NonNegativeInt = 0
+
+
+class UtilitySection(Section):
+    """Full FL training under each defense to measure test accuracy (0 rounds disables it)."""
+
+    rounds: pydantic.NonNegativeInt = 20
+
+
+class LPIPSSection(Section):
+    """weights: a local .safetensors file (see leakshield.metrics.lpips); without it LPIPS is n/a."""
+
+    net: Literal["alex", "vgg"] = "alex"
+    weights: str | None = None
+
+
+class MetricSection(Section):
+    asr_threshold: float = pydantic.Field(default=0.6, ge=0, le=1)
+    match_on: Literal["ssim", "psnr", "mse"] = "ssim"
+    lpips: LPIPSSection = pydantic.Field(default_factory=LPIPSSection)
+
+
+class ReportSection(Section):
+    """Layout of the Markdown table: cells grouped by ``rows`` × ``columns``, showing ``values``."""
+
+    rows: list[Literal["model", "defense", "attack", "round", "seed"]] = ["model", "defense"]
+    columns: list[Literal["model", "defense", "attack", "round", "seed"]] = ["attack"]
+    values: list[str] = ["psnr", "ssim", "asr", "accuracy"]
+    scatter: Literal["psnr", "ssim"] = "ssim"
+
+
+class ExperimentConfig(Section):
+    """A whole experiment: the grid is models × defenses × attacks × attack rounds × seeds."""
+
+    name: str = "experiment"
+    seeds: list[int] = pydantic.Field(default_factory=lambda: [0], min_length=1)
+    dataset: DatasetSection = pydantic.Field(default_factory=DatasetSection)
+    models: list[Component] = pydantic.Field(min_length=1)
+    fl: FLConfig = pydantic.Field(default_factory=FLConfig)
+    partition_seed: int = 0
+    attack: AttackSection = pydantic.Field(default_factory=AttackSection)
+    victims: VictimSection = pydantic.Field(default_factory=VictimSection)
+    defenses: list[DefenseSetting] = pydantic.Field(
+        default_factory=lambda: [DefenseSetting(name="none")], min_length=1
+    )
+    attacks: list[Component] = pydantic.Field(min_length=1)
+    utility: UtilitySection = pydantic.Field(default_factory=UtilitySection)
+    metrics: MetricSection = pydantic.Field(default_factory=MetricSection)
+    report: ReportSection = pydantic.Field(default_factory=ReportSection)
+
+    @pydantic.field_validator("models", "attacks", mode="before")
+    @classmethod
+    def _names_to_components(cls, value: Any) -> Any:
+        return [_component(v) for v in value] if isinstance(value, list) else value
+
+    def check_components(self) -> None:
+        """Validate every component against its registry and require unique labels."""
+        try:
+            DATASETS.validate(self.dataset.name, self.dataset.params)
+        except LeakshieldError as exc:
+            raise ConfigError(f"dataset: {exc}") from None
+        for i, m in enumerate(self.models):
+            m.check(MODELS, f"models[{i}]")
+        for i, a in enumerate(self.attacks):
+            a.check(ATTACKS, f"attacks[{i}]")
+        for i, d in enumerate(self.defenses):
+            for j, entry in enumerate(d.entries):
+                where = f"defenses[{i}]" + (f".stack[{j}]" if d.stack else "")
+                try:
+                    DEFENSES.validate(entry["name"], entry["params"])
+                except LeakshieldError as exc:
+                    raise ConfigError(f"{where}: {exc}") from None
+        for section, items in (
+            ("models", self.models),
+            ("defenses", self.defenses),
+            ("attacks", self.attacks),
+        ):
+            labels = [c.display for c in items]
+            dupes = sorted({x for x in labels if labels.count(x) > 1})
+            if dupes:
+                raise ConfigError(f"{section}: duplicate labels {dupes}; give each entry a unique label")
+
+    @property
+    def victim_update(self) -> LocalTraining:
+        """The protocol of the attacked update."""
+        return self.attack.update or self.fl.local
+
+    def fingerprint(self) -> str:
+        """Hash of everything that determines the results (the report layout and the location of the
+        dataset's files are excluded: moving the data does not change the numbers)."""
+        payload = self.model_dump(mode="json", exclude={"report"})
+        payload["dataset"].pop("root", None)
+        blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def parse_config(data: Any, source: str = "config") -> ExperimentConfig:
+    """Validate a config mapping; raises :class:`ConfigError` with one line naming the fields."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        config = ExperimentConfig.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise ConfigError(f"{source}: {format_validation_error(exc)}") from None
+    config.check_components()
+    return config
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    """Read and validate a YAML experiment config."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{where}") from None
+    return parse_config(data, source=str(path))

@@ -1,0 +1,80 @@
+"""The evaluator: scores a reconstruction against the private batch it never gave the attack."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from leakshield.attacks.base import Reconstruction
+from leakshield.attacks.labels import label_accuracy
+from leakshield.metrics.image import mean_finite, mse, psnr, ssim
+from leakshield.metrics.lpips import LPIPS
+from leakshield.metrics.privacy import attack_success_rate, match_reconstructions
+
+
+@dataclass(frozen=True)
+class VictimScore:
+    """Scores of one victim batch; ``matched`` are the reconstructions ordered like the truth."""
+
+    per_image: dict[str, list[float]]
+    label_acc: float
+    matched: torch.Tensor
+
+
+def score_victim(
+    reconstruction: Reconstruction,
+    truth: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    defended: torch.Tensor | None = None,
+    match_on: str = "ssim",
+    lpips: LPIPS | None = None,
+) -> VictimScore:
+    """Match reconstructions to ``truth`` (Hungarian on ``match_on``) and score each image.
+
+    Scores against the private images: mse, psnr, ssim, lpips (if available). When the defense changed the
+    inputs (``defended`` x' differs from the truth), psnr_defended and ssim_defended score against x'.
+    """
+    images = reconstruction.images.detach().cpu()
+    if not torch.isfinite(images).all():
+        raise FloatingPointError("the reconstruction contains NaN or Inf")
+    truth = truth.detach().cpu()
+    matched = images[match_reconstructions(images, truth, match_on)]
+    scores = {
+        "mse": mse(matched, truth).tolist(),
+        "psnr": psnr(matched, truth).tolist(),
+        "ssim": ssim(matched, truth).tolist(),
+    }
+    if lpips is not None:
+        device = lpips.shift.device
+        scores["lpips"] = lpips(matched.to(device), truth.to(device)).cpu().tolist()
+    if defended is not None and defended.shape == truth.shape:
+        defended = defended.detach().cpu()
+        if not torch.equal(defended, truth):
+            scores["psnr_defended"] = psnr(matched, defended).tolist()
+            scores["ssim_defended"] = ssim(matched, defended).tolist()
+    rec_labels = reconstruction.labels
+    label_acc = label_accuracy(rec_labels, labels) if rec_labels is not None else math.nan
+    return VictimScore(per_image=scores, label_acc=label_acc, matched=matched)
+
+
+def aggregate(victims: list[VictimScore], asr_threshold: float) -> dict[str, float]:
+    """Means over every image of every victim batch (and the spread of PSNR/SSIM), plus ASR."""
+    out: dict[str, float] = {}
+    keys = sorted({k for v in victims for k in v.per_image})
+    for key in keys:
+        values = torch.tensor([x for v in victims for x in v.per_image.get(key, [])], dtype=torch.float64)
+        out[key] = mean_finite(values)
+        if key in ("psnr", "ssim") and len(values) > 1:
+            out[f"{key}_std"] = float(values.std())
+    ssims = torch.tensor([x for v in victims for x in v.per_image["ssim"]], dtype=torch.float64)
+    out["asr"] = attack_success_rate(ssims, asr_threshold)
+    if "ssim_defended" in out:
+        defended = torch.tensor([x for v in victims for x in v.per_image["ssim_defended"]])
+        out["asr_defended"] = attack_success_rate(defended, asr_threshold)
+    label_accs = [v.label_acc for v in victims if not math.isnan(v.label_acc)]
+    out["label_acc"] = sum(label_accs) / len(label_accs) if label_accs else math.nan
+    out["images"] = float(len(ssims))
+    return out

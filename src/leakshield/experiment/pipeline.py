@@ -1,0 +1,209 @@
+"""The one pipeline of DESIGN.md that every cell runs through: data → model (defense model stage) →
+FL training to the attacked round → victim update through the client stages → ServerView → attack →
+evaluator. No defense or attack has a private code path here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from leakshield.attacks.base import Reconstruction, create_attack
+from leakshield.data import ImageSet, load_dataset, partition_indices
+from leakshield.defenses.base import DefensePipeline, FitContext
+from leakshield.errors import LeakshieldError
+from leakshield.experiment.cells import Cell
+from leakshield.experiment.config import Component, DefenseSetting, ExperimentConfig
+from leakshield.experiment.evaluation import VictimScore, aggregate, score_victim
+from leakshield.fl import FederatedSimulation, ThreatModel, build_server_view, compute_update
+from leakshield.fl.simulation import seeded_generator
+from leakshield.metrics.lpips import LPIPS, load_lpips
+from leakshield.metrics.utility import accuracy
+from leakshield.models import create_model
+
+
+@dataclass(frozen=True)
+class CellOutput:
+    metrics: dict[str, float]
+    victims: list[dict[str, Any]]
+    grid_rows: list[torch.Tensor] | None = None
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` → CUDA when available, else CPU; ``cuda`` without a GPU is a user error."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise LeakshieldError("--device cuda: no CUDA device is available (use cpu or auto)")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise LeakshieldError(f"--device {device!r}; allowed: cpu, cuda, cuda:N, auto")
+    return torch.device(device)
+
+
+class ExperimentContext:
+    """Per-run shared state: data splits, client partition, the fixed victims, LPIPS, a model cache."""
+
+    def __init__(self, config: ExperimentConfig, device: torch.device, progress: bool = False) -> None:
+        self.config = config
+        self.device = device
+        self.progress = progress
+        ds = config.dataset
+        self.data = load_dataset(ds.name, ds.params, root=ds.root)
+        self.info = self.data.info
+        labels = self.data.train.y
+        parts = partition_indices(labels, config.fl.clients, config.fl.partition, config.partition_seed)
+        self.clients = [self.data.train.subset(p) for p in parts]
+        self.clients_on_device = [ImageSet(c.x.to(device), c.y.to(device)) for c in self.clients]
+        self.victims = self._draw_victims()
+        self.lpips, self.lpips_reason = self._load_lpips()
+        self._models: dict[tuple, tuple[dict[str, torch.Tensor], DefensePipeline]] = {}
+
+    def _draw_victims(self) -> list[ImageSet]:
+        v = self.config.victims
+        if v.client >= len(self.clients):
+            raise LeakshieldError(f"victims.client: {v.client} but there are {len(self.clients)} clients")
+        pool = self.clients[v.client]
+        need = v.count * v.batch_size
+        if need > len(pool):
+            raise LeakshieldError(
+                f"victims: {v.count} batches × {v.batch_size} images = {need} exceed the "
+                f"{len(pool)} training images of client {v.client}"
+            )
+        order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(v.seed))[:need]
+        return [pool.subset(order[i * v.batch_size : (i + 1) * v.batch_size]) for i in range(v.count)]
+
+    def _load_lpips(self) -> tuple[LPIPS | None, str]:
+        cfg = self.config.metrics.lpips
+        if cfg.weights is None:
+            return None, "n/a: no LPIPS weights file given (metrics.lpips.weights)"
+        try:
+            return load_lpips(cfg.net, cfg.weights).to(self.device), ""
+        except LeakshieldError as exc:
+            return None, f"n/a: {exc}"
+
+    # -- models --------------------------------------------------------------------------------------
+    def model_at_round(
+        self, model: Component, defense: DefenseSetting, seed: int, rounds: int
+    ) -> tuple[nn.Module, DefensePipeline]:
+        """The global model after ``rounds`` FL rounds under ``defense`` (continuing from the latest
+        cached round of the same model, defense and seed; the simulation is seeded per round)."""
+        base_key = (model.display, defense.display, seed)
+        cached = [key[3] for key in self._models if key[:3] == base_key and key[3] <= rounds]
+        pipeline = DefensePipeline.from_config(defense.entries)
+        net = create_model(
+            model.name, model.params, in_shape=self.info.shape, num_classes=self.info.num_classes, seed=seed
+        )
+        net = pipeline.model_hook(net).to(self.device)
+        start = 0
+        if cached:
+            start = max(cached)
+            state, pipeline = self._models[(*base_key, start)]
+            net.load_state_dict(state)
+        else:
+            pipeline.fit(FitContext(data=self.data, device=self.device, seed=seed))
+        if rounds > start:
+            sim = FederatedSimulation(
+                net, self.clients_on_device, self.config.fl, pipeline, self.info, seed=seed
+            )
+            sim.round = start
+            sim.run(rounds - start, progress=self.progress, desc=f"FL rounds {start}→{rounds}")
+        state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        self._models[(*base_key, rounds)] = (state, pipeline)
+        return net, pipeline
+
+    # -- cells ---------------------------------------------------------------------------------------
+    def run(self, cell: Cell) -> CellOutput:
+        if cell.kind == "baseline":
+            return self.run_baseline()
+        if cell.kind == "utility":
+            return self.run_utility(cell)
+        return self.run_attack(cell)
+
+    def run_baseline(self) -> CellOutput:
+        """The no-information 'reconstruction': the mean image of the public split for every victim."""
+        mean_image = self.data.public.x.mean(dim=0, keepdim=True)
+        scores = []
+        for batch in self.victims:
+            guess = Reconstruction(images=mean_image.expand(len(batch), -1, -1, -1).clone())
+            scores.append(
+                score_victim(guess, batch.x, batch.y, match_on=self.config.metrics.match_on, lpips=self.lpips)
+            )
+        return self._output(
+            scores, grid=[torch.cat([b.x for b in self.victims]), torch.cat([s.matched for s in scores])]
+        )
+
+    def run_utility(self, cell: Cell) -> CellOutput:
+        assert cell.model and cell.defense and cell.round is not None and cell.seed is not None
+        net, _ = self.model_at_round(cell.model, cell.defense, cell.seed, cell.round)
+        norm = self.info.normalize
+        test_acc = accuracy(
+            net, ImageSet(self.data.test.x.to(self.device), self.data.test.y.to(self.device)), normalize=norm
+        )
+        train = self.data.train
+        train_acc = accuracy(net, ImageSet(train.x.to(self.device), train.y.to(self.device)), normalize=norm)
+        return CellOutput(metrics={"accuracy": test_acc, "accuracy_train": train_acc}, victims=[])
+
+    def run_attack(self, cell: Cell) -> CellOutput:
+        assert cell.model and cell.defense and cell.attack and cell.round is not None
+        assert cell.seed is not None
+        net, pipeline = self.model_at_round(cell.model, cell.defense, cell.seed, cell.round)
+        attack = create_attack(cell.attack.name, cell.attack.params)
+        threat = ThreatModel(labels_known=self.config.attack.threat.labels_known)
+        scores: list[VictimScore] = []
+        truths, defended_rows, victims_info = [], [], []
+        bar = tqdm(self.victims, desc=cell.attack.display, disable=not self.progress, leave=False)
+        for k, batch in enumerate(bar):
+            private = ImageSet(batch.x.to(self.device), batch.y.to(self.device))
+            gen = seeded_generator(cell.seed, 17, k, device=self.device)
+            update, trace = compute_update(
+                net,
+                private,
+                self.config.victim_update,
+                pipeline,
+                normalize=self.info.normalize,
+                generator=gen,
+                model_mode=self.config.attack.model_mode,
+            )
+            view = build_server_view(
+                net,
+                update,
+                self.info,
+                threat,
+                labels=private.y,
+                defenses=pipeline.public_config(),
+                round=cell.round,
+            )
+            reconstruction = attack.reconstruct(view, seed=cell.seed * 100_003 + k)
+            score = score_victim(
+                reconstruction,
+                batch.x,
+                batch.y,
+                defended=trace.defended_x,
+                match_on=self.config.metrics.match_on,
+                lpips=self.lpips,
+            )
+            scores.append(score)
+            truths.append(batch.x)
+            defended_rows.append(trace.defended_x.cpu() if trace.defended_x is not None else batch.x)
+            victims_info.append({"labels": batch.y.tolist(), **reconstruction.stats})
+        grid = [torch.cat(truths)]
+        defended = torch.cat(defended_rows)
+        if not torch.equal(defended, grid[0]):
+            grid.append(defended)
+        grid.append(torch.cat([s.matched for s in scores]))
+        return self._output(scores, grid=grid, extra=victims_info)
+
+    def _output(
+        self, scores: list[VictimScore], grid: list[torch.Tensor], extra: list[dict[str, Any]] | None = None
+    ) -> CellOutput:
+        metrics = aggregate(scores, self.config.metrics.asr_threshold)
+        if "lpips" not in metrics:
+            metrics["lpips_note"] = self.lpips_reason  # type: ignore[assignment]
+        victims = [
+            {**s.per_image, "label_acc": s.label_acc, **(extra[i] if extra else {})}
+            for i, s in enumerate(scores)
+        ]
+        return CellOutput(metrics=metrics, victims=victims, grid_rows=grid)

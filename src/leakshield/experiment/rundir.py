@@ -1,0 +1,54 @@
+"""A run directory: its stored config (fingerprinted) and result store, and the rules for reusing it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from leakshield.errors import RunDirectoryError
+from leakshield.experiment.config import ExperimentConfig
+from leakshield.experiment.store import atomic_write_bytes
+
+CONFIG_FILE = "config.json"
+STORE_FILE = "results.sqlite"
+
+
+def prepare_run_dir(config: ExperimentConfig, out: Path) -> None:
+    """Create ``out`` for ``config``, or accept it if it holds a run of the same config.
+
+    Refuses (without touching anything) a folder that holds a different config or is not a run.
+    """
+    marker = out / CONFIG_FILE
+    if marker.exists():
+        try:
+            stored = json.loads(marker.read_text())
+        except (OSError, json.JSONDecodeError):
+            raise RunDirectoryError(f"{out}: unreadable {CONFIG_FILE}; not a leakshield run") from None
+        if stored.get("fingerprint") != config.fingerprint():
+            raise RunDirectoryError(
+                f"{out} holds a run of a different config ({stored.get('name', '?')}, fingerprint "
+                f"{stored.get('fingerprint')} ≠ {config.fingerprint()}); choose another --out or delete it"
+            )
+        return
+    if out.exists() and any(out.iterdir()):
+        raise RunDirectoryError(
+            f"{out} exists, is not empty and is not a leakshield run; choose another --out"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "name": config.name,
+        "fingerprint": config.fingerprint(),
+        "config": config.model_dump(mode="json"),
+    }
+    atomic_write_bytes(out / "config.yaml", yaml.safe_dump(payload["config"], sort_keys=False).encode())
+    atomic_write_bytes(marker, json.dumps(payload, indent=2).encode())
+
+
+def load_run_config(run_dir: Path) -> ExperimentConfig:
+    """The config stored in a run directory."""
+    marker = Path(run_dir) / CONFIG_FILE
+    if not marker.is_file():
+        raise RunDirectoryError(f"{run_dir}: no {CONFIG_FILE}; not a leakshield run directory")
+    return ExperimentConfig.model_validate(json.loads(marker.read_text())["config"])

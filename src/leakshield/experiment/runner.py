@@ -1,0 +1,99 @@
+"""The grid runner: expands a config into cells, runs the missing ones, stores each atomically."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from leakshield.experiment.cells import Cell, expand_grid
+from leakshield.experiment.config import ExperimentConfig
+from leakshield.experiment.pipeline import ExperimentContext, resolve_device
+from leakshield.experiment.rundir import STORE_FILE, prepare_run_dir
+from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
+from leakshield.report.grids import image_grid, png_bytes
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    total: int
+    computed: int
+    skipped: int
+    failed: int
+    out: Path
+
+
+class ExperimentRunner:
+    """Runs every cell of ``config`` not yet in ``out``; see :func:`prepare_run_dir` for safety.
+
+    >>> ExperimentRunner(config, Path("runs/demo")).run()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self, config: ExperimentConfig, out: str | Path, *, device: str = "auto", progress: bool = True
+    ) -> None:
+        self.config = config
+        self.out = Path(out)
+        self.device = resolve_device(device)
+        self.progress = progress
+
+    def cells(self) -> list[Cell]:
+        return expand_grid(self.config)
+
+    def run(self, *, retry_failed: bool = False) -> RunSummary:
+        prepare_run_dir(self.config, self.out)
+        store = ResultStore(self.out / STORE_FILE)
+        if retry_failed:
+            store.drop_failed()
+        done = store.finished_keys()
+        cells = self.cells()
+        todo = [c for c in cells if c.key not in done]
+        failed = 0
+        if todo:
+            context = ExperimentContext(self.config, self.device, progress=self.progress)
+            bar = tqdm(todo, desc=self.config.name, unit="cell", disable=not self.progress)
+            for cell in bar:
+                bar.set_postfix_str(cell.describe()[:60])
+                record = self._run_cell(context, cell)
+                failed += record.status == "failed"
+                store.put(record)
+        return RunSummary(
+            total=len(cells), computed=len(todo), skipped=len(cells) - len(todo), failed=failed, out=self.out
+        )
+
+    def _run_cell(self, context: ExperimentContext, cell: Cell) -> CellRecord:
+        start = time.time()
+        coords = cell.coordinates
+        status, error, metrics, victims, image_path = "ok", None, {}, [], None
+        try:
+            output = context.run(cell)
+            metrics, victims = output.metrics, output.victims
+            if output.grid_rows:
+                image_path = f"images/{cell.slug}.png"
+                atomic_write_bytes(self.out / image_path, png_bytes(image_grid(output.grid_rows)))
+        except (Exception, torch.OutOfMemoryError) as exc:  # a failing cell must not stop the grid
+            status = "failed"
+            error = f"{type(exc).__name__}: {exc}"
+            if self.progress:
+                tqdm.write(f"cell failed ({cell.describe()}): {error}")
+            victims = [{"traceback": traceback.format_exc(limit=4)}]
+        return CellRecord(
+            key=cell.key,
+            kind=cell.kind,
+            model=coords["model"],
+            defense=coords["defense"],  # type: ignore[arg-type]
+            attack=coords["attack"],
+            round=cell.round,
+            seed=cell.seed,
+            status=status,  # type: ignore[arg-type]
+            metrics=metrics,
+            victims=victims,
+            error=error,
+            images=image_path,
+            seconds=time.time() - start,
+            finished=time.time(),
+        )

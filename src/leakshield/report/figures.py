@@ -1,0 +1,55 @@
+"""The privacy–utility scatter plot (matplotlib, Agg backend, no display needed)."""
+
+from __future__ import annotations
+
+import io
+import statistics
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from leakshield.report.tables import Row
+
+
+def privacy_utility_png(rows: list[Row], baseline: dict[str, float], metric: str = "ssim") -> bytes | None:
+    """Mean ``metric`` of each attack against test accuracy, one point per model · defense · attack
+    (averaged over rounds and seeds); None when no cell has both numbers."""
+    groups: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
+    for r in rows:
+        if metric in r.metrics and "accuracy" in r.metrics:
+            key = (r.coords["model"], r.coords["defense"], r.coords["attack"])
+            groups[key].append((r.metrics["accuracy"], r.metrics[metric]))
+    if not groups:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=110)
+    attacks = sorted({k[2] for k in groups}, key=str)
+    markers = "osD^vP*X"
+    for (model, defense, attack), points in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        x = statistics.fmean(p[0] for p in points)
+        y = statistics.fmean(p[1] for p in points)
+        ax.scatter(
+            [x],
+            [y],
+            marker=markers[attacks.index(attack) % len(markers)],
+            s=60,
+            label=f"{attack}" if defense == "none" else None,
+        )
+        ax.annotate(f"{model}·{defense}", (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    if metric in baseline:
+        ax.axhline(
+            baseline[metric], color="grey", linestyle="--", linewidth=1, label="no-information baseline"
+        )
+    ax.set_xlabel("test accuracy after FL training (higher = more useful)")
+    ax.set_ylabel(f"attack {metric.upper()} (lower = more private)")
+    ax.set_title("Privacy–utility trade-off")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return buffer.getvalue()

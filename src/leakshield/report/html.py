@@ -1,0 +1,140 @@
+"""Build a run's report: results.csv, table.md and a self-contained report.html."""
+
+from __future__ import annotations
+
+import base64
+import html
+from dataclasses import dataclass
+from pathlib import Path
+
+from leakshield.experiment.rundir import STORE_FILE, load_run_config
+from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
+from leakshield.report.figures import privacy_utility_png
+from leakshield.report.tables import joined_rows, pivot, results_csv
+
+CONVENTIONS = (
+    "Images are compared in [0, 1] pixel space after Hungarian matching of reconstructions to the "
+    "true images (on {match_on}). PSNR: per image, images clamped to [0, 1], data range 1, capped at "
+    "100 dB. SSIM: 11×11 Gaussian window (σ 1.5), K1 0.01, K2 0.03, mean over the valid region "
+    "(scikit-image's convention). ASR: share of images with SSIM ≥ {asr}. Accuracy: test accuracy "
+    "after {rounds} FL rounds under the defense; ADR = (acc_none − acc_defense) / acc_none. The "
+    "no-information baseline scores the mean image of the public split as every reconstruction: an "
+    "attack that does not beat it learned nothing about the victims. Values are means over victims "
+    "(± std over seeds or other unlisted dimensions)."
+)
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    csv: Path
+    markdown: Path
+    html: Path
+
+
+def _img(data: bytes, alt: str) -> str:
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
+
+
+def build_report(run_dir: str | Path) -> ReportFiles:
+    """Write ``results.csv``, ``table.md`` and ``report.html`` into ``run_dir`` from its stored cells."""
+    run_dir = Path(run_dir)
+    config = load_run_config(run_dir)
+    records = ResultStore(run_dir / STORE_FILE).records()
+    rows, baseline = joined_rows(records)
+    layout = config.report
+    table = pivot(
+        rows,
+        baseline,
+        row_dims=list(layout.rows),
+        column_dims=list(layout.columns),
+        values=list(layout.values),
+    )
+    conventions = CONVENTIONS.format(
+        match_on=config.metrics.match_on, asr=config.metrics.asr_threshold, rounds=config.utility.rounds
+    )
+    lpips_note = next((r.metrics.get("lpips_note") for r in records if r.metrics.get("lpips_note")), None)
+    failed = [r for r in records if r.status == "failed"]
+
+    markdown = [f"# {config.name}\n", table.to_markdown(), f"\n{conventions}\n"]
+    if lpips_note:
+        markdown.append(f"\nLPIPS: {lpips_note}\n")
+    if failed:
+        markdown.append(f"\n{len(failed)} failed cell(s): see results.csv.\n")
+
+    files = ReportFiles(run_dir / "results.csv", run_dir / "table.md", run_dir / "report.html")
+    atomic_write_bytes(files.csv, results_csv(records).encode())
+    atomic_write_bytes(files.markdown, "".join(markdown).encode())
+    atomic_write_bytes(
+        files.html,
+        _html(
+            config.name,
+            table.to_html(),
+            conventions,
+            lpips_note,
+            rows,
+            baseline,
+            records,
+            run_dir,
+            config.report.scatter,
+        ).encode(),
+    )
+    return files
+
+
+def _html(
+    name,
+    table_html,
+    conventions,
+    lpips_note,
+    rows,
+    baseline,
+    records: list[CellRecord],
+    run_dir: Path,
+    scatter_metric: str,
+) -> str:
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>leakshield report: {html.escape(name)}</title>",
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+        "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:4px 8px;"
+        "text-align:right}td:first-child,th:first-child{text-align:left}"
+        "figure{display:inline-block;margin:0 1em 1em 0}figcaption{font-size:90%}"
+        "img{image-rendering:pixelated}.err{color:#a00}</style></head><body>",
+        f"<h1>leakshield report: {html.escape(name)}</h1>",
+        "<h2>Results</h2>",
+        table_html,
+        f"<p>{html.escape(conventions)}</p>",
+    ]
+    if lpips_note:
+        parts.append(f"<p>LPIPS: {html.escape(lpips_note)}</p>")
+    plot = privacy_utility_png(rows, baseline, scatter_metric)
+    parts.append("<h2>Privacy–utility</h2>")
+    parts.append(
+        _img(plot, "privacy-utility scatter")
+        if plot
+        else "<p>No cell has both an attack score and an accuracy (utility.rounds = 0?).</p>"
+    )
+    parts.append(
+        "<h2>Reconstructions</h2><p>Rows: true images, defended inputs (when the defense "
+        "changed them), reconstructions matched to the truth.</p>"
+    )
+    for r in records:
+        if r.images and (run_dir / r.images).is_file():
+            caption = (
+                "no-information baseline (mean public image)"
+                if r.kind == "baseline"
+                else f"{r.model} · {r.defense} · {r.attack} · round {r.round} · seed {r.seed}"
+            )
+            psnr, ssim = r.metrics.get("psnr", float("nan")), r.metrics.get("ssim", float("nan"))
+            stats = f"PSNR {psnr:.2f} dB, SSIM {ssim:.3f}"
+            parts.append(
+                f"<figure>{_img((run_dir / r.images).read_bytes(), caption)}"
+                f"<figcaption>{html.escape(caption)}<br>{stats}</figcaption></figure>"
+            )
+    failed = [r for r in records if r.status == "failed"]
+    if failed:
+        parts.append("<h2>Failed cells</h2><ul>")
+        parts += [f"<li class='err'>{html.escape(r.key)}: {html.escape(r.error or '')}</li>" for r in failed]
+        parts.append("</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts)

@@ -1,0 +1,178 @@
+"""Result tables: a flat CSV of every cell, and pivot tables whose rows and columns are configurable
+(any of model, defense, attack, round, seed, metric), so a paper's table layout can be reproduced."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from itertools import product
+
+from leakshield.experiment.store import CellRecord
+
+DIMENSIONS = ("model", "defense", "attack", "round", "seed")
+UTILITY_METRICS = ("accuracy", "accuracy_train", "adr")
+BASELINE_LABEL = "no-information baseline"
+LEADING_COLUMNS = ["kind", "model", "defense", "attack", "round", "seed", "status", "seconds"]
+PRECISION = {"psnr": 2, "psnr_std": 2, "psnr_defended": 2, "mse": 4, "lpips": 3, "seconds": 1}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One attack cell joined with the utility of its model/defense/seed (a point of a table)."""
+
+    coords: dict[str, object]
+    metrics: dict[str, float]
+
+
+def joined_rows(records: list[CellRecord]) -> tuple[list[Row], dict[str, float]]:
+    """Attack cells with ``accuracy``, ``accuracy_train`` and ``adr`` joined in, and the baseline's
+    metrics. ADR compares with the defense labelled ``none`` for the same model and seed."""
+    ok = [r for r in records if r.status == "ok"]
+    utility = {(r.model, r.defense, r.seed): r.metrics for r in ok if r.kind == "utility"}
+    baseline = next((r.metrics for r in ok if r.kind == "baseline"), {})
+    rows = []
+    for r in ok:
+        if r.kind != "attack":
+            continue
+        metrics = {k: v for k, v in r.metrics.items() if isinstance(v, int | float)}
+        util = utility.get((r.model, r.defense, r.seed), {})
+        clean = utility.get((r.model, "none", r.seed), {}).get("accuracy")
+        metrics.update({k: v for k, v in util.items() if k in UTILITY_METRICS})
+        if clean and "accuracy" in util:
+            metrics["adr"] = (clean - util["accuracy"]) / clean
+        coords = {
+            "model": r.model,
+            "defense": r.defense,
+            "attack": r.attack,
+            "round": r.round,
+            "seed": r.seed,
+        }
+        rows.append(Row(coords, metrics))
+    return rows, {k: v for k, v in baseline.items() if isinstance(v, int | float)}
+
+
+def format_value(metric: str, values: list[float]) -> str:
+    """Mean (± standard deviation over several values), with a metric-appropriate precision."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return "n/a"
+    digits = PRECISION.get(metric, 3)
+    mean = statistics.fmean(finite)
+    if len(finite) > 1:
+        return f"{mean:.{digits}f} ± {statistics.stdev(finite):.{digits}f}"
+    return f"{mean:.{digits}f}"
+
+
+@dataclass(frozen=True)
+class PivotTable:
+    header: list[str]
+    body: list[list[str]]
+
+    def to_markdown(self) -> str:
+        lines = ["| " + " | ".join(self.header) + " |", "|" + "---|" * len(self.header)]
+        lines += ["| " + " | ".join(row) + " |" for row in self.body]
+        return "\n".join(lines) + "\n"
+
+    def to_html(self) -> str:
+        head = "".join(f"<th>{_esc(h)}</th>" for h in self.header)
+        body = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in row) + "</tr>" for row in self.body)
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _esc(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def pivot(
+    rows: list[Row],
+    baseline: dict[str, float],
+    *,
+    row_dims: list[str],
+    column_dims: list[str],
+    values: list[str],
+) -> PivotTable:
+    """Group ``rows`` by ``row_dims`` × ``column_dims`` (``metric`` may be either, else it joins the
+    columns) and show the mean (± std over the remaining dimensions, e.g. seeds) of each value.
+
+    The no-information baseline is a row of its own (or a column, when the rows are metrics only); it
+    has only image metrics, so utility values show as ``—`` there.
+    """
+    if "metric" not in row_dims and "metric" not in column_dims:
+        column_dims = [*column_dims, "metric"]
+
+    def levels(dim: str) -> list[object]:
+        if dim == "metric":
+            return list(values)
+        seen: list[object] = []
+        for r in rows:
+            if r.coords[dim] not in seen:
+                seen.append(r.coords[dim])
+        return seen
+
+    cells: dict[tuple, list[float]] = defaultdict(list)
+    for r in rows:
+        for metric in values:
+            if metric in r.metrics:
+                key = tuple((d, metric if d == "metric" else r.coords[d]) for d in row_dims + column_dims)
+                cells[key].append(r.metrics[metric])
+
+    row_keys = list(product(*(levels(d) for d in row_dims)))
+    col_keys = list(product(*(levels(d) for d in column_dims)))
+    baseline_is_row = any(d != "metric" for d in row_dims)
+
+    def label(dims: list[str], key: tuple) -> str:
+        return " · ".join(str(k) for d, k in zip(dims, key, strict=True)) or "value"
+
+    def metric_of(rkey: tuple, ckey: tuple) -> str:
+        coords = dict(zip(row_dims + column_dims, rkey + ckey, strict=True))
+        return str(coords["metric"])
+
+    def baseline_cell(metric: str) -> str:
+        return format_value(metric, [baseline[metric]]) if metric in baseline else "—"
+
+    header = [" · ".join(row_dims) or "", *(label(column_dims, c) for c in col_keys)]
+    body = []
+    for rkey in row_keys:
+        line = [label(row_dims, rkey)]
+        for ckey in col_keys:
+            key = tuple(zip(row_dims + column_dims, rkey + ckey, strict=True))
+            line.append(format_value(metric_of(rkey, ckey), cells[key]) if key in cells else "—")
+        body.append(line)
+    if baseline and baseline_is_row:
+        for m in values if "metric" in row_dims else [None]:
+            line = [BASELINE_LABEL + (f" · {m}" if m else "")]
+            for ckey in col_keys:
+                line.append(baseline_cell(m or str(dict(zip(column_dims, ckey, strict=True))["metric"])))
+            body.append(line)
+    elif baseline:  # the rows are metrics only: the baseline becomes a column
+        header.append(BASELINE_LABEL)
+        for line, rkey in zip(body, row_keys, strict=True):
+            line.append(baseline_cell(str(dict(zip(row_dims, rkey, strict=True))["metric"])))
+    return PivotTable(header, body)
+
+
+def results_csv(records: list[CellRecord]) -> str:
+    """Every cell, one line each, with every metric it recorded."""
+    metric_names = sorted({k for r in records for k, v in r.metrics.items() if isinstance(v, int | float)})
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow([*LEADING_COLUMNS, *metric_names, "error"])
+    for r in records:
+        writer.writerow(
+            [r.kind, r.model, r.defense, r.attack, r.round, r.seed, r.status, f"{r.seconds:.2f}"]
+            + [_csv_value(r.metrics.get(m)) for m in metric_names]
+            + [r.error or ""]
+        )
+    return out.getvalue()
+
+
+def _csv_value(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
