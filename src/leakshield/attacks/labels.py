@@ -24,7 +24,9 @@ def infer_labels(weight_grad: torch.Tensor, batch_size: int) -> torch.Tensor:
     ∂L/∂W = (p − y)·featureᵀ is negative, so the label is the argmin of the row sums.
     Larger batches: a class is present if its row minimum is below 0; present classes are ranked by row
     sum (most negative first) and the ranking is cycled to fill the batch when fewer classes are present
-    than samples (repeats of a class cannot be counted from signs alone).
+    than samples (repeats of a class cannot be counted from signs alone). Known limitation: a class the
+    model already predicts with p ≈ 1 for every input (common in untrained sigmoid nets) has a positive
+    row even when present, and is missed.
     """
     row_sum = weight_grad.sum(dim=1)
     if batch_size == 1:

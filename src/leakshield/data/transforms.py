@@ -11,7 +11,7 @@ from leakshield.errors import ConfigError
 
 def to_float_images(array: np.ndarray, scale: float = 255.0) -> torch.Tensor:
     """uint8-like array N×H×W or N×H×W×C (channels last) → float32 tensor N×C×H×W in [0, 1]."""
-    tensor = torch.from_numpy(np.ascontiguousarray(array)).float() / scale
+    tensor = torch.from_numpy(np.array(array, copy=True)).float() / scale
     if tensor.ndim == 3:
         tensor = tensor.unsqueeze(1)
     elif tensor.ndim == 4:

@@ -52,15 +52,20 @@ def compute_update(
 
     FedSGD: the gradient of the whole of ``data`` as one batch (the caller picks the batch).
     FedAvg: ``local.local_epochs`` epochs of SGD with momentum over ``data`` in shuffled minibatches.
-    ``model`` is not modified. Images in ``data`` are [0, 1] pixels; ``normalize`` maps them to model input.
+    ``model`` is not modified (parameters, buffers and train/eval mode are as before). Images in ``data`` are [0, 1] pixels; ``normalize`` maps them to model input.
     """
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
     gradient_fn = defenses.compute_gradient() or plain_gradient
     if local.algorithm == "fedsgd":
+        was_training = model.training
         model.train(model_mode == "train")
         x, y = defenses.data_hook(data.x, data.y, generator)
         delta = gradient_fn(model, normalize(x), y)
-        steps, batch, buffers = 1, len(data), {}
+        # a train-mode forward moves BatchNorm statistics: report them, then restore the global model
+        buffers = {k: v.detach().clone() for k, v in model.named_buffers()} if model_mode == "train" else {}
+        model.load_state_dict(start)
+        model.train(was_training)
+        steps, batch = 1, len(data)
         trace = ClientTrace(x.detach() if len(x) == len(data) else None)
     else:
         delta, steps, buffers, trace = _fedavg(
@@ -77,6 +82,7 @@ def compute_update(
         batch_size=batch,
         num_samples=len(data),
         model_mode="train" if model_mode == "train" else "eval",
+        shuffled=local.algorithm == "fedavg" and local.shuffle,
     )
     return ClientUpdate(global_params=start, delta=delta, protocol=facts, buffers=buffers), trace
 
@@ -92,7 +98,10 @@ def _fedavg(model, data, local, defenses, gradient_fn, normalize, generator, mod
     defended = torch.empty_like(data.x)
     complete = True
     for epoch in range(local.local_epochs):
-        order = torch.randperm(n, generator=generator, device=generator.device).to(data.x.device)
+        if local.shuffle:
+            order = torch.randperm(n, generator=generator, device=generator.device).to(data.x.device)
+        else:
+            order = torch.arange(n, device=data.x.device)
         for b in range(batches):
             idx = order[b * local.batch_size : (b + 1) * local.batch_size]
             x, y = defenses.data_hook(data.x[idx], data.y[idx], generator)

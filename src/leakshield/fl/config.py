@@ -15,7 +15,9 @@ class LocalTraining(Params):
 
     algorithm: ``fedsgd`` — one gradient of one batch of ``batch_size`` (the server steps with
     ``local_lr``); ``fedavg`` — ``local_epochs`` epochs of SGD (``local_lr``, ``momentum``) over the
-    client's data in minibatches of ``batch_size``, the update being θ_after − θ_before.
+    client's data in minibatches of ``batch_size``, the update being θ_after − θ_before. shuffle: draw a
+    new minibatch order every epoch (the order is the client's secret); ``false`` steps through the data
+    in order, as Inverting Gradients' FedAvg client does.
     """
 
     algorithm: Literal["fedsgd", "fedavg"] = "fedsgd"
@@ -23,6 +25,7 @@ class LocalTraining(Params):
     local_epochs: int = pydantic.Field(default=1, ge=1)
     batch_size: int = pydantic.Field(default=32, ge=1)
     momentum: float = pydantic.Field(default=0.0, ge=0, lt=1)
+    shuffle: bool = True
 
 
 class FLConfig(Params):

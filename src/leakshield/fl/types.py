@@ -22,7 +22,8 @@ class ProtocolFacts:
     algorithm: ``fedsgd`` (one gradient of one batch) or ``fedavg`` (local SGD, update θ_after − θ_before).
     local_steps: number of local SGD steps (1 for FedSGD). batch_size: the local minibatch size.
     num_samples: how many samples the client used. model_mode: whether the client ran the model in
-    ``train`` or ``eval`` mode (BatchNorm statistics, dropout).
+    ``train`` or ``eval`` mode (BatchNorm statistics, dropout). shuffled: whether FedAvg minibatches were
+    drawn in a secret random order (else in the data's order).
     """
 
     algorithm: Algorithm
@@ -33,6 +34,7 @@ class ProtocolFacts:
     batch_size: int
     num_samples: int
     model_mode: Literal["train", "eval"] = "eval"
+    shuffled: bool = False
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ The attack optimizes dummy inputs x' (in the model's normalized input space) so 
 would produce matches the observed one:
 
 * FedSGD: minimize D(∇θ L(f(x'), y'), g) + α_TV·TV(x'), D the L2 or cosine distance;
-* FedAvg: unroll the client's known local SGD (lr, momentum, epochs, minibatch size; minibatches taken
-  in order, since the shuffling is the client's secret) and match the parameter update Δθ.
+* FedAvg: unroll the client's known local SGD (lr, momentum, epochs, minibatch size) and match the
+  parameter update Δθ. Minibatches are unrolled in order: when the client shuffled (a secret order), the
+  dummy images are free to take any order, but known labels can no longer be paired with the right step.
 """
 
 from __future__ import annotations

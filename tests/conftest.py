@@ -1,0 +1,47 @@
+"""Shared fixtures. The location of the real victim images (``../shared/data`` beside the repository,
+or ``$LEAKSHIELD_SHARED_DATA``) is defined here and nowhere else."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from leakshield.data import load_dataset
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("LEAKSHIELD_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The folder of real test images; under CI its absence is a failure, locally a skip."""
+    if not (SHARED_DATA / "cifar10_victims128.npz").is_file():
+        message = f"real test images not found at {SHARED_DATA} (set LEAKSHIELD_SHARED_DATA)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def cifar_victims(shared_data: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """The PRECODE paper's 128 CIFAR-10 victims as float images N×3×32×32 in [0, 1] and labels."""
+    with np.load(shared_data / "cifar10_victims128.npz", allow_pickle=False) as npz:
+        images = torch.from_numpy(npz["images"]).permute(0, 3, 1, 2).float() / 255.0
+        labels = torch.from_numpy(npz["labels"]).long()
+    return images.contiguous(), labels
+
+
+@pytest.fixture(scope="session")
+def digits3():
+    """The embedded digits at 32×32×3 (the acceptance setting)."""
+    return load_dataset("digits", {"channels": 3, "size": 32})
+
+
+@pytest.fixture(autouse=True)
+def _few_threads():
+    torch.set_num_threads(min(2, os.cpu_count() or 1))

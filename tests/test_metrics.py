@@ -1,0 +1,143 @@
+"""Image, privacy and utility metrics; SSIM against scikit-image; LPIPS from a local weights file."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from skimage.metrics import structural_similarity
+
+from leakshield.errors import LeakshieldError
+from leakshield.metrics import (
+    LPIPS,
+    accuracy_degradation,
+    attack_success_rate,
+    convert_lpips_weights,
+    load_lpips,
+    match_reconstructions,
+    mse,
+    psnr,
+    ssim,
+)
+
+
+def _skimage_ssim(a: torch.Tensor, b: torch.Tensor) -> float:
+    return structural_similarity(
+        a.double().numpy(),
+        b.double().numpy(),
+        gaussian_weights=True,
+        sigma=1.5,
+        use_sample_covariance=False,
+        data_range=1,
+        channel_axis=0,
+    )
+
+
+def _pairs(digits3) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """100 pairs spanning SSIM's range: independent noise, noisy copies at several noise levels,
+    identical pairs, real digits against their blurred copies (grey and RGB)."""
+    g = torch.Generator().manual_seed(0)
+    digits = digits3.train.x[:40]
+    pairs = []
+    for i in range(20):  # independent noise
+        shape = (3, 32, 32) if i % 2 else (1, 32, 32)
+        pairs.append((torch.rand(shape, generator=g), torch.rand(shape, generator=g)))
+    for i, sigma in enumerate([0.01, 0.03, 0.1, 0.3, 0.6] * 6):  # noisy copies
+        clean = digits[i]
+        pairs.append((clean, (clean + sigma * torch.randn(clean.shape, generator=g)).clamp(0, 1)))
+    for i in range(10):  # identical
+        pairs.append((digits[i], digits[i].clone()))
+    kernel = torch.ones(3, 1, 3, 3) / 9
+    for i in range(30):  # digits vs their blurred copies (box blur, 1 or 2 passes)
+        x = digits[i + 10]
+        blurred = F.conv2d(x.unsqueeze(0), kernel, padding=1, groups=3)
+        if i % 2:
+            blurred = F.conv2d(blurred, kernel, padding=1, groups=3)
+        pairs.append((x, blurred[0]))
+    for i in range(10):  # grey digits vs shifted copies
+        x = digits[i, :1]
+        pairs.append((x, torch.roll(x, shifts=(1, 2), dims=(1, 2))))
+    assert len(pairs) == 100
+    return pairs
+
+
+def test_ssim_agrees_with_scikit_image_on_100_pairs(digits3):
+    pairs = _pairs(digits3)
+    ours = [float(ssim(a.unsqueeze(0), b.unsqueeze(0))) for a, b in pairs]
+    ref = [_skimage_ssim(a, b) for a, b in pairs]
+    assert max(abs(o - r) for o, r in zip(ours, ref, strict=True)) < 1e-4
+    assert min(ref) < 0.05 and max(ref) == pytest.approx(1.0)  # the whole range was covered
+
+
+def test_ssim_rejects_tiny_images():
+    with pytest.raises(ValueError, match="at least 11"):
+        ssim(torch.rand(1, 1, 8, 8), torch.rand(1, 1, 8, 8))
+
+
+def test_psnr_and_mse_known_values():
+    a = torch.zeros(2, 1, 4, 4)
+    b = torch.full((2, 1, 4, 4), 0.1)
+    assert torch.allclose(mse(a, b), torch.full((2,), 0.01, dtype=torch.float64))
+    assert torch.allclose(psnr(a, b), torch.full((2,), 20.0, dtype=torch.float64))
+    assert float(psnr(a, a)[0]) == pytest.approx(100.0)  # floored MSE
+    assert float(psnr(a, torch.full_like(a, 2.0))[0]) == pytest.approx(0.0)  # clamped to [0, 1]
+
+
+def test_matching_recovers_a_permutation():
+    g = torch.Generator().manual_seed(1)
+    truth = torch.rand(5, 1, 16, 16, generator=g)
+    perm = torch.tensor([3, 0, 4, 1, 2])
+    rec = truth[perm] + 0.01 * torch.randn(5, 1, 16, 16, generator=g)
+    for metric in ("ssim", "psnr", "mse"):
+        order = match_reconstructions(rec, truth, metric)
+        assert torch.allclose(rec[order], truth, atol=0.05)
+
+
+def test_asr_and_adr():
+    assert attack_success_rate(torch.tensor([0.59, 0.6, 0.9, 0.1])) == 0.5
+    assert attack_success_rate(torch.tensor([0.59, 0.6]), threshold=0.5) == 1.0
+    assert accuracy_degradation(0.8, 0.6) == pytest.approx(0.25)
+    assert math.isnan(accuracy_degradation(0.0, 0.5))
+
+
+@pytest.mark.parametrize("net", ["alex", "vgg"])
+def test_lpips_from_documented_file(tmp_path, net):
+    torch.manual_seed(0)
+    reference = LPIPS(net)
+    for p in reference.parameters():
+        p.data.uniform_(0, 0.1) if p.ndim == 4 and p.shape[0] == 1 else p.data.normal_(0, 0.05)
+    path = tmp_path / f"lpips_{net}.safetensors"
+    from safetensors.torch import save_file
+
+    save_file(reference.state_for_file(), str(path))
+    model = load_lpips(net, path)
+    a, b = torch.rand(3, 3, 32, 32), torch.rand(3, 3, 32, 32)
+    d = model(a, b)
+    assert d.shape == (3,) and torch.all(d > 0)
+    assert torch.allclose(model(a, a), torch.zeros(3), atol=1e-7)
+    assert float(model(a[:1, :1], b[:1, :1])[0]) >= 0  # grey images are repeated to RGB
+
+
+def test_lpips_file_errors(tmp_path):
+    with pytest.raises(LeakshieldError, match="not found"):
+        load_lpips("alex", tmp_path / "missing.safetensors")
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"not a safetensors file")
+    with pytest.raises(LeakshieldError, match="not a safetensors"):
+        load_lpips("alex", bad)
+
+
+def test_convert_reference_checkpoints(tmp_path):
+    torch.manual_seed(1)
+    source = LPIPS("alex")
+    backbone = {f"features.{k}": v.clone().normal_() for k, v in source.features.state_dict().items()}
+    backbone["classifier.1.weight"] = torch.zeros(2, 2)  # torchvision also stores the classifier
+    heads = {f"lin{i}.model.1.weight": torch.rand_like(lin.weight) for i, lin in enumerate(source.lins)}
+    torch.save(backbone, tmp_path / "alexnet.pth")
+    torch.save(heads, tmp_path / "alex.pth")
+    out = convert_lpips_weights(
+        tmp_path / "alexnet.pth", tmp_path / "alex.pth", tmp_path / "lpips.safetensors"
+    )
+    model = load_lpips("alex", out)
+    assert torch.equal(model.lins[2].weight, heads["lin2.model.1.weight"])
+    assert torch.equal(model.features[0].weight, backbone["features.0.weight"])
