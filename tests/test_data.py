@@ -163,7 +163,9 @@ def test_partitions_cover_disjointly():
         parts = partition_indices(labels, 7, cfg, seed=0)
         joined = torch.cat(parts).sort().values
         assert torch.equal(joined, torch.arange(100))
-        assert all(torch.equal(a, b) for a, b in zip(parts, partition_indices(labels, 7, cfg, seed=0)))
+        assert all(
+            torch.equal(a, b) for a, b in zip(parts, partition_indices(labels, 7, cfg, 0), strict=True)
+        )
     iid = partition_indices(labels, 7, IIDPartition(), seed=0)
     assert max(map(len, iid)) - min(map(len, iid)) <= 1
 

@@ -52,7 +52,8 @@ def compute_update(
 
     FedSGD: the gradient of the whole of ``data`` as one batch (the caller picks the batch).
     FedAvg: ``local.local_epochs`` epochs of SGD with momentum over ``data`` in shuffled minibatches.
-    ``model`` is not modified (parameters, buffers and train/eval mode are as before). Images in ``data`` are [0, 1] pixels; ``normalize`` maps them to model input.
+    ``model`` is not modified (parameters, buffers and train/eval mode are as before). Images in
+    ``data`` are [0, 1] pixels; ``normalize`` maps them to model input.
     """
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
     gradient_fn = defenses.compute_gradient() or plain_gradient
