@@ -22,17 +22,22 @@ def _batch(digits3, n=4):
     return digits3.train.subset(list(range(n)))
 
 
+def _update(model, batch, info, local=None, mode="train"):
+    return compute_update(
+        model,
+        batch,
+        local or LocalTraining(),
+        DefensePipeline(),
+        normalize=info.normalize,
+        generator=torch.Generator(),
+        model_mode=mode,
+    )
+
+
 def test_fedsgd_update_is_the_mean_batch_gradient(digits3):
     model = create_model("lenet", in_shape=digits3.info.shape, num_classes=10)
     batch = _batch(digits3)
-    update, trace = compute_update(
-        model,
-        batch,
-        LocalTraining(),
-        DefensePipeline(),
-        normalize=digits3.info.normalize,
-        generator=torch.Generator(),
-    )
+    update, trace = _update(model, batch, digits3.info)
     model.zero_grad()
     cross_entropy(model(digits3.info.normalize(batch.x)), batch.y).backward()
     for name, param in model.named_parameters():
@@ -45,26 +50,15 @@ def test_fedavg_update_unrolls_local_sgd(digits3):
     model = create_model("lenet", in_shape=digits3.info.shape, num_classes=10)
     batch = _batch(digits3, 2)
     local = LocalTraining(algorithm="fedavg", local_lr=0.1, batch_size=2, local_epochs=1)
-    update, _ = compute_update(
-        model, batch, local, DefensePipeline(), normalize=digits3.info.normalize, generator=torch.Generator()
-    )
+    update, _ = _update(model, batch, digits3.info, local)
     # one step over the whole batch: Δθ = −lr·g
-    grad, _ = compute_update(
-        model,
-        batch,
-        LocalTraining(),
-        DefensePipeline(),
-        normalize=digits3.info.normalize,
-        generator=torch.Generator(),
-    )
+    grad, _ = _update(model, batch, digits3.info)
     for name in update.delta:
         assert torch.allclose(update.delta[name], -0.1 * grad.delta[name], atol=1e-6)
     assert update.protocol.local_steps == 1
     assert torch.allclose(update.gradient()["classifier.bias"], grad.delta["classifier.bias"], atol=1e-5)
     multi = LocalTraining(algorithm="fedavg", local_lr=0.1, batch_size=1, local_epochs=2, momentum=0.5)
-    update2, _ = compute_update(
-        model, batch, multi, DefensePipeline(), normalize=digits3.info.normalize, generator=torch.Generator()
-    )
+    update2, _ = _update(model, batch, digits3.info, multi)
     assert update2.protocol.local_steps == 4
     with pytest.raises(ValueError, match="unroll"):
         update2.gradient()
@@ -112,15 +106,7 @@ def test_server_view_is_detached_hookless_and_withholds_labels(digits3):
     seen = []
     model.features[0].register_forward_hook(lambda m, i, o: seen.append(o))
     batch = _batch(digits3, 2)
-    update, _ = compute_update(
-        model,
-        batch,
-        LocalTraining(),
-        DefensePipeline(),
-        normalize=digits3.info.normalize,
-        generator=torch.Generator(),
-        model_mode="eval",
-    )
+    update, _ = _update(model, batch, digits3.info, mode="eval")
     hidden = build_server_view(model, update, digits3.info, ThreatModel(labels_known=False), labels=batch.y)
     granted = build_server_view(model, update, digits3.info, ThreatModel(labels_known=True), labels=batch.y)
     assert hidden.labels is None and torch.equal(granted.labels, batch.y)
@@ -137,15 +123,7 @@ def test_train_mode_client_leaves_the_global_model_untouched(digits3):
     model = create_model("resnet20", {"width": 4}, in_shape=digits3.info.shape, num_classes=10)
     model.eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    update, _ = compute_update(
-        model,
-        _batch(digits3, 4),
-        LocalTraining(),
-        DefensePipeline(),
-        normalize=digits3.info.normalize,
-        generator=torch.Generator(),
-        model_mode="train",
-    )
+    update, _ = _update(model, _batch(digits3, 4), digits3.info, mode="train")
     assert not model.training
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
     moved = [k for k, v in update.buffers.items() if v.is_floating_point() and not torch.equal(v, before[k])]

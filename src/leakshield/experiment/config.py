@@ -148,13 +148,25 @@ class MetricSection(Section):
     lpips: LPIPSSection = pydantic.Field(default_factory=LPIPSSection)
 
 
-class ReportSection(Section):
-    """Layout of the Markdown table: cells grouped by ``rows`` × ``columns``, showing ``values``."""
+Dimension = Literal["model", "defense", "attack", "round", "seed", "metric"]
 
-    rows: list[Literal["model", "defense", "attack", "round", "seed"]] = ["model", "defense"]
-    columns: list[Literal["model", "defense", "attack", "round", "seed"]] = ["attack"]
-    values: list[str] = ["psnr", "ssim", "asr", "accuracy"]
+
+class ReportSection(Section):
+    """Layout of the tables: cells grouped by ``rows`` × ``columns`` (any of model, defense, attack,
+    round, seed, metric), showing the mean of each metric in ``values`` over the unlisted dimensions.
+    E.g. PRECODE's Table 2 has ``rows: [metric]`` and ``columns: [model, defense]``."""
+
+    rows: list[Dimension] = ["model", "defense"]
+    columns: list[Dimension] = ["attack"]
+    values: list[str] = pydantic.Field(default=["psnr", "ssim", "asr", "accuracy"], min_length=1)
     scatter: Literal["psnr", "ssim"] = "ssim"
+
+    @pydantic.model_validator(mode="after")
+    def _distinct(self) -> ReportSection:
+        both = set(self.rows) & set(self.columns)
+        if both:
+            raise ValueError(f"{sorted(both)} cannot be both a row and a column dimension")
+        return self
 
 
 class ExperimentConfig(Section):

@@ -15,10 +15,10 @@ CONFIG_FILE = "config.json"
 STORE_FILE = "results.sqlite"
 
 
-def prepare_run_dir(config: ExperimentConfig, out: Path) -> None:
-    """Create ``out`` for ``config``, or accept it if it holds a run of the same config.
+def check_run_dir(config: ExperimentConfig, out: Path) -> bool:
+    """Whether ``out`` already holds a run of ``config`` (False: it does not exist or is empty).
 
-    Refuses (without touching anything) a folder that holds a different config or is not a run.
+    Raises :class:`RunDirectoryError`, touching nothing, if it holds a different config or is not a run.
     """
     marker = out / CONFIG_FILE
     if marker.exists():
@@ -31,11 +31,18 @@ def prepare_run_dir(config: ExperimentConfig, out: Path) -> None:
                 f"{out} holds a run of a different config ({stored.get('name', '?')}, fingerprint "
                 f"{stored.get('fingerprint')} ≠ {config.fingerprint()}); choose another --out or delete it"
             )
-        return
+        return True
     if out.exists() and any(out.iterdir()):
         raise RunDirectoryError(
             f"{out} exists, is not empty and is not a leakshield run; choose another --out"
         )
+    return False
+
+
+def prepare_run_dir(config: ExperimentConfig, out: Path) -> None:
+    """Create ``out`` for ``config`` (writing its config files), or accept a run of the same config."""
+    if check_run_dir(config, out):
+        return
     out.mkdir(parents=True, exist_ok=True)
     payload = {
         "name": config.name,
@@ -43,7 +50,7 @@ def prepare_run_dir(config: ExperimentConfig, out: Path) -> None:
         "config": config.model_dump(mode="json"),
     }
     atomic_write_bytes(out / "config.yaml", yaml.safe_dump(payload["config"], sort_keys=False).encode())
-    atomic_write_bytes(marker, json.dumps(payload, indent=2).encode())
+    atomic_write_bytes(out / CONFIG_FILE, json.dumps(payload, indent=2).encode())
 
 
 def load_run_config(run_dir: Path) -> ExperimentConfig:

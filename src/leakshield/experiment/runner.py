@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 from leakshield.experiment.cells import Cell, expand_grid
 from leakshield.experiment.config import ExperimentConfig
 from leakshield.experiment.pipeline import ExperimentContext, resolve_device
-from leakshield.experiment.rundir import STORE_FILE, prepare_run_dir
+from leakshield.experiment.rundir import STORE_FILE, check_run_dir, prepare_run_dir
 from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
 from leakshield.report.grids import image_grid, png_bytes
 
@@ -45,16 +45,20 @@ class ExperimentRunner:
         return expand_grid(self.config)
 
     def run(self, *, retry_failed: bool = False) -> RunSummary:
-        prepare_run_dir(self.config, self.out)
-        store = ResultStore(self.out / STORE_FILE)
-        if retry_failed:
-            store.drop_failed()
-        done = store.finished_keys()
+        exists = check_run_dir(self.config, self.out)
+        done: set[str] = set()
+        if exists and (self.out / STORE_FILE).exists():
+            done = ResultStore(self.out / STORE_FILE).finished_keys(include_failed=not retry_failed)
         cells = self.cells()
         todo = [c for c in cells if c.key not in done]
         failed = 0
         if todo:
+            # loading data and checking victims may fail on bad input: do it before writing anything
             context = ExperimentContext(self.config, self.device, progress=self.progress)
+            prepare_run_dir(self.config, self.out)
+            store = ResultStore(self.out / STORE_FILE)
+            if retry_failed:
+                store.drop_failed()
             bar = tqdm(todo, desc=self.config.name, unit="cell", disable=not self.progress)
             for cell in bar:
                 bar.set_postfix_str(cell.describe()[:60])

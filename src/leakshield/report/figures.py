@@ -26,17 +26,21 @@ def privacy_utility_png(rows: list[Row], baseline: dict[str, float], metric: str
         return None
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=110)
     attacks = sorted({k[2] for k in groups}, key=str)
-    markers = "osD^vP*X"
+    markers, colours = "osD^vP*X", plt.get_cmap("tab10").colors
+    labelled: set = set()
     for (model, defense, attack), points in sorted(groups.items(), key=lambda kv: str(kv[0])):
         x = statistics.fmean(p[0] for p in points)
         y = statistics.fmean(p[1] for p in points)
+        i = attacks.index(attack)
         ax.scatter(
             [x],
             [y],
-            marker=markers[attacks.index(attack) % len(markers)],
+            marker=markers[i % len(markers)],
+            color=colours[i % len(colours)],
             s=60,
-            label=f"{attack}" if defense == "none" else None,
+            label=None if attack in labelled else str(attack),
         )
+        labelled.add(attack)
         ax.annotate(f"{model}·{defense}", (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
     if metric in baseline:
         ax.axhline(

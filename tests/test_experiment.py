@@ -1,0 +1,218 @@
+"""Config validation, grid expansion, the runner's store, resumption after SIGKILL, and reports."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from leakshield.errors import ConfigError, RunDirectoryError
+from leakshield.experiment import ExperimentRunner, ResultStore, expand_grid, load_config, parse_config
+from leakshield.report import build_report
+
+from helpers import tiny_config, write_config
+
+
+def test_grid_expands_models_defenses_attacks_rounds_seeds():
+    cfg = parse_config(
+        tiny_config(seeds=[0, 1], attacks=["ig", {"name": "idlg", "label": "i"}], attack={"rounds": [0, 2]})
+    )
+    cells = expand_grid(cfg)
+    kinds = [c.kind for c in cells]
+    assert kinds.count("baseline") == 1 and kinds.count("utility") == 2 and kinds.count("attack") == 8
+    assert len({c.key for c in cells}) == len(cells)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"models": ["lenett"]}, r"models\[0\]: unknown model 'lenett' \(did you mean 'lenet'\?\)"),
+        ({"attacks": [{"name": "ig", "iterations": 0}]}, r"attacks\[0\]: ig: iterations: .*greater than"),
+        ({"victims": {"count": "many"}}, r"victims.count: Input should be a valid integer"),
+        ({"fl": {"local": {"local_lr": -0.1}}}, r"fl.local.local_lr: Input should be greater than 0"),
+        ({"defenses": ["nope"]}, r"defenses\[0\]: unknown defense 'nope'"),
+        ({"colour": "red"}, r"colour: unknown field"),
+        ({"attacks": ["ig", "ig"]}, r"attacks: duplicate labels \['ig'\]"),
+        (
+            {"dataset": {"name": "digits", "channels": 2}},
+            r"dataset: digits: channels: Input should be 1 or 3",
+        ),
+    ],
+)
+def test_config_errors_name_the_field(change, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_config(tiny_config(**change))
+
+
+def test_fingerprint_ignores_report_layout_and_data_location():
+    a = parse_config(tiny_config())
+    b = parse_config(
+        tiny_config(
+            report={"rows": ["attack"], "columns": ["model"]},
+            dataset={**tiny_config()["dataset"], "root": "/elsewhere"},
+        )
+    )
+    c = parse_config(tiny_config(seeds=[1]))
+    assert a.fingerprint() == b.fingerprint() != c.fingerprint()
+
+
+def test_run_stores_every_cell_once_and_rerun_does_nothing(tmp_path):
+    cfg = parse_config(tiny_config())
+    out = tmp_path / "run"
+    first = ExperimentRunner(cfg, out, device="cpu", progress=False).run()
+    assert (first.total, first.computed, first.failed) == (3, 3, 0)
+    records = ResultStore(out / "results.sqlite").records()
+    assert sorted(r.kind for r in records) == ["attack", "baseline", "utility"]
+    attack = next(r for r in records if r.kind == "attack")
+    assert attack.metrics["images"] == 2 and len(attack.victims) == 2
+    assert 0 <= attack.metrics["ssim"] <= 1 and (out / attack.images).is_file()
+    baseline = next(r for r in records if r.kind == "baseline")
+    assert 8 < baseline.metrics["psnr"] < 16  # the mean public image already scores ~10-13 dB
+    second = ExperimentRunner(cfg, out, device="cpu", progress=False).run()
+    assert (second.computed, second.skipped) == (0, 3)
+    assert [r.finished for r in ResultStore(out / "results.sqlite").records()] == [
+        r.finished for r in records
+    ]
+
+
+def test_results_are_reproducible(tmp_path):
+    cfg = parse_config(tiny_config())
+    metrics = []
+    for name in ("a", "b"):
+        ExperimentRunner(cfg, tmp_path / name, device="cpu", progress=False).run()
+        metrics.append({r.key: r.metrics for r in ResultStore(tmp_path / name / "results.sqlite").records()})
+    assert metrics[0] == metrics[1]
+
+
+def test_a_different_config_is_refused_and_nothing_is_overwritten(tmp_path):
+    out = tmp_path / "run"
+    ExperimentRunner(parse_config(tiny_config()), out, device="cpu", progress=False).run()
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    with pytest.raises(RunDirectoryError, match="different config"):
+        ExperimentRunner(parse_config(tiny_config(seeds=[7])), out, device="cpu", progress=False).run()
+    assert before == {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(RunDirectoryError, match="not a leakshield run"):
+        ExperimentRunner(parse_config(tiny_config()), tmp_path / "other", device="cpu", progress=False).run()
+
+
+def test_missing_data_fails_before_anything_is_written(tmp_path):
+    cfg = parse_config(tiny_config(dataset={"name": "cifar10", "root": str(tmp_path / "none")}))
+    from leakshield.errors import DataFileMissingError
+
+    with pytest.raises(DataFileMissingError):
+        ExperimentRunner(cfg, tmp_path / "run", device="cpu", progress=False).run()
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_failing_cell_is_recorded_and_the_grid_continues(tmp_path):
+    attacks = [
+        {"name": "ig", "label": "broken", "iterations": 2, "labels": "known"},
+        {"name": "ig", "iterations": 2},
+    ]
+    cfg = parse_config(tiny_config(attacks=attacks))  # labels are not granted: 'known' must fail
+    summary = ExperimentRunner(cfg, tmp_path / "run", device="cpu", progress=False).run()
+    assert summary.failed == 1 and summary.computed == 4
+    records = {r.attack: r for r in ResultStore(tmp_path / "run" / "results.sqlite").records()}
+    assert records["broken"].status == "failed" and "does not grant" in records["broken"].error
+    assert records["ig"].status == "ok"
+    again = ExperimentRunner(cfg, tmp_path / "run", device="cpu", progress=False).run(retry_failed=True)
+    assert again.computed == 1 and again.failed == 1
+
+
+def test_report_files_and_baseline_row(tmp_path):
+    cfg = parse_config(
+        tiny_config(
+            defenses=["none"],
+            report={"rows": ["metric"], "columns": ["defense"], "values": ["psnr", "ssim", "accuracy"]},
+        )
+    )
+    out = tmp_path / "run"
+    ExperimentRunner(cfg, out, device="cpu", progress=False).run()
+    files = build_report(out)
+    table = files.markdown.read_text()
+    assert "| metric | none | no-information baseline |" in table
+    assert "| psnr | " in table and "| accuracy | " in table and table.count("\n| ") == 4
+    html = files.html.read_text()
+    assert html.count("data:image/png;base64") >= 3  # grid(s), baseline grid, scatter plot
+    assert "LPIPS: n/a" in html
+    csv_lines = files.csv.read_text().splitlines()
+    assert csv_lines[0].startswith("kind,model,defense,attack,round,seed,status") and len(csv_lines) == 4
+
+
+def test_sigkill_midway_then_rerun_computes_each_cell_exactly_once(tmp_path):
+    cfg = tiny_config(seeds=[0, 1, 2, 3], attacks=[{"name": "ig", "iterations": 150}])
+    path = write_config(tmp_path / "cfg.yaml", cfg)
+    out = tmp_path / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "leakshield",
+        "run",
+        str(path),
+        "--out",
+        str(out),
+        "--quiet",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--no-report",
+    ]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    db = out / "results.sqlite"
+    deadline = time.time() + 240
+    stored = 0
+    while time.time() < deadline and proc.poll() is None:
+        if db.exists():
+            with sqlite3.connect(db) as conn:
+                stored = conn.execute("SELECT COUNT(*) FROM cells").fetchone()[0]
+            if stored >= 3:
+                break
+        time.sleep(0.05)
+    assert proc.poll() is None, f"the run finished before it could be killed: {proc.stderr.read()!r}"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed = {r.key: r.finished for r in ResultStore(db).records()}
+    total = len(expand_grid(load_config(path)))
+    assert 3 <= len(killed) < total
+    rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"{total - len(killed)} computed, {len(killed)} already stored" in rerun.stdout
+    with sqlite3.connect(db) as conn:
+        keys = [row[0] for row in conn.execute("SELECT key FROM cells")]
+    assert len(keys) == len(set(keys)) == total
+    after = {r.key: r.finished for r in ResultStore(db).records()}
+    assert all(after[k] == v for k, v in killed.items()), "finished cells must not be recomputed"
+
+
+def test_config_file_errors(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "missing.yaml")
+    bad = write_config(tmp_path / "bad.yaml", "models: [lenet\n  attacks: {")
+    with pytest.raises(ConfigError, match="not valid YAML at line"):
+        load_config(bad)
+    listing = write_config(tmp_path / "list.yaml", "- lenet\n")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_config(listing)
+
+
+def test_model_cache_continues_training_deterministically(tmp_path):
+    """Attacking at rounds [1, 2] reuses round 1 to reach round 2, with the same result as from scratch."""
+    from leakshield.experiment.pipeline import ExperimentContext
+
+    cfg = parse_config(tiny_config(attack={"rounds": [1, 2], "update": {"algorithm": "fedsgd"}}))
+    ctx = ExperimentContext(cfg, torch.device("cpu"))
+    model, defense = cfg.models[0], cfg.defenses[0]
+    ctx.model_at_round(model, defense, 0, 1)
+    continued = {k: v.clone() for k, v in ctx.model_at_round(model, defense, 0, 2)[0].state_dict().items()}
+    fresh = ExperimentContext(cfg, torch.device("cpu")).model_at_round(model, defense, 0, 2)[0].state_dict()
+    assert all(torch.equal(continued[k], fresh[k]) for k in fresh)
+    assert json.dumps(sorted(continued)) == json.dumps(sorted(fresh))
