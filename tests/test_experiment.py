@@ -216,3 +216,32 @@ def test_model_cache_continues_training_deterministically(tmp_path):
     fresh = ExperimentContext(cfg, torch.device("cpu")).model_at_round(model, defense, 0, 2)[0].state_dict()
     assert all(torch.equal(continued[k], fresh[k]) for k in fresh)
     assert json.dumps(sorted(continued)) == json.dumps(sorted(fresh))
+
+
+def test_multi_round_attacks_receive_one_view_per_round(tmp_path, monkeypatch):
+    """An attack with rounds_observed = 3 gets three views of the same victim at rounds r, r+1, r+2."""
+    from leakshield.attacks import ATTACKS, Attack, Reconstruction
+    from leakshield.registry import Entry, NoParams
+
+    seen: list[list[int]] = []
+
+    class Watcher(Attack):
+        @property
+        def rounds_observed(self) -> int:
+            return 3
+
+        def reconstruct_from_rounds(self, views, *, seed=0):
+            seen.append([v.round for v in views])
+            biases = [v.model.classifier.bias.detach().clone() for v in views]
+            assert not torch.equal(biases[0], biases[1]), "the model must train between observations"
+            assert all(v.batch_size == 1 and v.labels is None for v in views)
+            shape = views[0].data_info.shape
+            return Reconstruction(images=torch.full((1, *shape), 0.5))
+
+    monkeypatch.setitem(
+        ATTACKS._entries, "watcher", Entry("watcher", Watcher, "test attack", params=NoParams)
+    )
+    cfg = parse_config(tiny_config(attacks=["watcher"], attack={"rounds": [1]}))
+    summary = ExperimentRunner(cfg, tmp_path / "run", device="cpu", progress=False).run()
+    assert summary.failed == 0
+    assert seen == [[1, 2, 3], [1, 2, 3]]  # two victims, three rounds each

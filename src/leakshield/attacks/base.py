@@ -5,6 +5,7 @@ No attack signature accepts the private batch (DESIGN.md principle 1): the evalu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -24,15 +25,31 @@ class Reconstruction:
 
 
 class Attack:
-    """Base class of every attack. Subclasses implement :meth:`reconstruct`."""
+    """Base class of every attack. Subclasses implement :meth:`reconstruct`.
+
+    An attack that watches the victim over several consecutive rounds (e.g. Carlini et al.'s attack on
+    InstaHide) sets :attr:`rounds_observed` above 1 and overrides :meth:`reconstruct_from_rounds`; the
+    pipeline then hands it one view per round, the victim sharing an update on the same private batch
+    while the federation trains between them.
+    """
 
     name: str = "attack"
 
     def __init__(self, params: Params) -> None:
         self.params = params
 
+    @property
+    def rounds_observed(self) -> int:
+        return 1
+
     def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction:
         raise NotImplementedError
+
+    def reconstruct_from_rounds(self, views: Sequence[ServerView], *, seed: int = 0) -> Reconstruction:
+        """Attack a sequence of views of the same victim, oldest first; single-round attacks use the first."""
+        if not views:
+            raise ValueError("no views to attack")
+        return self.reconstruct(views[0], seed=seed)
 
 
 ATTACKS: Registry[Attack] = Registry("attack")

@@ -149,7 +149,6 @@ class ExperimentContext:
     def run_attack(self, cell: Cell) -> CellOutput:
         assert cell.model and cell.defense and cell.attack and cell.round is not None
         assert cell.seed is not None
-        net, pipeline = self.model_at_round(cell.model, cell.defense, cell.seed, cell.round)
         attack = create_attack(cell.attack.name, cell.attack.params)
         threat = ThreatModel(labels_known=self.config.attack.threat.labels_known)
         scores: list[VictimScore] = []
@@ -157,26 +156,34 @@ class ExperimentContext:
         bar = tqdm(self.victims, desc=cell.attack.display, disable=not self.progress, leave=False)
         for k, batch in enumerate(bar):
             private = ImageSet(batch.x.to(self.device), batch.y.to(self.device))
-            gen = seeded_generator(cell.seed, 17, k, device=self.device)
-            update, trace = compute_update(
-                net,
-                private,
-                self.config.victim_update,
-                pipeline,
-                normalize=self.info.normalize,
-                generator=gen,
-                model_mode=self.config.attack.model_mode,
-            )
-            view = build_server_view(
-                net,
-                update,
-                self.info,
-                threat,
-                labels=private.y,
-                defenses=pipeline.public_config(),
-                round=cell.round,
-            )
-            reconstruction = attack.reconstruct(view, seed=cell.seed * 100_003 + k)
+            views, trace = [], None
+            for t in range(attack.rounds_observed):  # the federation trains a round between observations
+                net, pipeline = self.model_at_round(cell.model, cell.defense, cell.seed, cell.round + t)
+                gen = seeded_generator(cell.seed, 17, k, t, device=self.device)
+                update, round_trace = compute_update(
+                    net,
+                    private,
+                    self.config.victim_update,
+                    pipeline,
+                    normalize=self.info.normalize,
+                    generator=gen,
+                    model_mode=self.config.attack.model_mode,
+                )
+                if t == 0:
+                    trace = round_trace
+                views.append(
+                    build_server_view(
+                        net,
+                        update,
+                        self.info,
+                        threat,
+                        labels=private.y,
+                        defenses=pipeline.public_config(),
+                        round=cell.round + t,
+                    )
+                )
+            reconstruction = attack.reconstruct_from_rounds(views, seed=cell.seed * 100_003 + k)
+            assert trace is not None
             score = score_victim(
                 reconstruction,
                 batch.x,
