@@ -245,3 +245,16 @@ def test_multi_round_attacks_receive_one_view_per_round(tmp_path, monkeypatch):
     summary = ExperimentRunner(cfg, tmp_path / "run", device="cpu", progress=False).run()
     assert summary.failed == 0
     assert seen == [[1, 2, 3], [1, 2, 3]]  # two victims, three rounds each
+
+
+def test_malicious_server_attack_runs_through_the_pipeline(tmp_path):
+    """The imprint attack modifies the model before the victim computes its update (prepare_model)."""
+    cfg = parse_config(
+        tiny_config(
+            attacks=[{"name": "imprint", "bins": 32}], victims={"count": 1, "batch_size": 4, "seed": 0}
+        )
+    )
+    summary = ExperimentRunner(cfg, tmp_path / "run", device="cpu", progress=False).run()
+    assert summary.failed == 0
+    attack = next(r for r in ResultStore(tmp_path / "run" / "results.sqlite").records() if r.kind == "attack")
+    assert attack.metrics["psnr"] > 30 and attack.metrics["asr"] >= 0.5

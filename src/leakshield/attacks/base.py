@@ -9,9 +9,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
+from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.fl.types import ServerView
 from leakshield.registry import Params, Registry
+
+
+@dataclass(frozen=True)
+class ServerKnowledge:
+    """What a (malicious) server may use to prepare the model it sends: public dataset facts and the
+    public split (never a client's private data)."""
+
+    data_info: DatasetInfo
+    public: ImageSet
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,11 @@ class Attack:
     @property
     def rounds_observed(self) -> int:
         return 1
+
+    def prepare_model(self, model: nn.Module, knowledge: ServerKnowledge) -> nn.Module:
+        """The model the server sends. Honest-but-curious attacks send it unchanged; a malicious server
+        (e.g. imprint) returns a modified copy. Called before the victim computes its update."""
+        return model
 
     def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction:
         raise NotImplementedError

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from leakshield.attacks.base import Reconstruction, create_attack
+from leakshield.attacks.base import Reconstruction, ServerKnowledge, create_attack
 from leakshield.data import ImageSet, load_dataset, partition_indices
 from leakshield.defenses.base import DefensePipeline, FitContext
 from leakshield.errors import LeakshieldError
@@ -151,6 +151,7 @@ class ExperimentContext:
         assert cell.seed is not None
         attack = create_attack(cell.attack.name, cell.attack.params)
         threat = ThreatModel(labels_known=self.config.attack.threat.labels_known)
+        knowledge = ServerKnowledge(data_info=self.info, public=self.data.public)
         scores: list[VictimScore] = []
         truths, defended_rows, victims_info = [], [], []
         bar = tqdm(self.victims, desc=cell.attack.display, disable=not self.progress, leave=False)
@@ -158,7 +159,8 @@ class ExperimentContext:
             private = ImageSet(batch.x.to(self.device), batch.y.to(self.device))
             views, trace = [], None
             for t in range(attack.rounds_observed):  # the federation trains a round between observations
-                net, pipeline = self.model_at_round(cell.model, cell.defense, cell.seed, cell.round + t)
+                honest, pipeline = self.model_at_round(cell.model, cell.defense, cell.seed, cell.round + t)
+                net = attack.prepare_model(honest, knowledge)  # a malicious server may modify it
                 gen = seeded_generator(cell.seed, 17, k, t, device=self.device)
                 update, round_trace = compute_update(
                     net,

@@ -1,26 +1,51 @@
-"""Gradient distances and image priors of gradient inversion (SPEC §2.1–2.3)."""
+"""Gradient distances and image priors of gradient inversion (SPEC §2.1–2.6).
+
+Distances take the dummy and target updates as lists of tensors (one per matched parameter) and
+optional per-layer weights; a weight of 0 drops a layer (adaptive attacks down-weight defended layers).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import torch
+from torch import nn
 
 
-def l2_distance(dummy: Sequence[torch.Tensor], target: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Σ_layers ||∇θ' − ∇θ||² (DLG, Zhu et al. 2019, Eq. 4)."""
-    return sum(((d - t) ** 2).sum() for d, t in zip(dummy, target, strict=True))  # type: ignore[return-value]
+def _weights(n: int, weights: Sequence[float] | None) -> Sequence[float]:
+    return weights if weights is not None else [1.0] * n
 
 
-def cosine_distance(dummy: Sequence[torch.Tensor], target: Sequence[torch.Tensor]) -> torch.Tensor:
-    """1 − ⟨g', g⟩ / (||g'||·||g||) over all layers concatenated (Inverting Gradients, Eq. 4)."""
-    dot = sum((d * t).sum() for d, t in zip(dummy, target, strict=True))
-    norm_d = sum(d.pow(2).sum() for d in dummy)
-    norm_t = sum(t.pow(2).sum() for t in target)
+def l2_distance(
+    dummy: Sequence[torch.Tensor], target: Sequence[torch.Tensor], weights: Sequence[float] | None = None
+) -> torch.Tensor:
+    """Σ_layers w_l·||∇θ' − ∇θ||² (DLG, Zhu et al. 2019, Eq. 4)."""
+    w = _weights(len(dummy), weights)
+    return sum(wi * ((d - t) ** 2).sum() for d, t, wi in zip(dummy, target, w, strict=True))  # type: ignore[return-value]
+
+
+def l1_distance(
+    dummy: Sequence[torch.Tensor], target: Sequence[torch.Tensor], weights: Sequence[float] | None = None
+) -> torch.Tensor:
+    """Σ_layers w_l·||∇θ' − ∇θ||₁ (ATS's Adam + L1 variant; the negative log-likelihood of Laplacian
+    noise)."""
+    w = _weights(len(dummy), weights)
+    return sum(wi * (d - t).abs().sum() for d, t, wi in zip(dummy, target, w, strict=True))  # type: ignore[return-value]
+
+
+def cosine_distance(
+    dummy: Sequence[torch.Tensor], target: Sequence[torch.Tensor], weights: Sequence[float] | None = None
+) -> torch.Tensor:
+    """1 − ⟨g', g⟩_w / (||g'||_w·||g||_w) over all layers concatenated (Inverting Gradients, Eq. 4), with
+    layer l's entries weighted by w_l."""
+    w = _weights(len(dummy), weights)
+    dot = sum(wi * (d * t).sum() for d, t, wi in zip(dummy, target, w, strict=True))
+    norm_d = sum(wi * d.pow(2).sum() for d, wi in zip(dummy, w, strict=True))
+    norm_t = sum(wi * t.pow(2).sum() for t, wi in zip(target, w, strict=True))
     return 1 - dot / (norm_d.sqrt() * norm_t.sqrt() + 1e-12)  # type: ignore[union-attr]
 
 
-DISTANCES = {"l2": l2_distance, "cosine": cosine_distance}
+DISTANCES = {"l2": l2_distance, "l1": l1_distance, "cosine": cosine_distance}
 
 
 def total_variation(x: torch.Tensor) -> torch.Tensor:
@@ -28,6 +53,49 @@ def total_variation(x: torch.Tensor) -> torch.Tensor:
     dx = (x[:, :, :, 1:] - x[:, :, :, :-1]).abs().mean()
     dy = (x[:, :, 1:, :] - x[:, :, :-1, :]).abs().mean()
     return dx + dy
+
+
+def image_norm(x: torch.Tensor) -> torch.Tensor:
+    """Mean squared value of the (normalized) image: the L2 prior of GradInversion/DeepInversion."""
+    return x.pow(2).mean()
+
+
+class BatchNormStatistics:
+    """GradInversion's / DeepInversion's prior (Yin et al. 2021, Eq. 7): the distance of the dummy
+    batch's per-channel mean and variance at every BatchNorm layer to the layer's running statistics,
+    Σ_l ||μ_l(x) − μ_l||₂ + ||σ²_l(x) − σ²_l||₂. Hooks are registered on the attack's own model copy."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.terms: list[torch.Tensor] = []
+        self.handles = [
+            m.register_forward_hook(self._hook)
+            for m in model.modules()
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is not None
+        ]
+
+    def _hook(self, module: nn.Module, inputs: tuple[torch.Tensor, ...], _: torch.Tensor) -> None:
+        x = inputs[0]
+        dims = [0, *range(2, x.ndim)]
+        mean = x.mean(dim=dims)
+        var = x.var(dim=dims, unbiased=False)
+        self.terms.append(
+            torch.linalg.vector_norm(mean - module.running_mean)
+            + torch.linalg.vector_norm(var - module.running_var)
+        )
+
+    @property
+    def available(self) -> bool:
+        return bool(self.handles)
+
+    def pop(self) -> torch.Tensor:
+        """The prior's value for the last forward pass (0 without BatchNorm layers)."""
+        value = sum(self.terms) if self.terms else torch.zeros(())
+        self.terms = []
+        return value  # type: ignore[return-value]
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
 
 
 def ig_milestones(iterations: int) -> list[int]:
