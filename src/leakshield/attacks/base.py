@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.fl.types import ServerView
@@ -60,6 +61,15 @@ class Attack:
 
     def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction:
         raise NotImplementedError
+
+    def reconstruct_many(
+        self, views: Sequence[ServerView], *, seeds: Sequence[int], progress: bool = False
+    ) -> list[Reconstruction]:
+        """Attack independent victims; attacks that can vectorize over victims override this."""
+        if len(views) != len(seeds):
+            raise ValueError(f"{len(views)} views but {len(seeds)} seeds")
+        pairs = tqdm(list(zip(views, seeds, strict=True)), desc=self.name, disable=not progress, leave=False)
+        return [self.reconstruct(view, seed=seed) for view, seed in pairs]
 
     def reconstruct_from_rounds(self, views: Sequence[ServerView], *, seed: int = 0) -> Reconstruction:
         """Attack a sequence of views of the same victim, oldest first; single-round attacks use the first."""

@@ -9,16 +9,22 @@ from typing import Any
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
-from leakshield.attacks.base import Reconstruction, ServerKnowledge, create_attack
+from leakshield.attacks.base import Attack, Reconstruction, ServerKnowledge, create_attack
 from leakshield.data import ImageSet, load_dataset, partition_indices
 from leakshield.defenses.base import DefensePipeline, FitContext
 from leakshield.errors import LeakshieldError
 from leakshield.experiment.cells import Cell
 from leakshield.experiment.config import Component, DefenseSetting, ExperimentConfig
 from leakshield.experiment.evaluation import VictimScore, aggregate, score_victim
-from leakshield.fl import FederatedSimulation, ThreatModel, build_server_view, compute_update
+from leakshield.fl import (
+    ClientTrace,
+    FederatedSimulation,
+    ServerView,
+    ThreatModel,
+    build_server_view,
+    compute_update,
+)
 from leakshield.fl.simulation import seeded_generator
 from leakshield.metrics.lpips import LPIPS, load_lpips
 from leakshield.metrics.utility import accuracy
@@ -152,40 +158,26 @@ class ExperimentContext:
         attack = create_attack(cell.attack.name, cell.attack.params)
         threat = ThreatModel(labels_known=self.config.attack.threat.labels_known)
         knowledge = ServerKnowledge(data_info=self.info, public=self.data.public)
+        observations = [
+            self._observe(
+                cell, attack, k, ImageSet(batch.x.to(self.device), batch.y.to(self.device)), threat, knowledge
+            )
+            for k, batch in enumerate(self.victims)
+        ]
+        seeds = [cell.seed * 100_003 + k for k in range(len(self.victims))]
+        if attack.rounds_observed == 1:
+            first_views = [views[0] for views, _ in observations]
+            reconstructions = attack.reconstruct_many(first_views, seeds=seeds, progress=self.progress)
+        else:
+            reconstructions = [
+                attack.reconstruct_from_rounds(views, seed=seed)
+                for (views, _), seed in zip(observations, seeds, strict=True)
+            ]
         scores: list[VictimScore] = []
         truths, defended_rows, victims_info = [], [], []
-        bar = tqdm(self.victims, desc=cell.attack.display, disable=not self.progress, leave=False)
-        for k, batch in enumerate(bar):
-            private = ImageSet(batch.x.to(self.device), batch.y.to(self.device))
-            views, trace = [], None
-            for t in range(attack.rounds_observed):  # the federation trains a round between observations
-                honest, pipeline = self.model_at_round(cell.model, cell.defense, cell.seed, cell.round + t)
-                net = attack.prepare_model(honest, knowledge)  # a malicious server may modify it
-                gen = seeded_generator(cell.seed, 17, k, t, device=self.device)
-                update, round_trace = compute_update(
-                    net,
-                    private,
-                    self.config.victim_update,
-                    pipeline,
-                    normalize=self.info.normalize,
-                    generator=gen,
-                    model_mode=self.config.attack.model_mode,
-                )
-                if t == 0:
-                    trace = round_trace
-                views.append(
-                    build_server_view(
-                        net,
-                        update,
-                        self.info,
-                        threat,
-                        labels=private.y,
-                        defenses=pipeline.public_config(),
-                        round=cell.round + t,
-                    )
-                )
-            reconstruction = attack.reconstruct_from_rounds(views, seed=cell.seed * 100_003 + k)
-            assert trace is not None
+        for batch, (_, trace), reconstruction in zip(
+            self.victims, observations, reconstructions, strict=True
+        ):
             score = score_victim(
                 reconstruction,
                 batch.x,
@@ -204,6 +196,45 @@ class ExperimentContext:
             grid.append(defended)
         grid.append(torch.cat([s.matched for s in scores]))
         return self._output(scores, grid=grid, extra=victims_info)
+
+    def _observe(
+        self,
+        cell: Cell,
+        attack: Attack,
+        k: int,
+        private: ImageSet,
+        threat: ThreatModel,
+        knowledge: ServerKnowledge,
+    ) -> tuple[list[ServerView], ClientTrace]:
+        """The victim's updates on its private batch over the rounds the attack watches (the federation
+        trains one round between two observations), as the server's views, and the client's trace."""
+        assert cell.model and cell.defense and cell.round is not None and cell.seed is not None
+        views, traces = [], []
+        for t in range(attack.rounds_observed):
+            honest, pipeline = self.model_at_round(cell.model, cell.defense, cell.seed, cell.round + t)
+            net = attack.prepare_model(honest, knowledge)  # a malicious server may modify it
+            update, trace = compute_update(
+                net,
+                private,
+                self.config.victim_update,
+                pipeline,
+                normalize=self.info.normalize,
+                generator=seeded_generator(cell.seed, 17, k, t, device=self.device),
+                model_mode=self.config.attack.model_mode,
+            )
+            views.append(
+                build_server_view(
+                    net,
+                    update,
+                    self.info,
+                    threat,
+                    labels=private.y,
+                    defenses=pipeline.public_config(),
+                    round=cell.round + t,
+                )
+            )
+            traces.append(trace)
+        return views, traces[0]
 
     def _output(
         self, scores: list[VictimScore], grid: list[torch.Tensor], extra: list[dict[str, Any]] | None = None
