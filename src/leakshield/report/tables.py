@@ -124,8 +124,8 @@ def pivot(
     col_keys = list(product(*(levels(d) for d in column_dims)))
     baseline_is_row = any(d != "metric" for d in row_dims)
 
-    def label(dims: list[str], key: tuple) -> str:
-        return " · ".join(str(k) for d, k in zip(dims, key, strict=True)) or "value"
+    def label(key: tuple) -> str:
+        return " · ".join(str(k) for k in key) or "value"
 
     def metric_of(rkey: tuple, ckey: tuple) -> str:
         coords = dict(zip(row_dims + column_dims, rkey + ckey, strict=True))
@@ -134,10 +134,10 @@ def pivot(
     def baseline_cell(metric: str) -> str:
         return format_value(metric, [baseline[metric]]) if metric in baseline else "—"
 
-    header = [" · ".join(row_dims) or "", *(label(column_dims, c) for c in col_keys)]
+    header = [" · ".join(row_dims) or "", *(label(c) for c in col_keys)]
     body = []
     for rkey in row_keys:
-        line = [label(row_dims, rkey)]
+        line = [label(rkey)]
         for ckey in col_keys:
             key = tuple(zip(row_dims + column_dims, rkey + ckey, strict=True))
             line.append(format_value(metric_of(rkey, ckey), cells[key]) if key in cells else "—")
