@@ -229,6 +229,7 @@ def main() -> None:
         "analytic": section_analytic,
         "imprint": section_imprint,
         "lenet": lambda: section_lenet([250, 500, 1000, 4800]),
+        "lenet-default": lambda: section_lenet([250, 500, 1000, 4800], init_range=None),
         "fedavg": section_fedavg,
         "dlg": section_dlg,
         "convnet": lambda: section_convnet([250, 500, 1000]),

@@ -258,3 +258,34 @@ def test_malicious_server_attack_runs_through_the_pipeline(tmp_path):
     assert summary.failed == 0
     attack = next(r for r in ResultStore(tmp_path / "run" / "results.sqlite").records() if r.kind == "attack")
     assert attack.metrics["psnr"] > 30 and attack.metrics["asr"] >= 0.5
+
+
+def test_every_registered_attack_is_selectable_from_a_config():
+    from leakshield.attacks import ATTACKS
+
+    names = ATTACKS.names()
+    assert {
+        "dlg",
+        "idlg",
+        "ig",
+        "cpl",
+        "gradinversion",
+        "lbfgs-l2",
+        "adam-cosine",
+        "lbfgs-cosine",
+        "adam-l1",
+        "adam-l2",
+        "sgd-cosine",
+        "analytic",
+        "imprint",
+    } <= set(names)
+    cfg = parse_config(
+        tiny_config(
+            attacks=[
+                {"name": n, "iterations": 5} if "iterations" in ATTACKS.get(n).params.model_fields else n
+                for n in names
+            ]
+        )
+    )
+    assert [a.name for a in cfg.attacks] == names
+    assert all(ATTACKS.get(n).reference for n in names)
