@@ -21,8 +21,7 @@ import torch
 
 from leakshield.attacks import ServerKnowledge, create_attack, infer_labels, label_accuracy
 from leakshield.data import DatasetInfo, ImageSet, load_dataset
-from leakshield.defenses import DefensePipeline
-from leakshield.fl import LocalTraining, ThreatModel, build_server_view, compute_update
+from leakshield.fl import LocalTraining, server_view_of
 from leakshield.metrics import match_reconstructions, psnr, ssim
 from leakshield.models import create_model
 
@@ -35,19 +34,7 @@ VICTIMS = torch.randperm(len(DIGITS.train), generator=torch.Generator().manual_s
 
 
 def views(model, batches, info, *, local=None, labels_known=True):
-    out = []
-    for batch in batches:
-        update, _ = compute_update(
-            model,
-            batch,
-            local or LocalTraining(),
-            DefensePipeline(),
-            normalize=info.normalize,
-            generator=torch.Generator(),
-            model_mode="eval",
-        )
-        out.append(build_server_view(model, update, info, ThreatModel(labels_known), labels=batch.y))
-    return out
+    return [server_view_of(model, b, info, local=local, labels_known=labels_known) for b in batches]
 
 
 def scores(reconstructions, batches):

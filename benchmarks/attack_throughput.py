@@ -17,28 +17,16 @@ import torch
 from leakshield.attacks import create_attack
 from leakshield.attacks.inversion.vectorized import VectorizedObjective
 from leakshield.data import load_dataset
-from leakshield.defenses import DefensePipeline
-from leakshield.fl import LocalTraining, ThreatModel, build_server_view, compute_update
+from leakshield.fl import server_view_of
 from leakshield.models import create_model
 
 
 def victim_views(model_name: str, params: dict | None, victims: int):
     data = load_dataset("digits", {"channels": 3, "size": 32})
     model = create_model(model_name, params, in_shape=data.info.shape, num_classes=10)
-    views = []
-    for i in range(victims):
-        batch = data.train.subset([i])
-        update, _ = compute_update(
-            model,
-            batch,
-            LocalTraining(),
-            DefensePipeline(),
-            normalize=data.info.normalize,
-            generator=torch.Generator(),
-            model_mode="eval",
-        )
-        views.append(build_server_view(model, update, data.info, ThreatModel(True), labels=batch.y))
-    return views
+    return [
+        server_view_of(model, data.train.subset([i]), data.info, labels_known=True) for i in range(victims)
+    ]
 
 
 def one_by_one(views, steps: int) -> float:

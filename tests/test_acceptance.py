@@ -5,8 +5,7 @@ import pytest
 import torch
 
 from leakshield.attacks import create_attack
-from leakshield.defenses import DefensePipeline
-from leakshield.fl import LocalTraining, ThreatModel, build_server_view, compute_update
+from leakshield.fl import server_view_of
 from leakshield.metrics import psnr, ssim
 from leakshield.models import create_model
 
@@ -22,16 +21,7 @@ def _attack(digits3, attack, labels_known: bool) -> list[tuple[float, float]]:
     model = create_model("lenet", in_shape=digits3.info.shape, num_classes=10)
     results = []
     for k, data in enumerate(_victims(digits3)):
-        update, _ = compute_update(
-            model,
-            data,
-            LocalTraining(),
-            DefensePipeline(),
-            normalize=digits3.info.normalize,
-            generator=torch.Generator(),
-            model_mode="eval",
-        )
-        view = build_server_view(model, update, digits3.info, ThreatModel(labels_known), labels=data.y)
+        view = server_view_of(model, data, digits3.info, labels_known=labels_known)
         rec = attack.reconstruct(view, seed=k)
         results.append((float(psnr(rec.images, data.x)), float(ssim(rec.images, data.x))))
     return results

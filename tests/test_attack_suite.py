@@ -11,24 +11,14 @@ from leakshield.attacks.inversion import l2_distance
 from leakshield.attacks.inversion.objectives import BatchNormStatistics, cosine_distance, l1_distance
 from leakshield.attacks.inversion.presets import PRESETS
 from leakshield.data import ImageSet
-from leakshield.defenses import DefensePipeline
 from leakshield.errors import ConfigError
-from leakshield.fl import LocalTraining, ThreatModel, build_server_view, compute_update
+from leakshield.fl import server_view_of
 from leakshield.metrics import match_reconstructions, psnr, ssim
 from leakshield.models import create_model
 
 
 def view_of(model, data, info, labels_known=True):
-    update, _ = compute_update(
-        model,
-        data,
-        LocalTraining(),
-        DefensePipeline(),
-        normalize=info.normalize,
-        generator=torch.Generator(),
-        model_mode="eval",
-    )
-    return build_server_view(model, update, info, ThreatModel(labels_known), labels=data.y)
+    return server_view_of(model, data, info, labels_known=labels_known)
 
 
 # -- parts ---------------------------------------------------------------------------------------------

@@ -10,9 +10,8 @@ from leakshield.attacks import ATTACKS, Attack, create_attack, infer_labels, lab
 from leakshield.attacks.inversion import cosine_distance, ig_milestones, l2_distance, total_variation
 from leakshield.attacks.inversion.engine import GradientInversion
 from leakshield.data import DatasetInfo, ImageSet
-from leakshield.defenses import DefensePipeline
 from leakshield.errors import ConfigError
-from leakshield.fl import LocalTraining, ThreatModel, build_server_view, compute_update
+from leakshield.fl import LocalTraining, server_view_of
 from leakshield.metrics import psnr, ssim
 from leakshield.models import create_model
 
@@ -20,16 +19,7 @@ CIFAR_INFO = DatasetInfo("cifar10", (3, 32, 32), 10, (0.4915, 0.4823, 0.4468), (
 
 
 def make_view(model, data, info, *, local=None, labels_known=False):
-    update, _ = compute_update(
-        model,
-        data,
-        local or LocalTraining(),
-        DefensePipeline(),
-        normalize=info.normalize,
-        generator=torch.Generator().manual_seed(0),
-        model_mode="eval",
-    )
-    return build_server_view(model, update, info, ThreatModel(labels_known=labels_known), labels=data.y)
+    return server_view_of(model, data, info, local=local, labels_known=labels_known)
 
 
 # -- parts ---------------------------------------------------------------------------------------------

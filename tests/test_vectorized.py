@@ -8,27 +8,15 @@ from leakshield.attacks.inversion.engine import GradientInversion
 from leakshield.attacks.inversion.objectives import cosine_distance, total_variation
 from leakshield.attacks.inversion.vectorized import VectorizedObjective
 from leakshield.data import DatasetInfo, ImageSet
-from leakshield.defenses import DefensePipeline
-from leakshield.fl import LocalTraining, ThreatModel, build_server_view, compute_update
+from leakshield.fl import LocalTraining, server_view_of
 from leakshield.metrics import psnr
 from leakshield.models import create_model
 
 
 def views_for(model, data, info, count, local=None):
-    views = []
-    for i in range(count):
-        batch = data.subset([i])
-        update, _ = compute_update(
-            model,
-            batch,
-            local or LocalTraining(),
-            DefensePipeline(),
-            normalize=info.normalize,
-            generator=torch.Generator(),
-            model_mode="eval",
-        )
-        views.append(build_server_view(model, update, info, ThreatModel(True), labels=batch.y))
-    return views
+    return [
+        server_view_of(model, data.subset([i]), info, local=local, labels_known=True) for i in range(count)
+    ]
 
 
 @pytest.mark.parametrize(("name", "params"), [("lenet", None), ("convnet", {"width": 4})])

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from leakshield.attacks.base import ATTACKS, Attack, Reconstruction
-from leakshield.attacks.labels import classifier_weight_name, infer_labels
+from leakshield.attacks.labels import granted_or_inferred_labels
 from leakshield.fl.types import ServerView
 from leakshield.registry import Params
 
@@ -82,9 +82,7 @@ class AnalyticFCInversion(Attack):
         if len(images) < view.batch_size:  # fewer isolated rows than samples: pad with the mean image
             pad = images.mean(0, keepdim=True).expand(view.batch_size - len(images), -1, -1, -1)
             images = torch.cat([images, pad])
-        labels = view.labels
-        if labels is None:
-            labels = infer_labels(view.update.delta[classifier_weight_name(view)], view.batch_size)
+        labels = granted_or_inferred_labels(view)
         stats = {"rows_used": float(len(candidates)), "seconds": time.perf_counter() - start}
         return Reconstruction(images=images, labels=labels.cpu(), stats=stats)
 

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from leakshield.attacks.base import ATTACKS, Attack, Reconstruction, ServerKnowledge
-from leakshield.attacks.labels import classifier_weight_name, infer_labels
+from leakshield.attacks.labels import granted_or_inferred_labels
 from leakshield.fl.types import ServerView
 from leakshield.registry import Params
 
@@ -129,8 +129,6 @@ class ImprintAttack(Attack):
         if len(images) < view.batch_size:  # fewer occupied bins than samples (collisions)
             fill = torch.full((view.batch_size - len(images), *info.shape), 0.5)
             images = torch.cat([images, fill])
-        labels = view.labels
-        if labels is None:
-            labels = infer_labels(view.update.delta[classifier_weight_name(view)], view.batch_size)
+        labels = granted_or_inferred_labels(view)
         stats = {"bins_hit": float(len(hits)), "seconds": time.perf_counter() - start}
         return Reconstruction(images=images, labels=labels.cpu(), stats=stats)

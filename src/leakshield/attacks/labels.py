@@ -45,3 +45,10 @@ def label_accuracy(predicted: torch.Tensor, truth: torch.Tensor) -> float:
     true_counts = torch.bincount(truth.cpu(), minlength=len(pred_counts))
     n = min(len(pred_counts), len(true_counts))
     return float(torch.minimum(pred_counts[:n], true_counts[:n]).sum()) / len(truth)
+
+
+def granted_or_inferred_labels(view: ServerView) -> torch.Tensor:
+    """The labels the threat model grants, else those inferred from the classifier's gradient."""
+    if view.labels is not None:
+        return view.labels
+    return infer_labels(view.update.delta[classifier_weight_name(view)], view.batch_size)

@@ -1,6 +1,6 @@
 """FL simulation: client updates through the defense stages, FedSGD/FedAvg servers, attacker views."""
 
-from leakshield.fl.client import ClientTrace, compute_update, plain_gradient
+from leakshield.fl.client import ClientTrace, compute_update, plain_gradient, server_view_of
 from leakshield.fl.config import FLConfig, LocalTraining
 from leakshield.fl.loss import cross_entropy
 from leakshield.fl.simulation import FederatedSimulation, seeded_generator
@@ -27,5 +27,6 @@ __all__ = [
     "cross_entropy",
     "plain_gradient",
     "seeded_generator",
+    "server_view_of",
     "strip_hooks",
 ]

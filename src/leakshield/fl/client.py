@@ -10,11 +10,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from leakshield.data.types import ImageSet
+from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.defenses.base import DefensePipeline
 from leakshield.fl.config import LocalTraining
 from leakshield.fl.loss import cross_entropy
-from leakshield.fl.types import ClientUpdate, ProtocolFacts
+from leakshield.fl.types import ClientUpdate, ProtocolFacts, ServerView, ThreatModel, build_server_view
 
 Normalize = Callable[[torch.Tensor], torch.Tensor]
 
@@ -120,3 +120,36 @@ def _fedavg(model, data, local, defenses, gradient_fn, normalize, generator, mod
     buffers = {k: v.detach().clone() for k, v in worker.named_buffers()}
     trace = ClientTrace(defended if complete else None)
     return delta, local.local_epochs * batches, buffers, trace
+
+
+def server_view_of(
+    model: nn.Module,
+    batch: ImageSet,
+    info: DatasetInfo,
+    *,
+    local: LocalTraining | None = None,
+    defenses: DefensePipeline | None = None,
+    labels_known: bool = False,
+    model_mode: str = "eval",
+    seed: int = 0,
+) -> ServerView:
+    """What the server sees when one client computes its update on ``batch``: a shortcut for
+    :func:`compute_update` followed by :func:`~leakshield.fl.types.build_server_view`."""
+    pipeline = defenses or DefensePipeline()
+    update, _ = compute_update(
+        model,
+        batch,
+        local or LocalTraining(),
+        pipeline,
+        normalize=info.normalize,
+        generator=torch.Generator().manual_seed(seed),
+        model_mode=model_mode,
+    )
+    return build_server_view(
+        model,
+        update,
+        info,
+        ThreatModel(labels_known=labels_known),
+        labels=batch.y,
+        defenses=pipeline.public_config(),
+    )
