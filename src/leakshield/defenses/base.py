@@ -3,9 +3,9 @@
 =============  ==========================================================  ==========================
 stage          what it does                                                examples
 =============  ==========================================================  ==========================
-model_hook     changes the model the server builds and sends (public)       PRECODE, dropout
+model_hook     changes the model the server builds and sends (public)       PRECODE, dropout, DP-SGD
 data_hook      transforms a local minibatch before the loss                 MixUp, InstaHide, ATS
-compute_grad   replaces how a minibatch gradient is computed                DP-SGD, DCS²
+compute_grad   replaces how a minibatch gradient is computed                DP-SGD, Soteria, DCS²
 release_hook   transforms the update before it leaves the client            noise, clipping, pruning
 =============  ==========================================================  ==========================
 
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from leakshield.data.types import DatasetSplits
+from leakshield.data.types import DatasetSplits, ImageSet
 from leakshield.registry import Params, Registry
 
 GradientFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
@@ -66,6 +66,15 @@ class Defense:
         self, update: dict[str, torch.Tensor], generator: torch.Generator
     ) -> dict[str, torch.Tensor]:
         return update
+
+    def bind_local_data(self, data: ImageSet) -> None:
+        """Called by the client before it computes an update with its local dataset (mixing defenses draw
+        partners from it); the default ignores it."""
+
+    def privacy_spent(self, client_steps: Mapping[int, tuple[int, float]]) -> dict[str, float]:
+        """Formal privacy spent after training, from each client's (local steps, sampling rate); empty
+        for defenses without a guarantee (DP-SGD reports ε)."""
+        return {}
 
     def public_config(self) -> dict[str, Any]:
         """The defense's name and parameters: everything an adaptive attack may know."""
@@ -120,6 +129,16 @@ class DefensePipeline:
         for defense in self.defenses:
             update = defense.release_hook(update, generator)
         return update
+
+    def bind_local_data(self, data: ImageSet) -> None:
+        for defense in self.defenses:
+            defense.bind_local_data(data)
+
+    def privacy_spent(self, client_steps: Mapping[int, tuple[int, float]]) -> dict[str, float]:
+        spent: dict[str, float] = {}
+        for defense in self.defenses:
+            spent.update(defense.privacy_spent(client_steps))
+        return spent
 
     def public_config(self) -> tuple[dict[str, Any], ...]:
         return tuple(d.public_config() for d in self.defenses)

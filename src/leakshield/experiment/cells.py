@@ -7,6 +7,9 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from leakshield.attacks import ATTACKS
+from leakshield.attacks.adaptive import ADAPTIVE_TARGETS
+from leakshield.defenses import DEFENSES
 from leakshield.experiment.config import Component, DefenseSetting, ExperimentConfig
 
 CellKind = Literal["baseline", "utility", "attack"]
@@ -48,6 +51,17 @@ class Cell:
         return " · ".join(f"{k}={v}" for k, v in self.coordinates.items() if v is not None and k != "kind")
 
 
+def runs_against(attack: Component, defense: DefenseSetting) -> bool:
+    """Whether the grid pairs ``attack`` with ``defense``: as listed in the attack's ``against``, else
+    always, except that an adaptive attack meets only the defenses it targets."""
+    if attack.against is not None:
+        return defense.display in attack.against
+    targets = ADAPTIVE_TARGETS.get(ATTACKS.get(attack.name).name)
+    if targets is None:
+        return True
+    return any(DEFENSES.get(entry["name"]).name in targets for entry in defense.entries)
+
+
 def expand_grid(config: ExperimentConfig) -> list[Cell]:
     """Every cell of the config, in run order: the baseline, then per seed, model and defense the
     utility cell and the attack cells (round-major)."""
@@ -59,5 +73,7 @@ def expand_grid(config: ExperimentConfig) -> list[Cell]:
                     cells.append(Cell("utility", model, defense, None, config.utility.rounds, seed))
                 for rnd in config.attack.rounds:
                     for attack in config.attacks:
+                        if not runs_against(attack, defense):
+                            continue
                         cells.append(Cell("attack", model, defense, attack, rnd, seed))
     return cells

@@ -31,11 +31,13 @@ class Section(pydantic.BaseModel):
 
 class Component(pydantic.BaseModel):
     """``name`` of a registered component, an optional ``label`` (defaults to the name) and its
-    parameters inline."""
+    parameters inline. Attacks only: ``against`` lists the defense labels to run the attack against
+    (default: every defense, except that an adaptive attack runs only against the defenses it targets)."""
 
     model_config = pydantic.ConfigDict(extra="allow")
     name: str
     label: str | None = None
+    against: list[str] | None = None
 
     @property
     def params(self) -> dict[str, Any]:
@@ -68,6 +70,11 @@ class DefenseSetting(pydantic.BaseModel):
     @classmethod
     def _from_name(cls, value: Any) -> Any:
         return _component(value)
+
+    @pydantic.field_validator("stack", mode="before")
+    @classmethod
+    def _stack_names(cls, value: Any) -> Any:
+        return [_component(v) for v in value] if isinstance(value, list) else value
 
     @pydantic.model_validator(mode="after")
     def _one_form(self) -> DefenseSetting:
@@ -200,9 +207,18 @@ class ExperimentConfig(Section):
         except LeakshieldError as exc:
             raise ConfigError(f"dataset: {exc}") from None
         for i, m in enumerate(self.models):
+            if m.against is not None:
+                raise ConfigError(f"models[{i}].against: only attacks take 'against'")
             m.check(MODELS, f"models[{i}]")
+        defense_labels = [d.display for d in self.defenses]
         for i, a in enumerate(self.attacks):
             a.check(ATTACKS, f"attacks[{i}]")
+            unknown = sorted(set(a.against or ()) - set(defense_labels))
+            if unknown:
+                raise ConfigError(
+                    f"attacks[{i}].against: unknown defense labels {unknown}; "
+                    f"the defenses are {defense_labels}"
+                )
         for i, d in enumerate(self.defenses):
             for j, entry in enumerate(d.entries):
                 where = f"defenses[{i}]" + (f".stack[{j}]" if d.stack else "")

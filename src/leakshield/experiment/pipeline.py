@@ -65,7 +65,7 @@ class ExperimentContext:
         self.clients_on_device = [ImageSet(c.x.to(device), c.y.to(device)) for c in self.clients]
         self.victims = self._draw_victims()
         self.lpips, self.lpips_reason = self._load_lpips()
-        self._models: dict[tuple, tuple[dict[str, torch.Tensor], DefensePipeline]] = {}
+        self._models: dict[tuple, tuple[dict[str, torch.Tensor], DefensePipeline, dict]] = {}
 
     def _draw_victims(self) -> list[ImageSet]:
         v = self.config.victims
@@ -96,6 +96,12 @@ class ExperimentContext:
     ) -> tuple[nn.Module, DefensePipeline]:
         """The global model after ``rounds`` FL rounds under ``defense`` (continuing from the latest
         cached round of the same model, defense and seed; the simulation is seeded per round)."""
+        net, pipeline, _ = self._trained(model, defense, seed, rounds)
+        return net, pipeline
+
+    def _trained(
+        self, model: Component, defense: DefenseSetting, seed: int, rounds: int
+    ) -> tuple[nn.Module, DefensePipeline, dict[int, tuple[int, float]]]:
         base_key = (model.display, defense.display, seed)
         cached = [key[3] for key in self._models if key[:3] == base_key and key[3] <= rounds]
         pipeline = DefensePipeline.from_config(defense.entries)
@@ -104,9 +110,10 @@ class ExperimentContext:
         )
         net = pipeline.model_hook(net).to(self.device)
         start = 0
+        client_steps: dict[int, tuple[int, float]] = {}
         if cached:
             start = max(cached)
-            state, pipeline = self._models[(*base_key, start)]
+            state, pipeline, client_steps = self._models[(*base_key, start)]
             net.load_state_dict(state)
         else:
             pipeline.fit(FitContext(data=self.data, device=self.device, seed=seed))
@@ -115,10 +122,12 @@ class ExperimentContext:
                 net, self.clients_on_device, self.config.fl, pipeline, self.info, seed=seed
             )
             sim.round = start
+            sim.client_steps = dict(client_steps)
             sim.run(rounds - start, progress=self.progress, desc=f"FL rounds {start}→{rounds}")
+            client_steps = sim.client_steps
         state = {k: v.detach().clone() for k, v in net.state_dict().items()}
-        self._models[(*base_key, rounds)] = (state, pipeline)
-        return net, pipeline
+        self._models[(*base_key, rounds)] = (state, pipeline, dict(client_steps))
+        return net, pipeline, client_steps
 
     # -- cells ---------------------------------------------------------------------------------------
     def run(self, cell: Cell) -> CellOutput:
@@ -143,14 +152,15 @@ class ExperimentContext:
 
     def run_utility(self, cell: Cell) -> CellOutput:
         assert cell.model and cell.defense and cell.round is not None and cell.seed is not None
-        net, _ = self.model_at_round(cell.model, cell.defense, cell.seed, cell.round)
+        net, pipeline, client_steps = self._trained(cell.model, cell.defense, cell.seed, cell.round)
         norm = self.info.normalize
         test_acc = accuracy(
             net, ImageSet(self.data.test.x.to(self.device), self.data.test.y.to(self.device)), normalize=norm
         )
         train = self.data.train
         train_acc = accuracy(net, ImageSet(train.x.to(self.device), train.y.to(self.device)), normalize=norm)
-        return CellOutput(metrics={"accuracy": test_acc, "accuracy_train": train_acc}, victims=[])
+        metrics = {"accuracy": test_acc, "accuracy_train": train_acc, **pipeline.privacy_spent(client_steps)}
+        return CellOutput(metrics=metrics, victims=[])
 
     def run_attack(self, cell: Cell) -> CellOutput:
         assert cell.model and cell.defense and cell.attack and cell.round is not None
@@ -169,10 +179,9 @@ class ExperimentContext:
             first_views = [views[0] for views, _ in observations]
             reconstructions = attack.reconstruct_many(first_views, seeds=seeds, progress=self.progress)
         else:
-            reconstructions = [
-                attack.reconstruct_from_rounds(views, seed=seed)
-                for (views, _), seed in zip(observations, seeds, strict=True)
-            ]
+            reconstructions = attack.reconstruct_many_from_rounds(
+                [views for views, _ in observations], seeds=seeds, progress=self.progress
+            )
         scores: list[VictimScore] = []
         truths, defended_rows, victims_info = [], [], []
         for batch, (_, trace), reconstruction in zip(
@@ -221,6 +230,7 @@ class ExperimentContext:
                 normalize=self.info.normalize,
                 generator=seeded_generator(cell.seed, 17, k, t, device=self.device),
                 model_mode=self.config.attack.model_mode,
+                pool=self.clients_on_device[self.config.victims.client],
             )
             views.append(
                 build_server_view(

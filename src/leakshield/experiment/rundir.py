@@ -40,9 +40,9 @@ def check_run_dir(config: ExperimentConfig, out: Path) -> bool:
 
 
 def prepare_run_dir(config: ExperimentConfig, out: Path) -> None:
-    """Create ``out`` for ``config`` (writing its config files), or accept a run of the same config."""
-    if check_run_dir(config, out):
-        return
+    """Create ``out`` for ``config`` (writing its config files), or accept a run of the same config; its
+    stored config is refreshed, so a changed report layout (not part of the fingerprint) takes effect."""
+    check_run_dir(config, out)
     out.mkdir(parents=True, exist_ok=True)
     payload = {
         "name": config.name,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +31,17 @@ def plain_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[s
     }
 
 
+@contextlib.contextmanager
+def client_rng(generator: torch.Generator, step: int) -> Iterator[None]:
+    """Seed torch's global RNG from the client's generator and the local step, and restore it after:
+    stochastic layers (dropout, PRECODE's sampling) and DP noise draw from the global RNG, and must be
+    reproducible per client, round and step without consuming draws of ``generator``."""
+    devices = [generator.device] if generator.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed((generator.initial_seed() * 1_000_003 + step) % (2**63 - 1))
+        yield
+
+
 @dataclass(frozen=True)
 class ClientTrace:
     """Private facts the evaluator keeps (never given to an attack): the defended inputs x' in [0, 1]
@@ -47,21 +59,26 @@ def compute_update(
     normalize: Normalize,
     generator: torch.Generator,
     model_mode: str = "train",
+    pool: ImageSet | None = None,
 ) -> tuple[ClientUpdate, ClientTrace]:
     """Compute a client's update on ``data`` under ``defenses``.
 
     FedSGD: the gradient of the whole of ``data`` as one batch (the caller picks the batch).
     FedAvg: ``local.local_epochs`` epochs of SGD with momentum over ``data`` in shuffled minibatches.
     ``model`` is not modified (parameters, buffers and train/eval mode are as before). Images in
-    ``data`` are [0, 1] pixels; ``normalize`` maps them to model input.
+    ``data`` are [0, 1] pixels; ``normalize`` maps them to model input. ``pool`` is the client's local
+    dataset when ``data`` is only the batch it shares a gradient of (mixing defenses draw partners from
+    it); it defaults to ``data``.
     """
+    defenses.bind_local_data(pool if pool is not None else data)
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
     gradient_fn = defenses.compute_gradient() or plain_gradient
     if local.algorithm == "fedsgd":
         was_training = model.training
         model.train(model_mode == "train")
         x, y = defenses.data_hook(data.x, data.y, generator)
-        delta = gradient_fn(model, normalize(x), y)
+        with client_rng(generator, 0):
+            delta = gradient_fn(model, normalize(x), y)
         # a train-mode forward moves BatchNorm statistics: report them, then restore the global model
         buffers = {k: v.detach().clone() for k, v in model.named_buffers()} if model_mode == "train" else {}
         model.load_state_dict(start)
@@ -111,7 +128,8 @@ def _fedavg(model, data, local, defenses, gradient_fn, normalize, generator, mod
                     defended[idx] = x.detach()
                 else:
                     complete = False
-            grads = gradient_fn(worker, normalize(x), y)
+            with client_rng(generator, epoch * batches + b):
+                grads = gradient_fn(worker, normalize(x), y)
             with torch.no_grad():
                 for k, p in params.items():
                     velocity[k].mul_(local.momentum).add_(grads[k])

@@ -48,6 +48,9 @@ class FederatedSimulation:
         self.info = info
         self.seed = seed
         self.round = 0
+        #: client index → (local SGD steps taken over all rounds so far, minibatch sampling rate), for
+        #: privacy accounting (DP-SGD's ε)
+        self.client_steps: dict[int, tuple[int, float]] = {}
 
     def run(self, rounds: int, *, progress: bool = False, desc: str = "FL training") -> nn.Module:
         """Train for ``rounds`` more rounds; returns the (updated in place) global model."""
@@ -63,7 +66,7 @@ class FederatedSimulation:
         chosen = torch.randperm(cfg.clients, generator=gen)[:k].sort().values.tolist()
         updates: list[ClientUpdate] = []
         for client in chosen:
-            data = self.clients[client]
+            local = data = self.clients[client]
             if len(data) == 0:
                 continue
             client_gen = seeded_generator(self.seed, self.round, client, device=device)
@@ -78,8 +81,12 @@ class FederatedSimulation:
                 normalize=self.info.normalize,
                 generator=client_gen,
                 model_mode="train",
+                pool=local,
             )
             updates.append(update)
+            steps, _ = self.client_steps.get(client, (0, 0.0))
+            rate = min(1.0, cfg.local.batch_size / len(local))
+            self.client_steps[client] = (steps + update.protocol.local_steps, rate)
         if updates:
             self._aggregate(updates)
         self.round += 1

@@ -26,6 +26,12 @@ class FeatureClassifier(nn.Module):
         return self.classifier.in_features
 
 
+def is_stochastic(model: nn.Module) -> bool:
+    """Whether ``model`` contains a layer that samples on every forward (marked ``stochastic = True``,
+    e.g. the dropout defense's layer or PRECODE's bottleneck)."""
+    return any(getattr(m, "stochastic", False) for m in model.modules())
+
+
 def flat_size(module: nn.Module, in_shape: tuple[int, int, int]) -> int:
     """Number of features ``module`` outputs for one input of ``in_shape`` (dry run, no grad)."""
     with torch.no_grad():

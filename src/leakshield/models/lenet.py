@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pydantic
 from torch import nn
 
@@ -12,22 +14,27 @@ from leakshield.registry import Params
 
 class LeNetParams(Params):
     """init_range: weights and biases ~ U[−r, r] (DLG's r = 0.5, essential for DLG); None keeps
-    PyTorch's default init."""
+    PyTorch's default init. activation: ``sigmoid`` (the papers'), ``tanh`` or ``relu`` (a variant
+    that trains from PyTorch's default init, where the sigmoid net stalls)."""
 
     init_range: float | None = pydantic.Field(default=0.5, gt=0)
+    activation: Literal["sigmoid", "tanh", "relu"] = "sigmoid"
 
 
-def _conv(cin: int, stride: int) -> list[nn.Module]:
-    return [nn.Conv2d(cin, 12, kernel_size=5, padding=2, stride=stride), nn.Sigmoid()]
+ACTIVATIONS = {"sigmoid": nn.Sigmoid, "tanh": nn.Tanh, "relu": nn.ReLU}
 
 
 def _build(
-    in_shape: tuple[int, int, int], num_classes: int, strides: list[int], init_range: float | None
+    in_shape: tuple[int, int, int],
+    num_classes: int,
+    strides: list[int],
+    init_range: float | None,
+    activation: str = "sigmoid",
 ) -> FeatureClassifier:
     layers: list[nn.Module] = []
     cin = in_shape[0]
     for stride in strides:
-        layers += _conv(cin, stride)
+        layers += [nn.Conv2d(cin, 12, kernel_size=5, padding=2, stride=stride), ACTIVATIONS[activation]()]
         cin = 12
     features = nn.Sequential(*layers, nn.Flatten())
     model = FeatureClassifier(features, nn.Linear(flat_size(features, in_shape), num_classes))
@@ -45,7 +52,7 @@ def _build(
 )
 def lenet(params: LeNetParams, in_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
     """32×32 input → 768 features; 28×28 → 588."""
-    return _build(in_shape, num_classes, [2, 2, 1], params.init_range)
+    return _build(in_shape, num_classes, [2, 2, 1], params.init_range, params.activation)
 
 
 @MODELS.register(
@@ -55,4 +62,4 @@ def lenet(params: LeNetParams, in_shape: tuple[int, int, int], num_classes: int)
     params=LeNetParams,
 )
 def lenet4(params: LeNetParams, in_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
-    return _build(in_shape, num_classes, [2, 2, 1, 1], params.init_range)
+    return _build(in_shape, num_classes, [2, 2, 1, 1], params.init_range, params.activation)

@@ -14,7 +14,7 @@ from itertools import product
 from leakshield.experiment.store import CellRecord
 
 DIMENSIONS = ("model", "defense", "attack", "round", "seed")
-UTILITY_METRICS = ("accuracy", "accuracy_train", "adr")
+UTILITY_METRICS = ("accuracy", "accuracy_train", "adr", "epsilon", "delta")
 BASELINE_LABEL = "no-information baseline"
 LEADING_COLUMNS = ["kind", "model", "defense", "attack", "round", "seed", "status", "seconds"]
 PRECISION = {"psnr": 2, "psnr_std": 2, "psnr_defended": 2, "mse": 4, "lpips": 3, "seconds": 1}
@@ -29,8 +29,9 @@ class Row:
 
 
 def joined_rows(records: list[CellRecord]) -> tuple[list[Row], dict[str, float]]:
-    """Attack cells with ``accuracy``, ``accuracy_train`` and ``adr`` joined in, and the baseline's
-    metrics. ADR compares with the defense labelled ``none`` for the same model and seed."""
+    """Attack cells with the utility of their model/defense/seed joined in (``accuracy``,
+    ``accuracy_train``, ``adr``, and ``epsilon``/``delta`` for defenses with a DP guarantee), and the
+    baseline's metrics. ADR compares with the defense labelled ``none`` for the same model and seed."""
     ok = [r for r in records if r.status == "ok"]
     utility = {(r.model, r.defense, r.seed): r.metrics for r in ok if r.kind == "utility"}
     baseline = next((r.metrics for r in ok if r.kind == "baseline"), {})
@@ -135,13 +136,17 @@ def pivot(
         return format_value(metric, [baseline[metric]]) if metric in baseline else "—"
 
     header = [" · ".join(row_dims) or "", *(label(c) for c in col_keys)]
-    body = []
+    body, kept = [], []
     for rkey in row_keys:
         line = [label(rkey)]
+        filled = False
         for ckey in col_keys:
             key = tuple(zip(row_dims + column_dims, rkey + ckey, strict=True))
+            filled |= key in cells
             line.append(format_value(metric_of(rkey, ckey), cells[key]) if key in cells else "—")
-        body.append(line)
+        if filled or not rows:  # combinations the grid never ran (e.g. an adaptive attack elsewhere)
+            body.append(line)
+            kept.append(rkey)
     if baseline and baseline_is_row:
         for m in values if "metric" in row_dims else [None]:
             line = [BASELINE_LABEL + (f" · {m}" if m else "")]
@@ -150,7 +155,7 @@ def pivot(
             body.append(line)
     elif baseline:  # the rows are metrics only: the baseline becomes a column
         header.append(BASELINE_LABEL)
-        for line, rkey in zip(body, row_keys, strict=True):
+        for line, rkey in zip(body, kept, strict=True):
             line.append(baseline_cell(str(dict(zip(row_dims, rkey, strict=True))["metric"])))
     return PivotTable(header, body)
 
