@@ -1,6 +1,17 @@
 """Defenses (registry) and the staged client pipeline they plug into."""
 
-from leakshield.defenses import none  # noqa: F401  (register defenses)
+from leakshield.defenses import (  # noqa: F401  (register defenses)
+    augmentation,
+    clipping,
+    dpsgd,
+    dropout,
+    mixing,
+    noise,
+    none,
+    pruning,
+    quantization,
+    soteria,
+)
 from leakshield.defenses.base import (
     DEFENSES,
     Defense,

@@ -1,0 +1,40 @@
+"""Norm clipping of the released update (the clipping baseline; Balunović et al., ICLR 2022, Sec. 5)."""
+
+from __future__ import annotations
+
+import pydantic
+import torch
+
+from leakshield.defenses.base import DEFENSES, Defense
+from leakshield.registry import Params
+
+
+class ClippingParams(Params):
+    """bound: the largest global L2 norm (over all tensors of the update) that is released unchanged."""
+
+    bound: float = pydantic.Field(default=4.0, gt=0)
+
+
+def update_norm(update: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Global L2 norm of an update: √Σ_tensors ||Δ_t||²."""
+    return torch.sqrt(sum(v.double().pow(2).sum() for v in update.values())).float()  # type: ignore[union-attr]
+
+
+@DEFENSES.register(
+    "clipping",
+    summary="scales the update down to global L2 norm ≤ bound [bound 4]",
+    reference="Balunović et al., Bayesian Framework for Gradient Leakage, ICLR 2022 (clipping defense)",
+    params=ClippingParams,
+)
+class Clipping(Defense):
+    """Release stage: ``Δ · min(1, C / ||Δ||₂)``. Cosine matching is invariant to it (the scale is lost,
+    the direction is not), which is the point of the comparison."""
+
+    params: ClippingParams
+
+    def release_hook(
+        self, update: dict[str, torch.Tensor], generator: torch.Generator
+    ) -> dict[str, torch.Tensor]:
+        norm = float(update_norm(update))
+        factor = min(1.0, self.params.bound / norm) if norm > 0 else 1.0
+        return {k: v * factor for k, v in update.items()}
