@@ -1,6 +1,6 @@
 """Attacks (registry): each takes a ServerView and returns a Reconstruction."""
 
-from leakshield.attacks import analytic, imprint, inversion  # noqa: F401  (register attacks)
+from leakshield.attacks import adaptive, analytic, carlini, imprint, inversion  # noqa: F401  (register attacks)
 from leakshield.attacks.base import ATTACKS, Attack, Reconstruction, ServerKnowledge, create_attack
 from leakshield.attacks.labels import infer_labels, label_accuracy
 

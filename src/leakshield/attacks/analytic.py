@@ -78,13 +78,14 @@ class AnalyticFCInversion(Attack):
         gradient = view.update.gradient()
         grad_w, grad_b = gradient[f"{layer}.weight"].double(), gradient[f"{layer}.bias"].double()
         candidates = self._candidates(grad_w, grad_b, view.batch_size)
-        images = info.denormalize(candidates.float().view(-1, *info.shape)).clamp(0, 1).cpu()
-        if len(images) < view.batch_size:  # fewer isolated rows than samples: pad with the mean image
-            pad = images.mean(0, keepdim=True).expand(view.batch_size - len(images), -1, -1, -1)
-            images = torch.cat([images, pad])
+        inputs = candidates.float().view(-1, *info.shape).cpu()
+        if len(inputs) < view.batch_size:  # fewer isolated rows than samples: pad with the mean input
+            pad = inputs.mean(0, keepdim=True).expand(view.batch_size - len(inputs), -1, -1, -1)
+            inputs = torch.cat([inputs, pad])
+        images = info.denormalize(inputs).clamp(0, 1)
         labels = granted_or_inferred_labels(view)
         stats = {"rows_used": float(len(candidates)), "seconds": time.perf_counter() - start}
-        return Reconstruction(images=images, labels=labels.cpu(), stats=stats)
+        return Reconstruction(images=images, labels=labels.cpu(), stats=stats, normalized=inputs)
 
     def _candidates(self, grad_w: torch.Tensor, grad_b: torch.Tensor, n: int) -> torch.Tensor:
         strength = grad_b.abs()

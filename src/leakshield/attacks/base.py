@@ -29,11 +29,14 @@ class ServerKnowledge:
 @dataclass(frozen=True)
 class Reconstruction:
     """What an attack produced: images in [0, 1] pixel space (N×C×H×W, at least the batch size), the
-    labels it inferred or was given (or None), and diagnostics (final gradient distance, time...)."""
+    labels it inferred or was given (or None), and diagnostics (final gradient distance, time...).
+    ``normalized``: optimization attacks also keep their unclamped estimate of the model input (e.g. an
+    InstaHide encoding, which leaves the pixel range), for attacks that build on it."""
 
     images: torch.Tensor
     labels: torch.Tensor | None = None
     stats: dict[str, float] = field(default_factory=dict)
+    normalized: torch.Tensor | None = None
 
 
 class Attack:
@@ -76,6 +79,16 @@ class Attack:
         if not views:
             raise ValueError("no views to attack")
         return self.reconstruct(views[0], seed=seed)
+
+    def reconstruct_many_from_rounds(
+        self, views: Sequence[Sequence[ServerView]], *, seeds: Sequence[int], progress: bool = False
+    ) -> list[Reconstruction]:
+        """Multi-round attacks on independent victims (``views[victim][round]``); attacks that can share
+        work across victims override this."""
+        if len(views) != len(seeds):
+            raise ValueError(f"{len(views)} victims but {len(seeds)} seeds")
+        pairs = tqdm(list(zip(views, seeds, strict=True)), desc=self.name, disable=not progress, leave=False)
+        return [self.reconstruct_from_rounds(v, seed=seed) for v, seed in pairs]
 
 
 ATTACKS: Registry[Attack] = Registry("attack")

@@ -46,6 +46,7 @@ from leakshield.attacks.labels import classifier_weight_name, infer_labels
 from leakshield.errors import ConfigError
 from leakshield.fl.loss import cross_entropy
 from leakshield.fl.types import ServerView
+from leakshield.models.base import is_stochastic
 from leakshield.registry import Params
 
 
@@ -66,10 +67,15 @@ class GradientInversionParams(Params):
     Start — init: ``randn``, ``uniform`` (in normalized space), ``patterned`` (CPL: a random
     half-size patch tiled 2×2), ``constant`` (mid-grey) or ``image`` (``init_image``: a .png or .npy
     file, or images handed to the attack in code). labels: ``known`` (the threat model must grant them),
-    ``infer`` (iDLG rule; batch rule for larger batches), ``joint`` (optimized as soft labels with the
+    ``infer`` (iDLG rule; batch rule for larger batches), ``bias`` (FedSGD, batch 1: no label at all —
+    the loss gradient w.r.t. the logits is read off the classifier's bias gradient, so soft and mixed
+    labels (MixUp, InstaHide) are matched exactly), ``joint`` (optimized as soft labels with the
     images, DLG), ``auto`` (known if granted, else inferred). restarts: independent runs, the one with
     the lowest final gradient distance kept; diverging (NaN/Inf) runs are dropped. tolerance: stop when
     the gradient distance falls below it.
+    Adaptive parts — match_released: compare only the entries the client released (non-zero in the
+    observed update; against pruning). dropout_samples: average the dummy gradient over that many draws
+    of the model's stochastic layers (against dropout; expectation over masks).
     Speed — vectorize: attack independent victims of one round together in one vmapped step (Adam/SGD,
     FedSGD, eval-mode model, no BN prior, no joint labels; else one by one). compile: also compile that
     step with torch.compile (checked against eager on the first step; falls back when it fails).
@@ -92,12 +98,14 @@ class GradientInversionParams(Params):
     task_loss: float = pydantic.Field(default=0.0, ge=0)
     init: Literal["randn", "uniform", "patterned", "constant", "image"] = "randn"
     init_image: str | None = None
-    labels: Literal["auto", "known", "infer", "joint"] = "auto"
+    labels: Literal["auto", "known", "infer", "bias", "joint"] = "auto"
     restarts: int = pydantic.Field(default=1, ge=1)
     tolerance: float = pydantic.Field(default=1e-6, ge=0)
     lbfgs_max_iter: int = pydantic.Field(default=20, ge=1)
     lbfgs_history: int = pydantic.Field(default=100, ge=1)
     lbfgs_line_search: Literal["strong_wolfe", "none"] = "strong_wolfe"
+    match_released: bool = False
+    dropout_samples: int = pydantic.Field(default=1, ge=1)
     vectorize: bool = True
     compile: bool = False
 
@@ -109,6 +117,14 @@ class GradientInversionParams(Params):
 
 
 Objective = Callable[[torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, torch.Tensor]]
+
+
+def task_loss(logits: torch.Tensor, labels: torch.Tensor, logit_gradient: bool = False) -> torch.Tensor:
+    """The client's loss, or with ``logit_gradient`` the surrogate Σ z·(∂L/∂z) whose θ-gradient equals
+    the client's (``labels`` then holds ∂L/∂z, a constant)."""
+    if logit_gradient:
+        return (logits * labels.detach()).sum()
+    return cross_entropy(logits, labels)
 
 
 class GradientInversion(Attack):
@@ -143,11 +159,17 @@ class GradientInversion(Attack):
         lo, hi = info.normalized_bounds(torch.zeros(1, *info.shape, device=device))
         gen = torch.Generator(device="cpu").manual_seed(seed)
 
+        masks = [t != 0 for t in target] if p.match_released else None
+
         def objective(
             x: torch.Tensor, label_logits: torch.Tensor | None
         ) -> tuple[torch.Tensor, torch.Tensor]:
             y = labels if label_logits is None else F.softmax(label_logits, dim=-1)
-            dummy, task = self._dummy_update(model, names, x, y, view)
+            dummy, task = self._dummy_update(
+                model, names, x, y, view, p.dropout_samples, logit_gradient=label_source == "bias"
+            )
+            if masks is not None:
+                dummy = [d * m for d, m in zip(dummy, masks, strict=True)]
             grad_distance = distance(dummy, target, weights)
             loss = grad_distance
             if p.tv:
@@ -162,19 +184,22 @@ class GradientInversion(Attack):
 
         best = (None, None, math.inf)
         diverged = 0
+        # stochastic layers (dropout, PRECODE) draw from the global RNG: seed it for this attack only
         try:
-            for _ in range(p.restarts):
-                x0 = self._init(n, info, gen).to(device)
-                if p.boxed:
-                    x0 = torch.max(torch.min(x0, hi), lo)
-                logits0 = None
-                if labels is None:  # joint optimization of soft labels (DLG)
-                    logits0 = torch.randn(n, info.num_classes, generator=gen).to(device)
-                x, logits, score = self._optimize(x0, logits0, objective, lo, hi)
-                if not math.isfinite(score):
-                    diverged += 1
-                elif score < best[2]:
-                    best = (x, logits, score)
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                torch.manual_seed(seed)
+                for _ in range(p.restarts):
+                    x0 = self._init(n, info, gen).to(device)
+                    if p.boxed:
+                        x0 = torch.max(torch.min(x0, hi), lo)
+                    logits0 = None
+                    if labels is None:  # joint optimization of soft labels (DLG)
+                        logits0 = torch.randn(n, info.num_classes, generator=gen).to(device)
+                    x, logits, score = self._optimize(x0, logits0, objective, lo, hi)
+                    if not math.isfinite(score):
+                        diverged += 1
+                    elif score < best[2]:
+                        best = (x, logits, score)
         finally:
             if bn_prior is not None:
                 bn_prior.remove()
@@ -182,6 +207,8 @@ class GradientInversion(Attack):
         if best_x is None:
             raise FloatingPointError(f"every one of {p.restarts} restarts diverged (NaN/Inf)")
         final_labels = labels if best_logits is None else best_logits.argmax(dim=-1)
+        if label_source == "bias":
+            final_labels = labels.argmin(dim=-1)  # ∂L/∂z = p − t is most negative at the dominant class
         images = info.denormalize(best_x.detach()).clamp(0, 1).cpu()
         stats = {
             "grad_distance": best_score,
@@ -189,7 +216,9 @@ class GradientInversion(Attack):
             "labels_known": float(label_source == "known"),
             "seconds": time.perf_counter() - start,
         }
-        return Reconstruction(images=images, labels=final_labels.detach().cpu(), stats=stats)
+        return Reconstruction(
+            images=images, labels=final_labels.detach().cpu(), stats=stats, normalized=best_x.detach().cpu()
+        )
 
     # -- many victims at once -----------------------------------------------------------------------
     def vectorizable(self, views: Sequence[ServerView]) -> bool:
@@ -198,6 +227,8 @@ class GradientInversion(Attack):
         if not p.vectorize or len(views) < 2 or p.optimizer == "lbfgs" or p.labels == "joint" or p.bn_stats:
             return False
         first = views[0]
+        if is_stochastic(first.model):
+            return False
         if any(v.update.protocol.algorithm != "fedsgd" or v.model.training for v in views):
             return False
         if any(v.batch_size != first.batch_size for v in views):
@@ -227,7 +258,15 @@ class GradientInversion(Attack):
         weights = [self._layer_weight(name) for name in names]
         targets = [torch.stack([v.update.delta[name].to(device) for v in views]) for name in names]
         objective = VectorizedObjective(
-            model, names, distance=p.distance, weights=weights, tv=p.tv, norm=p.image_norm, task=p.task_loss
+            model,
+            names,
+            distance=p.distance,
+            weights=weights,
+            tv=p.tv,
+            norm=p.image_norm,
+            task=p.task_loss,
+            match_released=p.match_released,
+            logit_gradient=p.labels == "bias",
         )
         lo, hi = info.normalized_bounds(torch.zeros(1, *info.shape, device=device))
         gens = [torch.Generator(device="cpu").manual_seed(seed) for seed in seeds]
@@ -262,7 +301,13 @@ class GradientInversion(Attack):
                 "compiled": float(compiled),
             }
             images = info.denormalize(best_x[i]).clamp(0, 1).cpu()
-            results.append(Reconstruction(images=images, labels=y.cpu(), stats=stats))
+            if source == "bias":
+                y = y.argmin(dim=-1)
+            results.append(
+                Reconstruction(
+                    images=images, labels=y.cpu(), stats=stats, normalized=best_x[i].detach().cpu()
+                )
+            )
         return results
 
     def _optimize_many(self, x0, objective: VectorizedObjective, labels, targets, lo, hi, progress):
@@ -305,6 +350,14 @@ class GradientInversion(Attack):
         mode = self.params.labels
         if mode == "joint":
             return None, "joint"
+        if mode == "bias":
+            facts = view.update.protocol
+            if facts.algorithm != "fedsgd" or view.batch_size != 1:
+                raise ConfigError("labels: 'bias' needs a FedSGD gradient of a single image")
+            bias = classifier_weight_name(view).removesuffix("weight") + "bias"
+            if bias not in view.update.delta:
+                raise ConfigError("labels: 'bias' needs a classifier with a bias")
+            return view.update.delta[bias].to(device).reshape(1, -1), "bias"
         if mode == "known" and view.labels is None:
             raise ValueError("labels='known' but the threat model does not grant the labels")
         if mode in ("known", "auto") and view.labels is not None:
@@ -361,15 +414,29 @@ class GradientInversion(Attack):
 
     @staticmethod
     def _dummy_update(
-        model: nn.Module, names: list[str], x: torch.Tensor, labels: torch.Tensor, view: ServerView
+        model: nn.Module,
+        names: list[str],
+        x: torch.Tensor,
+        labels: torch.Tensor,
+        view: ServerView,
+        samples: int = 1,
+        *,
+        logit_gradient: bool = False,
     ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The update the dummy batch would produce (differentiable w.r.t. ``x``) and its first task
-        loss."""
+        loss; with ``samples`` > 1 (FedSGD) the mean over that many draws of the stochastic layers.
+        ``logit_gradient``: ``labels`` is the loss gradient w.r.t. the logits, ∂L/∂z (labels 'bias'), and
+        the dummy gradient is the vector–Jacobian product ∂z/∂θᵀ·∂L/∂z."""
         facts = view.update.protocol
         params = dict(model.named_parameters())
         if facts.algorithm == "fedsgd":
-            loss = cross_entropy(model(x), labels)
-            return list(torch.autograd.grad(loss, [params[k] for k in names], create_graph=True)), loss
+            total: list[torch.Tensor] | None = None
+            for _ in range(samples):
+                loss = task_loss(model(x), labels, logit_gradient)
+                grads = torch.autograd.grad(loss, [params[k] for k in names], create_graph=True)
+                total = list(grads) if total is None else [t + g for t, g in zip(total, grads, strict=True)]
+            assert total is not None
+            return [t / samples for t in total], loss
         current = dict(params)
         buffers = dict(model.named_buffers())
         velocity = {k: torch.zeros_like(v) for k, v in params.items()}

@@ -43,6 +43,8 @@ class VectorizedObjective:
         tv: float = 0.0,
         norm: float = 0.0,
         task: float = 0.0,
+        match_released: bool = False,
+        logit_gradient: bool = False,
     ) -> None:
         self.model = model
         self.names = list(names)
@@ -53,17 +55,25 @@ class VectorizedObjective:
         self.distance = DISTANCES[distance]
         self.weights = list(weights)
         self.tv, self.norm, self.task = tv, norm, task
+        self.match_released = match_released
+        self.logit_gradient = logit_gradient
         self.eager: StepFn = vmap(grad(self.objective, has_aux=True))
         self.step: StepFn = self.eager
 
     def task_loss(self, matched: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return cross_entropy(functional_call(self.model, {**self.fixed, **matched}, (x,)), y)
+        logits = functional_call(self.model, {**self.fixed, **matched}, (x,))
+        if self.logit_gradient:  # y holds ∂L/∂z: the surrogate's θ-gradient is the client's
+            return (logits * y).sum()
+        return cross_entropy(logits, y)
 
     def objective(
         self, x: torch.Tensor, y: torch.Tensor, *targets: torch.Tensor
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         dummy = grad(self.task_loss)(self.matched, x, y)
-        grad_distance = self.distance([dummy[k] for k in self.names], list(targets), self.weights)
+        matched = [dummy[k] for k in self.names]
+        if self.match_released:  # only the entries the client released (against pruning)
+            matched = [d * (t != 0) for d, t in zip(matched, targets, strict=True)]
+        grad_distance = self.distance(matched, list(targets), self.weights)
         loss = grad_distance
         if self.tv:
             loss = loss + self.tv * total_variation(x)
