@@ -86,8 +86,8 @@ class NoiseAwareInversion(AdaptiveInversion):
     clipping alone → cosine, which the clipping's rescaling cannot affect. Without such a defense in the
     view the configured distance is kept.
 
-    The likelihood is taken per released entry (divided by the number P of matched entries, i.e. by
-    the NLL's expected value at the truth up to a constant), so that it is O(1) at the truth like IG's
+    The likelihood is taken per released entry (divided by the number P of entries of the update, i.e.
+    by the NLL's expected value at the truth up to a constant), so that it is O(1) at the truth like IG's
     cosine distance and the TV weight keeps the meaning it has in IG."""
 
     def adaptation(self, view: ServerView) -> dict[str, Any]:

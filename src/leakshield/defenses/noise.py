@@ -33,6 +33,22 @@ def _standard_noise(like: torch.Tensor, generator: torch.Generator, kind: str) -
     return noise.to(device=like.device, dtype=like.dtype)
 
 
+class AdditiveNoise(Defense):
+    """Release stage: ``Δ + scale·ε`` with unit noise ε of ``kind`` drawn per client and round."""
+
+    kind: str
+
+    @property
+    def scale(self) -> float:
+        raise NotImplementedError
+
+    def release_hook(
+        self, update: dict[str, torch.Tensor], generator: torch.Generator
+    ) -> dict[str, torch.Tensor]:
+        s = self.scale
+        return {k: v + s * _standard_noise(v, generator, self.kind) for k, v in update.items()}
+
+
 @DEFENSES.register(
     "gaussian-noise",
     summary="adds N(0, σ²) to every entry of the released update [σ 1e-3]",
@@ -40,16 +56,15 @@ def _standard_noise(like: torch.Tensor, generator: torch.Generator, kind: str) -
     params=GaussianNoiseParams,
     aliases={"noise": {}},
 )
-class GaussianNoise(Defense):
+class GaussianNoise(AdditiveNoise):
     """Release stage: ``Δ + σ·ε``, ε ~ N(0, I) drawn per client and round."""
 
     params: GaussianNoiseParams
+    kind = "gaussian"
 
-    def release_hook(
-        self, update: dict[str, torch.Tensor], generator: torch.Generator
-    ) -> dict[str, torch.Tensor]:
-        s = self.params.sigma
-        return {k: v + s * _standard_noise(v, generator, "gaussian") for k, v in update.items()}
+    @property
+    def scale(self) -> float:
+        return self.params.sigma
 
 
 @DEFENSES.register(
@@ -58,13 +73,12 @@ class GaussianNoise(Defense):
     reference="Zhu et al., Deep Leakage from Gradients, NeurIPS 2019, Sec. 5 (Laplacian noise)",
     params=LaplacianNoiseParams,
 )
-class LaplacianNoise(Defense):
+class LaplacianNoise(AdditiveNoise):
     """Release stage: ``Δ + b·ε``, ε ~ Laplace(0, 1) drawn per client and round."""
 
     params: LaplacianNoiseParams
+    kind = "laplacian"
 
-    def release_hook(
-        self, update: dict[str, torch.Tensor], generator: torch.Generator
-    ) -> dict[str, torch.Tensor]:
-        b = self.params.scale
-        return {k: v + b * _standard_noise(v, generator, "laplacian") for k, v in update.items()}
+    @property
+    def scale(self) -> float:
+        return self.params.scale

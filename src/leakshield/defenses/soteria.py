@@ -91,26 +91,21 @@ class Soteria(Defense):
         return self._gradient
 
     @staticmethod
-    def _representation(model: nn.Module, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    def _forward(model: nn.Module, layer: nn.Linear, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The logits and the representation r (the flattened input of ``layer``) of one forward."""
         captured: list[torch.Tensor] = []
         handle = layer.register_forward_pre_hook(lambda _m, inputs: captured.append(inputs[0]))
-        try:
-            model(x)
-        finally:
-            handle.remove()
-        return captured[0].flatten(1)
-
-    def _gradient(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-        p = self.params
-        module_name, layer = defended_linear(model, p.layer)
-        captured: list[torch.Tensor] = []
-        handle = layer.register_forward_pre_hook(lambda _m, inputs: captured.append(inputs[0]))
-        x = x.detach().requires_grad_(True)
         try:
             logits = model(x)
         finally:
             handle.remove()
-        r = captured[0].flatten(1)
+        return logits, captured[0].flatten(1)
+
+    def _gradient(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        p = self.params
+        module_name, layer = defended_linear(model, p.layer)
+        x = x.detach().requires_grad_(True)
+        logits, r = self._forward(model, layer, x)
         names, params = zip(*model.named_parameters(), strict=True)
         loss = cross_entropy(logits, y)
         grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
@@ -122,7 +117,7 @@ class Soteria(Defense):
             # a random subset (global RNG, seeded per client step by the client) scores the batch
             chosen = torch.randperm(len(x), device=x.device)[: p.score_samples]
             x = x.detach()[chosen].requires_grad_(True)
-            r = self._representation(model, layer, x)
+            _, r = self._forward(model, layer, x)
         scores = representation_scores(r, x, p.delta, p.chunk)
         threshold = torch.quantile(scores, p.percentile / 100)
         pruned = scores < threshold

@@ -46,8 +46,6 @@ class ExperimentRunner:
 
     def run(self, *, retry_failed: bool = False) -> RunSummary:
         exists = check_run_dir(self.config, self.out)
-        if exists:  # same results; refresh the stored config so a new report layout takes effect
-            prepare_run_dir(self.config, self.out)
         done: set[str] = set()
         if exists and (self.out / STORE_FILE).exists():
             done = ResultStore(self.out / STORE_FILE).finished_keys(include_failed=not retry_failed)
@@ -67,6 +65,8 @@ class ExperimentRunner:
                 record = self._run_cell(context, cell)
                 failed += record.status == "failed"
                 store.put(record)
+        elif exists:  # nothing to compute: refresh the stored config so a new report layout takes effect
+            prepare_run_dir(self.config, self.out)
         return RunSummary(
             total=len(cells), computed=len(todo), skipped=len(cells) - len(todo), failed=failed, out=self.out
         )

@@ -39,6 +39,7 @@ from leakshield.attacks.inversion.objectives import (
     BatchNormStatistics,
     ig_milestones,
     image_norm,
+    task_loss,
     total_variation,
 )
 from leakshield.attacks.inversion.vectorized import VectorizedObjective
@@ -117,14 +118,6 @@ class GradientInversionParams(Params):
 
 
 Objective = Callable[[torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, torch.Tensor]]
-
-
-def task_loss(logits: torch.Tensor, labels: torch.Tensor, logit_gradient: bool = False) -> torch.Tensor:
-    """The client's loss, or with ``logit_gradient`` the surrogate Σ z·(∂L/∂z) whose θ-gradient equals
-    the client's (``labels`` then holds ∂L/∂z, a constant)."""
-    if logit_gradient:
-        return (logits * labels.detach()).sum()
-    return cross_entropy(logits, labels)
 
 
 class GradientInversion(Attack):

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from leakshield.fl.loss import cross_entropy
+
 
 def _weights(n: int, weights: Sequence[float] | None) -> Sequence[float]:
     return weights if weights is not None else [1.0] * n
@@ -46,6 +48,14 @@ def cosine_distance(
 
 
 DISTANCES = {"l2": l2_distance, "l1": l1_distance, "cosine": cosine_distance}
+
+
+def task_loss(logits: torch.Tensor, labels: torch.Tensor, logit_gradient: bool = False) -> torch.Tensor:
+    """The client's loss, or with ``logit_gradient`` the surrogate Σ z·(∂L/∂z) whose θ-gradient equals
+    the client's (``labels`` then holds ∂L/∂z, a constant; labels 'bias')."""
+    if logit_gradient:
+        return (logits * labels.detach()).sum()
+    return cross_entropy(logits, labels)
 
 
 def total_variation(x: torch.Tensor) -> torch.Tensor:

@@ -19,8 +19,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from leakshield.attacks.inversion.objectives import DISTANCES, image_norm, total_variation
-from leakshield.fl.loss import cross_entropy
+from leakshield.attacks.inversion.objectives import DISTANCES, image_norm, task_loss, total_variation
 
 StepFn = Callable[..., tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]]
 
@@ -61,10 +60,7 @@ class VectorizedObjective:
         self.step: StepFn = self.eager
 
     def task_loss(self, matched: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        logits = functional_call(self.model, {**self.fixed, **matched}, (x,))
-        if self.logit_gradient:  # y holds ∂L/∂z: the surrogate's θ-gradient is the client's
-            return (logits * y).sum()
-        return cross_entropy(logits, y)
+        return task_loss(functional_call(self.model, {**self.fixed, **matched}, (x,)), y, self.logit_gradient)
 
     def objective(
         self, x: torch.Tensor, y: torch.Tensor, *targets: torch.Tensor
