@@ -332,7 +332,8 @@ def test_adaptive_attacks_meet_only_their_targets_unless_against_says_otherwise(
 def test_every_defense_runs_through_the_pipeline_and_dp_epsilon_reaches_the_table(tmp_path):
     from leakshield.defenses import DEFENSES
 
-    defenses = [{"name": n, "score_samples": 1} if n == "soteria" else n for n in DEFENSES.names()] + [
+    cheap = {"soteria": {"score_samples": 1}, "dcs2": {"steps": 3}}
+    defenses = [{"name": n, **cheap[n]} if n in cheap else n for n in DEFENSES.names()] + [
         {"stack": ["mixup", "gaussian-noise"]}
     ]
     cfg = parse_config(
@@ -365,3 +366,36 @@ def test_every_defense_runs_through_the_pipeline_and_dp_epsilon_reaches_the_tabl
     )
     ExperimentRunner(cfg2, out, device="cpu", progress=False).run()
     assert build_report(out).markdown.read_text().splitlines()[1].startswith("| metric | augmentation |")
+
+
+def test_sensitive_victims_and_one_defended_client_reach_the_table(tmp_path):
+    """DCS²'s setting: victims drawn from client 0's sensitive samples (put last, flagged), the
+    sensitive images' own scores, accuracy on the sensitive samples, only client 0 defended."""
+    rule = {"sensitive": "fraction", "fraction": 0.25, "seed": 0}
+    cfg = parse_config(
+        tiny_config(
+            fl={
+                "clients": 2,
+                "local": {"algorithm": "fedavg", "local_lr": 0.1, "batch_size": 32},
+                "defended_clients": [0],
+            },
+            victims={"count": 2, "batch_size": 2, "seed": 0, "sensitive": 1},
+            metrics={"sensitive": rule},
+            defenses=["none", {"name": "dcs2", "steps": 3, **rule}],
+            attacks=[{"name": "ig", "iterations": 5}, {"name": "dcs2-extra", "iterations": 5}],
+        )
+    )
+    out = tmp_path / "run"
+    assert ExperimentRunner(cfg, out, device="cpu", progress=False).run().failed == 0
+    records = ResultStore(out / "results.sqlite").records()
+    attack = next(r for r in records if r.kind == "attack" and r.defense == "dcs2" and r.attack == "ig")
+    assert {"ssim_sensitive", "psnr_sensitive", "asr_sensitive"} <= set(attack.metrics)
+    flags = [v["sensitive"] for v in attack.victims]
+    assert flags == [[0.0, 1.0], [0.0, 1.0]]
+    assert attack.metrics["ssim_sensitive"] == pytest.approx(sum(v["ssim"][1] for v in attack.victims) / 2)
+    utility = {r.defense: r.metrics for r in records if r.kind == "utility"}
+    for metrics in utility.values():  # the same samples for every row
+        assert metrics["sensitive_samples"] == utility["none"]["sensitive_samples"] > 0
+        assert 0 <= metrics["accuracy_sensitive"] <= 1
+    with pytest.raises(ConfigError, match=r"victims\.sensitive needs metrics\.sensitive"):
+        parse_config(tiny_config(victims={"count": 1, "batch_size": 1, "sensitive": 1}))

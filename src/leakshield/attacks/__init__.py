@@ -1,6 +1,14 @@
 """Attacks (registry): each takes a ServerView and returns a Reconstruction."""
 
-from leakshield.attacks import adaptive, analytic, carlini, imprint, inversion  # noqa: F401  (register attacks)
+from leakshield.attacks import (  # noqa: F401  (register attacks)
+    adaptive,
+    analytic,
+    carlini,
+    dcs2_adaptive,
+    imprint,
+    inversion,
+    precode_analytic,
+)
 from leakshield.attacks.base import ATTACKS, Attack, Reconstruction, ServerKnowledge, create_attack
 from leakshield.attacks.labels import infer_labels, label_accuracy
 

@@ -12,6 +12,12 @@ soteria-bypass           soteria                the defended layer gets weight 0
 dropout-expectation      dropout                the dummy gradient is averaged over dropout masks
 dropout-mask             dropout                the client's mask, read off the zero columns of the
                                                 next layer's weight gradient (batch 1), is used
+precode-expectation      precode                the dummy gradient is averaged over bottleneck samples
+precode-analytic         precode                a fully connected layer before the bottleneck leaks
+(precode_analytic.py)                           its input (∇W/∇b); then feature inversion
+dcs2-extra               dcs2                   one image more per sensitive sample, best match
+(dcs2_adaptive.py)                              scored
+dcs2-prior               dcs2                   starts from the public class-average image
 carlini (carlini.py)     mixup, instahide       many rounds, clustering, regression (LODA Eq. 3)
 =======================  =====================  ===================================================
 
@@ -44,6 +50,10 @@ ADAPTIVE_TARGETS: dict[str, tuple[str, ...]] = {
     "soteria-bypass": ("soteria",),
     "dropout-expectation": ("dropout",),
     "dropout-mask": ("dropout",),
+    "precode-expectation": ("precode",),
+    "precode-analytic": ("precode",),
+    "dcs2-extra": ("dcs2",),
+    "dcs2-prior": ("dcs2",),
     "carlini": ("mixup", "instahide"),
 }
 
@@ -214,3 +224,10 @@ ATTACKS.register(
     reference="leakshield; the mask leaks as in Balunović et al., ICLR 2022 (dropout as a defense)",
     params=preset_params("dropout-mask", {**ADAPTIVE_IG, "dropout_samples": 4}),
 )(DropoutMaskInference)
+
+ATTACKS.register(
+    "precode-expectation",
+    summary="adaptive vs PRECODE: IG whose dummy gradient is the mean over 8 bottleneck samples, 4800 steps",
+    reference="Balunović et al., ICLR 2022 (expectation over the defense's randomness); PRECODE, WACV 2022",
+    params=preset_params("precode-expectation", {**ADAPTIVE_IG, "dropout_samples": 8}),
+)(GradientInversion)

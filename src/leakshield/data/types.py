@@ -48,21 +48,26 @@ class DatasetInfo:
 
 @dataclass(frozen=True)
 class ImageSet:
-    """Images ``x`` (float32, N×C×H×W, in [0, 1]) with integer labels ``y`` (N,)."""
+    """Images ``x`` (float32, N×C×H×W, in [0, 1]) with integer labels ``y`` (N,) and optional per-sample
+    ``sensitive`` flags (N,) bool, the user's marking of which samples need protection (DCS²)."""
 
     x: torch.Tensor
     y: torch.Tensor
+    sensitive: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.x.ndim != 4 or self.y.ndim != 1 or len(self.x) != len(self.y):
             raise ValueError(f"bad ImageSet shapes: x {tuple(self.x.shape)}, y {tuple(self.y.shape)}")
+        if self.sensitive is not None and self.sensitive.shape != self.y.shape:
+            raise ValueError(f"sensitive flags {tuple(self.sensitive.shape)} for {len(self.y)} samples")
 
     def __len__(self) -> int:
         return len(self.y)
 
     def subset(self, indices: torch.Tensor | list[int]) -> ImageSet:
         idx = torch.as_tensor(indices, dtype=torch.long)
-        return ImageSet(self.x[idx], self.y[idx])
+        flags = self.sensitive[idx.to(self.sensitive.device)] if self.sensitive is not None else None
+        return ImageSet(self.x[idx.to(self.x.device)], self.y[idx.to(self.y.device)], flags)
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,13 @@
 from leakshield.defenses import (  # noqa: F401  (register defenses)
     augmentation,
     clipping,
+    dcs2,
     dpsgd,
     dropout,
     mixing,
     noise,
     none,
+    precode,
     pruning,
     quantization,
     soteria,

@@ -71,6 +71,15 @@ class Defense:
         """Called by the client before it computes an update with its local dataset (mixing defenses draw
         partners from it); the default ignores it."""
 
+    def bind_batch(self, batch: ImageSet) -> None:
+        """Called by the client with each minibatch (pixels, labels, flags) right before its gradient is
+        computed (DCS² finds the sensitive samples in it); the default ignores it."""
+
+    def sensitive_mask(self, batch: ImageSet) -> torch.Tensor | None:
+        """Which of a client's samples the defense treats as sensitive (None: the notion does not apply);
+        the report's accuracy on sensitive samples uses it."""
+        return None
+
     def privacy_spent(self, client_steps: Mapping[int, tuple[int, float]]) -> dict[str, float]:
         """Formal privacy spent after training, from each client's (local steps, sampling rate); empty
         for defenses without a guarantee (DP-SGD reports ε)."""
@@ -104,9 +113,13 @@ class DefensePipeline:
         for defense in self.defenses:
             defense.fit(context)
 
-    def model_hook(self, model: nn.Module) -> nn.Module:
-        for defense in self.defenses:
-            model = defense.model_hook(model)
+    def model_hook(self, model: nn.Module, seed: int = 0) -> nn.Module:
+        """Every defense's model stage in order; layers they add are initialized from torch's global RNG
+        seeded with ``seed`` (restored after), so the same model and seed give the same network."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            for defense in self.defenses:
+                model = defense.model_hook(model)
         return model
 
     def data_hook(
@@ -133,6 +146,19 @@ class DefensePipeline:
     def bind_local_data(self, data: ImageSet) -> None:
         for defense in self.defenses:
             defense.bind_local_data(data)
+
+    def bind_batch(self, batch: ImageSet) -> None:
+        for defense in self.defenses:
+            defense.bind_batch(batch)
+
+    def sensitive_mask(self, data: ImageSet) -> torch.Tensor | None:
+        """The first defense's answer that is not None (binding ``data`` as the client's dataset)."""
+        for defense in self.defenses:
+            defense.bind_local_data(data)
+            mask = defense.sensitive_mask(data)
+            if mask is not None:
+                return mask
+        return None
 
     def privacy_spent(self, client_steps: Mapping[int, tuple[int, float]]) -> dict[str, float]:
         spent: dict[str, float] = {}

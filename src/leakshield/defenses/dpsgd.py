@@ -24,7 +24,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from leakshield.defenses.base import DEFENSES, Defense, GradientFn
-from leakshield.fl.loss import cross_entropy
+from leakshield.fl.loss import training_loss
 from leakshield.registry import Params
 
 
@@ -44,7 +44,8 @@ def per_sample_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> 
     buffers = dict(model.named_buffers())
 
     def sample_loss(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
-        return cross_entropy(functional_call(model, {**p, **buffers}, (xi.unsqueeze(0),)), yi.unsqueeze(0))
+        logits = functional_call(model, {**p, **buffers}, (xi.unsqueeze(0),))
+        return training_loss(model, logits, yi.unsqueeze(0))
 
     return vmap(grad(sample_loss), in_dims=(None, 0, 0), randomness="different")(params, x, y)
 

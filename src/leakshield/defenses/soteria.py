@@ -17,7 +17,7 @@ from torch import nn
 
 from leakshield.defenses.base import DEFENSES, Defense, GradientFn
 from leakshield.errors import ConfigError
-from leakshield.fl.loss import cross_entropy
+from leakshield.fl.loss import training_loss
 from leakshield.registry import Params
 
 
@@ -107,7 +107,7 @@ class Soteria(Defense):
         x = x.detach().requires_grad_(True)
         logits, r = self._forward(model, layer, x)
         names, params = zip(*model.named_parameters(), strict=True)
-        loss = cross_entropy(logits, y)
+        loss = training_loss(model, logits, y)
         grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
         out = {
             n: (g.detach() if g is not None else torch.zeros_like(q))

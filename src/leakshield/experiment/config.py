@@ -19,6 +19,7 @@ import yaml
 from leakshield.attacks import ATTACKS
 from leakshield.data import DATASETS
 from leakshield.defenses import DEFENSES
+from leakshield.defenses.sensitivity import SensitivityRule
 from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.fl.config import FLConfig, LocalTraining
 from leakshield.models import MODELS
@@ -128,12 +129,21 @@ class AttackSection(Section):
 
 class VictimSection(Section):
     """count victim batches of batch_size images each, drawn with seed from client's training data;
-    the same victims for every model, defense, attack and seed."""
+    the same victims for every model, defense, attack and seed. sensitive: how many images of each batch
+    are drawn from the client's sensitive samples (``metrics.sensitive`` defines them; they are put last
+    in the batch and flagged); None draws without regard to sensitivity."""
 
     count: pydantic.PositiveInt = 8
     batch_size: pydantic.PositiveInt = 1
     seed: int = 0
     client: pydantic.NonNegativeInt = 0
+    sensitive: pydantic.NonNegativeInt | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _sensitive_within_batch(self) -> VictimSection:
+        if self.sensitive is not None and self.sensitive > self.batch_size:
+            raise ValueError(f"sensitive ({self.sensitive}) exceeds batch_size ({self.batch_size})")
+        return self
 
 
 class UtilitySection(Section):
@@ -150,9 +160,15 @@ class LPIPSSection(Section):
 
 
 class MetricSection(Section):
+    """asr_threshold: SSIM at which an image counts as reconstructed (PRECODE's 0.6). match_on: the
+    metric reconstructions are matched to the truth on. sensitive: which training samples of the
+    defended clients count as sensitive for ``accuracy_sensitive`` (DCS² Table 1), the same samples for
+    every row; None uses the rule of a defense that has one (DCS²) and leaves other rows without it."""
+
     asr_threshold: float = pydantic.Field(default=0.6, ge=0, le=1)
     match_on: Literal["ssim", "psnr", "mse"] = "ssim"
     lpips: LPIPSSection = pydantic.Field(default_factory=LPIPSSection)
+    sensitive: SensitivityRule | None = None
 
 
 Dimension = Literal["model", "defense", "attack", "round", "seed", "metric"]
@@ -199,6 +215,12 @@ class ExperimentConfig(Section):
     @classmethod
     def _names_to_components(cls, value: Any) -> Any:
         return [_component(v) for v in value] if isinstance(value, list) else value
+
+    @pydantic.model_validator(mode="after")
+    def _sensitive_victims_need_a_rule(self) -> ExperimentConfig:
+        if self.victims.sensitive is not None and self.metrics.sensitive is None:
+            raise ValueError("victims.sensitive needs metrics.sensitive (which samples are sensitive)")
+        return self
 
     def check_components(self) -> None:
         """Validate every component against its registry and require unique labels."""

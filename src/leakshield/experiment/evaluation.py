@@ -28,6 +28,7 @@ def score_victim(
     truth: torch.Tensor,
     labels: torch.Tensor,
     *,
+    sensitive: torch.Tensor | None = None,
     defended: torch.Tensor | None = None,
     match_on: str = "ssim",
     lpips: LPIPS | None = None,
@@ -36,6 +37,8 @@ def score_victim(
 
     Scores against the private images: mse, psnr, ssim, lpips (if available). When the defense changed the
     inputs (``defended`` x' differs from the truth), psnr_defended and ssim_defended score against x'.
+    With ``sensitive`` flags, the per-image ``sensitive`` (1/0) lets :func:`aggregate` report the
+    sensitive images' own means (DCS²).
     """
     images = reconstruction.images.detach().cpu()
     if not torch.isfinite(images).all():
@@ -55,6 +58,8 @@ def score_victim(
         if not torch.equal(defended, truth):
             scores["psnr_defended"] = psnr(matched, defended).tolist()
             scores["ssim_defended"] = ssim(matched, defended).tolist()
+    if sensitive is not None:
+        scores["sensitive"] = sensitive.detach().cpu().float().tolist()
     rec_labels = reconstruction.labels
     label_acc = label_accuracy(rec_labels, labels) if rec_labels is not None else math.nan
     return VictimScore(per_image=scores, label_acc=label_acc, matched=matched)
@@ -63,7 +68,7 @@ def score_victim(
 def aggregate(victims: list[VictimScore], asr_threshold: float) -> dict[str, float]:
     """Means over every image of every victim batch (and the spread of PSNR/SSIM), plus ASR."""
     out: dict[str, float] = {}
-    keys = sorted({k for v in victims for k in v.per_image})
+    keys = sorted({k for v in victims for k in v.per_image} - {"sensitive"})
     for key in keys:
         values = torch.tensor([x for v in victims for x in v.per_image.get(key, [])], dtype=torch.float64)
         out[key] = mean_finite(values)
@@ -74,6 +79,13 @@ def aggregate(victims: list[VictimScore], asr_threshold: float) -> dict[str, flo
     if "ssim_defended" in out:
         defended = torch.tensor([x for v in victims for x in v.per_image["ssim_defended"]])
         out["asr_defended"] = attack_success_rate(defended, asr_threshold)
+    flags = [x for v in victims for x in v.per_image.get("sensitive", [])]
+    if flags and len(flags) == len(ssims) and any(flags):
+        chosen = torch.tensor(flags) > 0
+        for key in ("ssim", "psnr", "mse"):
+            values = torch.tensor([x for v in victims for x in v.per_image[key]], dtype=torch.float64)
+            out[f"{key}_sensitive"] = mean_finite(values[chosen])
+        out["asr_sensitive"] = attack_success_rate(ssims[chosen], asr_threshold)
     label_accs = [v.label_acc for v in victims if not math.isnan(v.label_acc)]
     out["label_acc"] = sum(label_accs) / len(label_accs) if label_accs else math.nan
     out["images"] = float(len(ssims))

@@ -13,6 +13,7 @@ from torch import nn
 from leakshield.attacks.base import Attack, Reconstruction, ServerKnowledge, create_attack
 from leakshield.data import ImageSet, load_dataset, partition_indices
 from leakshield.defenses.base import DefensePipeline, FitContext
+from leakshield.defenses.sensitivity import SensitiveSamples
 from leakshield.errors import LeakshieldError
 from leakshield.experiment.cells import Cell
 from leakshield.experiment.config import Component, DefenseSetting, ExperimentConfig
@@ -78,8 +79,30 @@ class ExperimentContext:
                 f"victims: {v.count} batches × {v.batch_size} images = {need} exceed the "
                 f"{len(pool)} training images of client {v.client}"
             )
-        order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(v.seed))[:need]
-        return [pool.subset(order[i * v.batch_size : (i + 1) * v.batch_size]) for i in range(v.count)]
+        gen = torch.Generator().manual_seed(v.seed)
+        if v.sensitive is None:
+            order = torch.randperm(len(pool), generator=gen)[:need]
+            return [pool.subset(order[i * v.batch_size : (i + 1) * v.batch_size]) for i in range(v.count)]
+        assert self.config.metrics.sensitive is not None
+        mask = SensitiveSamples(self.config.metrics.sensitive).of_dataset(pool)
+        sensitive, other = mask.nonzero().flatten(), (~mask).nonzero().flatten()
+        k = v.sensitive
+        if v.count * k > len(sensitive) or v.count * (v.batch_size - k) > len(other):
+            raise LeakshieldError(
+                f"victims: {v.count} batches with {k} sensitive images each need {v.count * k} sensitive "
+                f"and {v.count * (v.batch_size - k)} other images; client {v.client} has "
+                f"{len(sensitive)} and {len(other)}"
+            )
+        sensitive = sensitive[torch.randperm(len(sensitive), generator=gen)]
+        other = other[torch.randperm(len(other), generator=gen)]
+        batches = []
+        for i in range(v.count):
+            rest = other[i * (v.batch_size - k) : (i + 1) * (v.batch_size - k)]
+            idx = torch.cat([rest, sensitive[i * k : (i + 1) * k]])  # sensitive last
+            flags = torch.arange(v.batch_size) >= v.batch_size - k
+            batch = pool.subset(idx)
+            batches.append(ImageSet(batch.x, batch.y, flags))
+        return batches
 
     def _load_lpips(self) -> tuple[LPIPS | None, str]:
         cfg = self.config.metrics.lpips
@@ -108,7 +131,7 @@ class ExperimentContext:
         net = create_model(
             model.name, model.params, in_shape=self.info.shape, num_classes=self.info.num_classes, seed=seed
         )
-        net = pipeline.model_hook(net).to(self.device)
+        net = pipeline.model_hook(net, seed=seed).to(self.device)
         start = 0
         client_steps: dict[int, tuple[int, float]] = {}
         if cached:
@@ -160,7 +183,27 @@ class ExperimentContext:
         train = self.data.train
         train_acc = accuracy(net, ImageSet(train.x.to(self.device), train.y.to(self.device)), normalize=norm)
         metrics = {"accuracy": test_acc, "accuracy_train": train_acc, **pipeline.privacy_spent(client_steps)}
+        sensitive = self._sensitive_samples(pipeline)
+        if sensitive is not None:
+            metrics["accuracy_sensitive"] = accuracy(net, sensitive, normalize=norm)
+            metrics["sensitive_samples"] = float(len(sensitive))
         return CellOutput(metrics=metrics, victims=[])
+
+    def _sensitive_samples(self, pipeline: DefensePipeline) -> ImageSet | None:
+        """The sensitive training samples of the defended clients, by ``metrics.sensitive`` or else by
+        the defense's own rule; None when neither defines them."""
+        rule = self.config.metrics.sensitive
+        fl = self.config.fl
+        chosen = [c for i, c in enumerate(self.clients_on_device) if fl.is_defended(i) and len(c)]
+        parts = []
+        for client in chosen:
+            mask = SensitiveSamples(rule).of_dataset(client) if rule else pipeline.sensitive_mask(client)
+            if mask is None:
+                return None
+            parts.append(client.subset(mask.nonzero().flatten()))
+        if not parts:
+            return None
+        return ImageSet(torch.cat([p.x for p in parts]), torch.cat([p.y for p in parts]))
 
     def run_attack(self, cell: Cell) -> CellOutput:
         assert cell.model and cell.defense and cell.attack and cell.round is not None
@@ -170,7 +213,12 @@ class ExperimentContext:
         knowledge = ServerKnowledge(data_info=self.info, public=self.data.public)
         observations = [
             self._observe(
-                cell, attack, k, ImageSet(batch.x.to(self.device), batch.y.to(self.device)), threat, knowledge
+                cell,
+                attack,
+                k,
+                ImageSet(batch.x.to(self.device), batch.y.to(self.device), batch.sensitive),
+                threat,
+                knowledge,
             )
             for k, batch in enumerate(self.victims)
         ]
@@ -191,6 +239,7 @@ class ExperimentContext:
                 reconstruction,
                 batch.x,
                 batch.y,
+                sensitive=batch.sensitive,
                 defended=trace.defended_x,
                 match_on=self.config.metrics.match_on,
                 lpips=self.lpips,

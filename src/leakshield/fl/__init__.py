@@ -2,7 +2,7 @@
 
 from leakshield.fl.client import ClientTrace, compute_update, plain_gradient, server_view_of
 from leakshield.fl.config import FLConfig, LocalTraining
-from leakshield.fl.loss import cross_entropy
+from leakshield.fl.loss import cross_entropy, training_loss
 from leakshield.fl.simulation import FederatedSimulation, seeded_generator
 from leakshield.fl.types import (
     ClientUpdate,
@@ -29,4 +29,5 @@ __all__ = [
     "seeded_generator",
     "server_view_of",
     "strip_hooks",
+    "training_loss",
 ]

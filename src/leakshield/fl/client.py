@@ -14,16 +14,17 @@ from torch import nn
 from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.defenses.base import DefensePipeline
 from leakshield.fl.config import LocalTraining
-from leakshield.fl.loss import cross_entropy
+from leakshield.fl.loss import training_loss
 from leakshield.fl.types import ClientUpdate, ProtocolFacts, ServerView, ThreatModel, build_server_view
 
 Normalize = Callable[[torch.Tensor], torch.Tensor]
 
 
 def plain_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-    """∇θ of the mean cross-entropy of the batch, for every parameter (zeros where unused)."""
+    """∇θ of the batch's training loss (mean cross-entropy plus the model's auxiliary terms), for every
+    parameter (zeros where unused)."""
     names, params = zip(*model.named_parameters(), strict=True)
-    loss = cross_entropy(model(x), y)
+    loss = training_loss(model, model(x), y)
     grads = torch.autograd.grad(loss, params, allow_unused=True)
     return {
         n: (g.detach() if g is not None else torch.zeros_like(p))
@@ -77,6 +78,7 @@ def compute_update(
         was_training = model.training
         model.train(model_mode == "train")
         x, y = defenses.data_hook(data.x, data.y, generator)
+        defenses.bind_batch(data)
         with client_rng(generator, 0):
             delta = gradient_fn(model, normalize(x), y)
         # a train-mode forward moves BatchNorm statistics: report them, then restore the global model
@@ -123,6 +125,7 @@ def _fedavg(model, data, local, defenses, gradient_fn, normalize, generator, mod
         for b in range(batches):
             idx = order[b * local.batch_size : (b + 1) * local.batch_size]
             x, y = defenses.data_hook(data.x[idx], data.y[idx], generator)
+            defenses.bind_batch(data.subset(idx))
             if epoch == 0:
                 if len(x) == len(idx):
                     defended[idx] = x.detach()

@@ -30,15 +30,25 @@ class LocalTraining(Params):
 
 class FLConfig(Params):
     """The federation: ``clients`` clients holding a partition of the training split, of which
-    ``clients_per_round`` (None = all) are sampled each round."""
+    ``clients_per_round`` (None = all) are sampled each round. defended_clients: the clients that run
+    the defenses' client stages (None = all; DCS² defends one client in its FL experiments); the model
+    stage (PRECODE, dropout, DP-SGD's GroupNorm) changes the shared model and so applies to all."""
 
     clients: int = pydantic.Field(default=10, ge=1)
     clients_per_round: int | None = pydantic.Field(default=None, ge=1)
     partition: PartitionConfig = pydantic.Field(default_factory=IIDPartition)
     local: LocalTraining = pydantic.Field(default_factory=LocalTraining)
+    defended_clients: list[pydantic.NonNegativeInt] | None = None
 
     @pydantic.model_validator(mode="after")
     def _check_sampling(self) -> FLConfig:
         if self.clients_per_round is not None and self.clients_per_round > self.clients:
             raise ValueError(f"clients_per_round ({self.clients_per_round}) exceeds clients ({self.clients})")
+        if self.defended_clients is not None and any(c >= self.clients for c in self.defended_clients):
+            raise ValueError(
+                f"defended_clients {self.defended_clients}: clients are numbered 0 to {self.clients - 1}"
+            )
         return self
+
+    def is_defended(self, client: int) -> bool:
+        return self.defended_clients is None or client in self.defended_clients

@@ -77,13 +77,15 @@ class FederatedSimulation:
                 self.model,
                 data,
                 cfg.local,
-                self.defenses,
+                self.defenses if cfg.is_defended(client) else DefensePipeline(),
                 normalize=self.info.normalize,
                 generator=client_gen,
                 model_mode="train",
                 pool=local,
             )
             updates.append(update)
+            if not cfg.is_defended(client):
+                continue
             steps, _ = self.client_steps.get(client, (0, 0.0))
             rate = min(1.0, cfg.local.batch_size / len(local))
             self.client_steps[client] = (steps + update.protocol.local_steps, rate)

@@ -32,6 +32,23 @@ def is_stochastic(model: nn.Module) -> bool:
     return any(getattr(m, "stochastic", False) for m in model.modules())
 
 
+def auxiliary_loss(model: nn.Module) -> torch.Tensor | float:
+    """The extra loss terms that layers of ``model`` computed in their latest forward (e.g. PRECODE's
+    β·KL, Eq. 3), summed, and cleared so that a term is counted once; 0 when there are none.
+
+    Layers take part by defining ``pop_auxiliary_loss() -> Tensor | None``. Every loss a client or an
+    attacker differentiates is ``task loss + auxiliary_loss(model)`` read right after the forward
+    (:func:`leakshield.fl.loss.training_loss`)."""
+    total: torch.Tensor | float = 0.0
+    for module in model.modules():
+        pop = getattr(module, "pop_auxiliary_loss", None)
+        if pop is not None:
+            term = pop()
+            if term is not None:
+                total = total + term
+    return total
+
+
 def flat_size(module: nn.Module, in_shape: tuple[int, int, int]) -> int:
     """Number of features ``module`` outputs for one input of ``in_shape`` (dry run, no grad)."""
     with torch.no_grad():

@@ -24,7 +24,7 @@ def create_model(
     """Build a registered model for ``in_shape`` (C, H, W) and ``num_classes``, initialized from ``seed``.
 
     The same name, parameters, shape and seed give bit-identical parameters; the global RNG is left as
-    it was.
+    it was. The model remembers ``input_shape`` (model stages of defenses use it to probe widths).
 
     >>> create_model("lenet", in_shape=(3, 32, 32), num_classes=10)(torch.zeros(2, 3, 32, 32)).shape
     torch.Size([2, 10])
@@ -33,7 +33,9 @@ def create_model(
     validated = entry.validate({**implied, **(params or {})})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return entry.factory(validated, in_shape=tuple(in_shape), num_classes=num_classes)
+        model = entry.factory(validated, in_shape=tuple(in_shape), num_classes=num_classes)
+    model.input_shape = tuple(in_shape)
+    return model
 
 
 def list_models() -> list[str]:

@@ -14,10 +14,19 @@ from itertools import product
 from leakshield.experiment.store import CellRecord
 
 DIMENSIONS = ("model", "defense", "attack", "round", "seed")
-UTILITY_METRICS = ("accuracy", "accuracy_train", "adr", "epsilon", "delta")
+UTILITY_METRICS = ("accuracy", "accuracy_train", "accuracy_sensitive", "adr", "epsilon", "delta")
 BASELINE_LABEL = "no-information baseline"
 LEADING_COLUMNS = ["kind", "model", "defense", "attack", "round", "seed", "status", "seconds"]
-PRECISION = {"psnr": 2, "psnr_std": 2, "psnr_defended": 2, "mse": 4, "lpips": 3, "seconds": 1}
+PRECISION = {
+    "psnr": 2,
+    "psnr_std": 2,
+    "psnr_defended": 2,
+    "psnr_sensitive": 2,
+    "mse": 4,
+    "mse_sensitive": 4,
+    "lpips": 3,
+    "seconds": 1,
+}
 
 
 @dataclass(frozen=True)
@@ -30,7 +39,8 @@ class Row:
 
 def joined_rows(records: list[CellRecord]) -> tuple[list[Row], dict[str, float]]:
     """Attack cells with the utility of their model/defense/seed joined in (``accuracy``,
-    ``accuracy_train``, ``adr``, and ``epsilon``/``delta`` for defenses with a DP guarantee), and the
+    ``accuracy_train``, ``accuracy_sensitive``, ``adr``, and ``epsilon``/``delta`` for defenses with a DP
+    guarantee), and the
     baseline's metrics. ADR compares with the defense labelled ``none`` for the same model and seed."""
     ok = [r for r in records if r.status == "ok"]
     utility = {(r.model, r.defense, r.seed): r.metrics for r in ok if r.kind == "utility"}

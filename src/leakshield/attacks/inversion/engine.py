@@ -45,7 +45,7 @@ from leakshield.attacks.inversion.objectives import (
 from leakshield.attacks.inversion.vectorized import VectorizedObjective
 from leakshield.attacks.labels import classifier_weight_name, infer_labels
 from leakshield.errors import ConfigError
-from leakshield.fl.loss import cross_entropy
+from leakshield.fl.loss import training_loss
 from leakshield.fl.types import ServerView
 from leakshield.models.base import is_stochastic
 from leakshield.registry import Params
@@ -76,7 +76,7 @@ class GradientInversionParams(Params):
     the gradient distance falls below it.
     Adaptive parts — match_released: compare only the entries the client released (non-zero in the
     observed update; against pruning). dropout_samples: average the dummy gradient over that many draws
-    of the model's stochastic layers (against dropout; expectation over masks).
+    of the model's stochastic layers (expectation over dropout masks or PRECODE's bottleneck samples).
     Speed — vectorize: attack independent victims of one round together in one vmapped step (Adam/SGD,
     FedSGD, eval-mode model, no BN prior, no joint labels; else one by one). compile: also compile that
     step with torch.compile (checked against eager on the first step; falls back when it fails).
@@ -425,7 +425,7 @@ class GradientInversion(Attack):
         if facts.algorithm == "fedsgd":
             total: list[torch.Tensor] | None = None
             for _ in range(samples):
-                loss = task_loss(model(x), labels, logit_gradient)
+                loss = task_loss(model, model(x), labels, logit_gradient)
                 grads = torch.autograd.grad(loss, [params[k] for k in names], create_graph=True)
                 total = list(grads) if total is None else [t + g for t, g in zip(total, grads, strict=True)]
             assert total is not None
@@ -438,7 +438,8 @@ class GradientInversion(Attack):
         for _ in range(facts.local_epochs):
             for b in range(batches):
                 sl = slice(b * facts.batch_size, (b + 1) * facts.batch_size)
-                loss = cross_entropy(functional_call(model, {**current, **buffers}, (x[sl],)), labels[sl])
+                logits = functional_call(model, {**current, **buffers}, (x[sl],))
+                loss = training_loss(model, logits, labels[sl])
                 first_loss = loss if first_loss is None else first_loss
                 grads = torch.autograd.grad(loss, list(current.values()), create_graph=True)
                 for (k, v), g in zip(list(current.items()), grads, strict=True):

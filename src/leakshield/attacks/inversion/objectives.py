@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from leakshield.fl.loss import cross_entropy
+from leakshield.models.base import auxiliary_loss
 
 
 def _weights(n: int, weights: Sequence[float] | None) -> Sequence[float]:
@@ -50,12 +51,15 @@ def cosine_distance(
 DISTANCES = {"l2": l2_distance, "l1": l1_distance, "cosine": cosine_distance}
 
 
-def task_loss(logits: torch.Tensor, labels: torch.Tensor, logit_gradient: bool = False) -> torch.Tensor:
-    """The client's loss, or with ``logit_gradient`` the surrogate Σ z·(∂L/∂z) whose θ-gradient equals
-    the client's (``labels`` then holds ∂L/∂z, a constant; labels 'bias')."""
+def task_loss(
+    model: nn.Module, logits: torch.Tensor, labels: torch.Tensor, logit_gradient: bool = False
+) -> torch.Tensor:
+    """The client's loss for the forward of ``model`` that gave ``logits`` (cross-entropy plus the model's
+    auxiliary terms, e.g. PRECODE's KL), or with ``logit_gradient`` the surrogate Σ z·(∂L/∂z) + auxiliary
+    terms whose θ-gradient equals the client's (``labels`` then holds ∂L/∂z, a constant; labels 'bias')."""
     if logit_gradient:
-        return (logits * labels.detach()).sum()
-    return cross_entropy(logits, labels)
+        return (logits * labels.detach()).sum() + auxiliary_loss(model)
+    return cross_entropy(logits, labels) + auxiliary_loss(model)
 
 
 def total_variation(x: torch.Tensor) -> torch.Tensor:

@@ -60,7 +60,8 @@ class VectorizedObjective:
         self.step: StepFn = self.eager
 
     def task_loss(self, matched: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return task_loss(functional_call(self.model, {**self.fixed, **matched}, (x,)), y, self.logit_gradient)
+        logits = functional_call(self.model, {**self.fixed, **matched}, (x,))
+        return task_loss(self.model, logits, y, self.logit_gradient)
 
     def objective(
         self, x: torch.Tensor, y: torch.Tensor, *targets: torch.Tensor

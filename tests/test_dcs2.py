@@ -1,0 +1,220 @@
+"""DCS²: the projection (closed form vs a generic QP solver, property tests), the sensitivity rules, the
+concealed-sample synthesis and shared gradient, FedSGD/FedAvg integration, one defended client, the
+adaptive attacks, and what it does to IG on real digits (Wu et al., AAAI 2024)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import minimize
+
+from leakshield.attacks import ServerKnowledge, create_attack
+from leakshield.data import ImageSet
+from leakshield.defenses import DefensePipeline, FitContext, create_defense
+from leakshield.defenses.dcs2 import project_gradient
+from leakshield.defenses.sensitivity import SensitiveSamples, SensitivityRule, content_scores
+from leakshield.errors import ConfigError
+from leakshield.experiment.evaluation import score_victim
+from leakshield.fl import FLConfig, LocalTraining, compute_update, plain_gradient, server_view_of
+from leakshield.fl.simulation import FederatedSimulation
+from leakshield.models import create_model
+
+TANH_LENET = {"activation": "tanh", "init_range": None}
+
+vectors = st.lists(st.floats(-1e3, 1e3, allow_nan=False, allow_subnormal=False), min_size=1, max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(vectors, vectors, st.booleans(), st.booleans())
+def test_projected_gradient_never_opposes_the_batch_gradient(a, b, zero_g, zero_c):
+    n = min(len(a), len(b))
+    shared = torch.tensor(a[:n], dtype=torch.float64) * (0 if zero_c else 1)
+    reference = torch.tensor(b[:n], dtype=torch.float64) * (0 if zero_g else 1)
+    projected = project_gradient(shared, reference)
+    assert torch.isfinite(projected).all()
+    slack = 1e-6 * reference.norm() * projected.norm()
+    assert torch.dot(projected, reference) >= -slack - 1e-12
+
+
+def test_closed_form_matches_a_generic_qp_solver():
+    """Eq. 11 solved by SLSQP: min ½‖g_c − ĝ‖² s.t. ⟨g, ĝ⟩ ≥ 0."""
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        g, gc = rng.normal(size=6), rng.normal(size=6)
+        if g @ gc >= 0:
+            gc = gc - 2 * (g @ gc) / (g @ g) * g  # make the constraint bind
+        result = minimize(
+            lambda h, gc=gc: 0.5 * np.sum((gc - h) ** 2),
+            gc,
+            jac=lambda h, gc=gc: h - gc,
+            constraints=[{"type": "ineq", "fun": lambda h, g=g: g @ h, "jac": lambda h, g=g: g}],
+            method="SLSQP",
+            options={"ftol": 1e-12},
+        )
+        closed = project_gradient(torch.tensor(gc), torch.tensor(g)).numpy()
+        assert np.allclose(closed, result.x, atol=1e-5)
+    # the reference code's margin pushes further along g
+    g, gc = torch.tensor([1.0, 0.0]), torch.tensor([-1.0, 1.0])
+    assert torch.allclose(project_gradient(gc, g), torch.tensor([0.0, 1.0]), atol=1e-5)
+    assert torch.allclose(project_gradient(gc, g, margin=1.5), torch.tensor([0.5, 1.0]))
+    assert torch.equal(project_gradient(torch.tensor([1.0, 1.0]), g), torch.tensor([1.0, 1.0]))
+
+
+def test_sensitivity_rules(digits3):
+    data = digits3.train.subset(list(range(100)))
+    fraction = SensitiveSamples(SensitivityRule(fraction=0.1, seed=3))
+    mask = fraction.of_dataset(data)
+    assert int(mask.sum()) == 10
+    # the same samples are sensitive in any minibatch, by content
+    picked = torch.arange(0, 100, 7)
+    assert torch.equal(fraction.mask(data.subset(picked)), mask[picked])
+    other_seed = SensitiveSamples(SensitivityRule(fraction=0.1, seed=4)).of_dataset(data)
+    assert not torch.equal(other_seed, mask)
+    assert torch.equal(content_scores(data.x, 3), content_scores(data.x.clone(), 3))
+    labels = SensitiveSamples(SensitivityRule(sensitive="labels", labels=[3])).mask(data)
+    assert torch.equal(labels, data.y == 3)
+    assert SensitiveSamples(SensitivityRule(sensitive="all")).mask(data).all()
+    last = SensitiveSamples(SensitivityRule(sensitive="last-in-batch", per_batch=2)).mask(
+        data.subset([0, 1, 2])
+    )
+    assert last.tolist() == [False, True, True]
+    flags = torch.tensor([True, False, True])
+    flagged = SensitiveSamples(SensitivityRule(sensitive="flagged"))
+    assert torch.equal(flagged.mask(ImageSet(data.x[:3], data.y[:3], flags)), flags)
+    assert torch.equal(
+        ImageSet(data.x[:3], data.y[:3], flags).subset([2, 1]).sensitive, torch.tensor([True, False])
+    )
+    with pytest.raises(ConfigError, match="carries no flags"):
+        flagged.mask(data)
+    with pytest.raises(ValueError, match="needs a non-empty labels list"):
+        SensitivityRule(sensitive="labels")
+
+
+def fitted_dcs2(digits3, **params):
+    defense = create_defense("dcs2", params)
+    defense.fit(FitContext(data=digits3, device=torch.device("cpu"), seed=0))
+    return defense
+
+
+def test_no_sensitive_sample_means_the_plain_gradient(digits3):
+    model = create_model("lenet", TANH_LENET, in_shape=digits3.info.shape, num_classes=10).eval()
+    defense = fitted_dcs2(digits3, sensitive="labels", labels=[99], steps=3)
+    batch = digits3.train.subset([0, 1])
+    defense.bind_local_data(batch)
+    defense.bind_batch(batch)
+    x = digits3.info.normalize(batch.x)
+    got = defense.compute_gradient()(model, x, batch.y)
+    want = plain_gradient(model, x, batch.y)
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_concealed_sample_has_a_similar_gradient_and_a_distant_image(digits3):
+    info = digits3.info
+    model = create_model("lenet", TANH_LENET, in_shape=info.shape, num_classes=10).eval()
+    defense = fitted_dcs2(digits3, sensitive="all", steps=60)
+    batch = digits3.train.subset([0])
+    xs = info.normalize(batch.x)
+    one_step = fitted_dcs2(digits3, sensitive="all", steps=1)
+    torch.manual_seed(0)
+    one_step.synthesize(model, xs, batch.y)
+    torch.manual_seed(0)  # the same start
+    xc, yc = defense.synthesize(model, xs, batch.y)
+    stats = defense.last_synthesis
+    assert xc.shape == xs.shape and yc.shape == (1,)
+    assert stats["steps"] == 60 and stats["cosine"] > one_step.last_synthesis["cosine"] + 0.1
+    assert float((xc - xs).norm()) > 20  # far from the sensitive image (normalized space)
+    early = fitted_dcs2(digits3, sensitive="all", steps=60, stop_distance=1.0)
+    early.synthesize(model, xs, batch.y)
+    assert early.last_synthesis["steps"] < 60
+    noise = fitted_dcs2(digits3, sensitive="all", steps=2, init="noise")
+    noise._public = None  # noise starts need no public data
+    noise.synthesize(model, xs, batch.y)
+    unfitted = create_defense("dcs2", {"sensitive": "all", "steps": 2})
+    with pytest.raises(ConfigError, match="call fit"):
+        unfitted.synthesize(model, xs, batch.y)
+
+
+def test_shared_gradient_is_eq10_then_projected(digits3):
+    info = digits3.info
+    model = create_model("lenet", TANH_LENET, in_shape=info.shape, num_classes=10).eval()
+    batch = digits3.train.subset([0, 1, 2, 3])
+    pipe = DefensePipeline([fitted_dcs2(digits3, sensitive="last-in-batch", steps=5)])
+    update, _ = compute_update(
+        model,
+        batch,
+        LocalTraining(),
+        pipe,
+        normalize=info.normalize,
+        generator=torch.Generator().manual_seed(0),
+        model_mode="eval",
+    )
+    plain = plain_gradient(model, info.normalize(batch.x), batch.y)
+    flat = torch.cat([update.delta[k].flatten() for k in plain])
+    reference = torch.cat([v.flatten() for v in plain.values()])
+    assert not torch.allclose(flat, reference)
+    assert torch.dot(flat, reference) >= -1e-6 * flat.norm() * reference.norm()
+    assert pipe.defenses[0].last_synthesis["sensitive"] == 1.0
+
+
+def test_fedavg_conceals_every_minibatch_with_a_sensitive_sample_of_the_defended_client_only(digits3):
+    info = digits3.info
+    model = create_model("mlp", {"width": 16}, in_shape=info.shape, num_classes=10)
+    defense = fitted_dcs2(digits3, sensitive="labels", labels=[0], steps=2)
+    calls = []
+    original = defense.synthesize
+    defense.synthesize = lambda *a, **k: calls.append(1) or original(*a, **k)  # type: ignore[method-assign]
+    clients = [digits3.train.subset(list(range(i, 80, 2))) for i in range(2)]
+    config = FLConfig(
+        clients=2,
+        local=LocalTraining(algorithm="fedavg", batch_size=8, shuffle=False),
+        defended_clients=[1],
+    )
+    FederatedSimulation(model, clients, config, DefensePipeline([defense]), info, seed=0).run(1)
+    client = clients[1]
+    expected = sum(bool((client.y[b : b + 8] == 0).any()) for b in range(0, len(client), 8))
+    assert expected > 0 and len(calls) == expected
+    with pytest.raises(ValueError, match="defended_clients"):
+        FLConfig(clients=2, defended_clients=[2])
+
+
+def test_dcs2_lowers_ig_on_the_sensitive_sample(digits3):
+    """DCS² Table 1 in small: IG (500 steps) inverts the tanh LeNet's gradient of a digit almost
+    perfectly; with the sample concealed (batch 1, the sample sensitive) the SSIM falls by ≥ 0.2."""
+    info = digits3.info
+    model = create_model("lenet", TANH_LENET, in_shape=info.shape, num_classes=10).eval()
+    pipe = DefensePipeline([fitted_dcs2(digits3, sensitive="all", steps=300)])
+    ssims = {}
+    for name, pipeline in (("none", DefensePipeline()), ("dcs2", pipe)):
+        values = []
+        for k, i in enumerate((0, 7)):
+            batch = digits3.train.subset([i])
+            view = server_view_of(model, batch, info, defenses=pipeline, labels_known=True, seed=k)
+            rec = create_attack("ig", {"iterations": 500}).reconstruct(view, seed=k)
+            values.append(float(np.mean(score_victim(rec, batch.x, batch.y).per_image["ssim"])))
+        ssims[name] = float(np.mean(values))
+    assert ssims["none"] > 0.9
+    assert ssims["dcs2"] <= ssims["none"] - 0.2
+
+
+def test_adaptive_attacks_on_dcs2(digits3):
+    info = digits3.info
+    model = create_model("lenet", TANH_LENET, in_shape=info.shape, num_classes=10).eval()
+    pipe = DefensePipeline([fitted_dcs2(digits3, sensitive="last-in-batch", steps=3)])
+    batch = digits3.train.subset([0, 1])
+    view = server_view_of(model, batch, info, defenses=pipe, labels_known=True)
+    extra = create_attack("dcs2-extra", {"iterations": 2})
+    rec = extra.reconstruct(view)
+    assert rec.images.shape[0] == 3  # one more than the batch
+    assert rec.labels[:2].tolist() == batch.y.tolist()
+    assert len(score_victim(rec, batch.x, batch.y).per_image["ssim"]) == 2  # best matches scored
+    prior = create_attack("dcs2-prior", {"iterations": 1, "lr": 1e-6})
+    with pytest.raises(ConfigError, match="public split"):
+        prior.reconstruct(view)
+    prior.prepare_model(view.model, ServerKnowledge(info, digits3.public))
+    means = prior.class_means(batch.y)
+    assert torch.allclose(means[0], digits3.public.x[digits3.public.y == batch.y[0]].mean(dim=0))
+    rec = prior.reconstruct(view)
+    assert float((rec.images - means).abs().max()) < 0.05  # started from the class means
