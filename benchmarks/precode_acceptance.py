@@ -6,6 +6,7 @@
 3. FedAvg utility on digits: plain DMLP vs PRECODE DMLP (10 IID clients, same schedule and seed).
 
     python benchmarks/precode_acceptance.py [--iterations 1000] [--rounds 20] [--seeds 0 1 2]
+                                            [--skip-attacks | --skip-utility]
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--skip-utility", action="store_true")
+    parser.add_argument("--skip-attacks", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(2)
     data = load_dataset("digits", {"channels": 3, "size": 32})
@@ -101,7 +103,7 @@ def main() -> None:
     ig = {"iterations": args.iterations}
     for seed in args.seeds:
         print(f"seed {seed}: IG ({args.iterations} steps), batch 1, labels known, untrained DMLP", flush=True)
-        for name, (batches, info) in sets.items():
+        for name, (batches, info) in sets.items() if not args.skip_attacks else ():
             for defended in (False, True):
                 start = time.perf_counter()
                 ps, ss = attack("ig", ig, batches, info, defended, seed)

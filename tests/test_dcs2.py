@@ -126,6 +126,8 @@ def test_concealed_sample_has_a_similar_gradient_and_a_distant_image(digits3):
     assert xc.shape == xs.shape and yc.shape == (1,)
     assert stats["steps"] == 60 and stats["cosine"] > one_step.last_synthesis["cosine"] + 0.1
     assert float((xc - xs).norm()) > 20  # far from the sensitive image (normalized space)
+    lo, hi = info.normalized_bounds(xs)
+    assert bool(((xc >= lo - 1e-5) & (xc <= hi + 1e-5)).all())  # and still a valid image (boxed)
     early = fitted_dcs2(digits3, sensitive="all", steps=60, stop_distance=1.0)
     early.synthesize(model, xs, batch.y)
     assert early.last_synthesis["steps"] < 60
@@ -135,6 +137,8 @@ def test_concealed_sample_has_a_similar_gradient_and_a_distant_image(digits3):
     unfitted = create_defense("dcs2", {"sensitive": "all", "steps": 2})
     with pytest.raises(ConfigError, match="call fit"):
         unfitted.synthesize(model, xs, batch.y)
+    free = create_defense("dcs2", {"sensitive": "all", "steps": 2, "init": "noise", "boxed": False})
+    assert free.synthesize(model, xs, batch.y)[0].shape == xs.shape  # no fit needed at all
 
 
 def test_shared_gradient_is_eq10_then_projected(digits3):

@@ -44,7 +44,10 @@ class DCS2Params(SensitivityRule):
     ``public`` (a random public sample, ỹ_c its label), ``noise`` (N(0, 1) in normalized space, ỹ_c
     random) or ``mix`` (``mix_weight``·public + (1 − mix_weight)·x_s, ỹ_c the public label).
     stop_distance: stop early once the mean ‖x̃_c − x_s‖₂ (normalized space, the unit of Eq. 9's
-    distance term; the reference code stops at 300–500) exceeds it (None: run all steps).
+    distance term; the reference code stops at 300–500) exceeds it (None: run all steps). boxed: keep
+    x̃_c a valid image (clamped to the pixel range after every step; the paper does not say; without it
+    the exp(−λ_x·distance) term drives x̃_c out of the image domain and, in FedAvg here, the defended
+    client's updates wrecked the global model).
 
     Shared gradient — lambda_g: λ_g of Eq. 10 (the reference code's λ_y). normalization: ``paper``
     (Eq. 10 as written) or ``reference`` (divided by d). margin, ridge: the projection's (0 and 0 in the
@@ -58,6 +61,7 @@ class DCS2Params(SensitivityRule):
     init: Literal["public", "noise", "mix"] = "public"
     mix_weight: float = pydantic.Field(default=0.5, ge=0, le=1)
     stop_distance: float | None = pydantic.Field(default=None, gt=0)
+    boxed: bool = True
     lambda_g: float = pydantic.Field(default=0.7, ge=0, le=1)
     normalization: Literal["paper", "reference"] = "paper"
     margin: float = pydantic.Field(default=0.0, ge=0)
@@ -123,6 +127,7 @@ class DCS2(Defense):
     def __init__(self, params: Params) -> None:
         super().__init__(params)
         self._public: ImageSet | None = None
+        self._bounds: tuple[torch.Tensor, torch.Tensor] | None = None
         self._sensitive = SensitiveSamples(self.params)
         self._flags: torch.Tensor | None = None
         #: statistics of the latest synthesis (for inspection and the cost benchmark)
@@ -130,10 +135,9 @@ class DCS2(Defense):
 
     # -- preparation and sensitivity ------------------------------------------------------------------
     def fit(self, context: FitContext) -> None:
-        public = context.data.public
-        self._public = ImageSet(
-            context.data.info.normalize(public.x).to(context.device), public.y.to(context.device)
-        )
+        public, info = context.data.public, context.data.info
+        self._public = ImageSet(info.normalize(public.x).to(context.device), public.y.to(context.device))
+        self._bounds = info.normalized_bounds(torch.zeros(1, *info.shape, device=context.device))
 
     def bind_local_data(self, data: ImageSet) -> None:
         """The fraction rule ranks the client's samples once."""
@@ -192,7 +196,11 @@ class DCS2(Defense):
                 f"dcs2.init: {self.params.init!r} starts from public samples: call fit() with the dataset "
                 "splits (the experiment runner does) or use init: noise"
             )
-        synthesizer = ConcealedSampleSynthesizer(self.params, self._public)
+        if self.params.boxed and self._bounds is None:
+            raise ConfigError(
+                "dcs2.boxed: the valid pixel range comes from fit(); call it or set boxed: false"
+            )
+        synthesizer = ConcealedSampleSynthesizer(self.params, self._public, self._bounds)
         xc, yc = synthesizer(model, xs, ys)
         self.last_synthesis = synthesizer.stats
         return xc, yc
@@ -208,12 +216,19 @@ class ConcealedSampleSynthesizer:
     with f the logits, the cosine global over all parameters and over the group of sensitive samples,
     the lr decayed ×0.1 at 3/8, 5/8, 7/8 of the steps, stopped early once the distance exceeds
     ``stop_distance``. Parameters: :class:`DCS2Params` (λ_x, λ_z, ε, steps, lr, init, mix_weight,
-    stop_distance). ``public``: normalized public images and labels for the ``public``/``mix`` starts.
+    stop_distance, boxed). ``public``: normalized public images and labels for the ``public``/``mix``
+    starts; ``bounds``: the valid range (lo, hi) in normalized space, used when ``boxed``.
     ``stats`` describes the latest call (steps run, final distance and cosine)."""
 
-    def __init__(self, params: DCS2Params, public: ImageSet | None = None) -> None:
+    def __init__(
+        self,
+        params: DCS2Params,
+        public: ImageSet | None = None,
+        bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> None:
         self.params = params
         self.public = public
+        self.bounds = bounds
         self.stats: dict[str, float] = {}
 
     def __call__(
@@ -249,6 +264,10 @@ class ConcealedSampleSynthesizer:
             loss = (1 - cosine) + torch.exp(-p.lambda_x * dist) + p.lambda_z * (latent - p.epsilon)
             (xc.grad,) = torch.autograd.grad(loss, [xc])
             opt.step()
+            if p.boxed and self.bounds is not None:
+                with torch.no_grad():
+                    lo, hi = self.bounds
+                    xc.copy_(torch.max(torch.min(xc, hi.to(xc.device)), lo.to(xc.device)))
             sched.step()
             steps_run += 1
             distance = float(dist.detach())

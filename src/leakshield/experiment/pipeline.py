@@ -167,7 +167,14 @@ class ExperimentContext:
         for batch in self.victims:
             guess = Reconstruction(images=mean_image.expand(len(batch), -1, -1, -1).clone())
             scores.append(
-                score_victim(guess, batch.x, batch.y, match_on=self.config.metrics.match_on, lpips=self.lpips)
+                score_victim(
+                    guess,
+                    batch.x,
+                    batch.y,
+                    sensitive=batch.sensitive,
+                    match_on=self.config.metrics.match_on,
+                    lpips=self.lpips,
+                )
             )
         return self._output(
             scores, grid=[torch.cat([b.x for b in self.victims]), torch.cat([s.matched for s in scores])]

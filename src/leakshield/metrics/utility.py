@@ -18,16 +18,21 @@ def accuracy(
     *,
     normalize: Callable[[torch.Tensor], torch.Tensor],
     batch_size: int = 512,
+    seed: int = 0,
 ) -> float:
-    """Top-1 accuracy of ``model`` (eval mode) on ``data``; the model's mode is restored after."""
+    """Top-1 accuracy of ``model`` (eval mode) on ``data``; the model's mode is restored after. Layers
+    that sample at inference (PRECODE's bottleneck) draw from torch's global RNG seeded with ``seed``
+    (and restored after), so the figure is reproducible."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     correct = 0
-    for start in range(0, len(data), batch_size):
-        x = data.x[start : start + batch_size].to(device)
-        y = data.y[start : start + batch_size].to(device)
-        correct += int((model(normalize(x)).argmax(dim=1) == y).sum())
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        for start in range(0, len(data), batch_size):
+            x = data.x[start : start + batch_size].to(device)
+            y = data.y[start : start + batch_size].to(device)
+            correct += int((model(normalize(x)).argmax(dim=1) == y).sum())
     model.train(was_training)
     return correct / max(len(data), 1)
 
