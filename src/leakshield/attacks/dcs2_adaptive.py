@@ -20,7 +20,7 @@ import pydantic
 import torch
 from torch import nn
 
-from leakshield.attacks.adaptive import ADAPTIVE_IG, find_defense
+from leakshield.attacks.adaptive import ADAPTIVE_IG, AdaptiveInversion, find_defense
 from leakshield.attacks.base import ATTACKS, Attack, Reconstruction, ServerKnowledge
 from leakshield.attacks.inversion.engine import GradientInversion
 from leakshield.attacks.inversion.presets import preset_params
@@ -70,28 +70,28 @@ def widened_view(view: ServerView, extra: int) -> ServerView:
     return dataclasses.replace(view, update=update, labels=labels, threat=ThreatModel(labels_known=True))
 
 
-class DCS2Extra(GradientInversion):
-    """IG on a batch widened by the expected number of concealed samples (``dcs2-extra``)."""
+class DCS2Extra(AdaptiveInversion):
+    """IG on a batch widened by the expected number of concealed samples (``dcs2-extra``); the widened
+    view carries labels for every image, so the attack runs with known labels."""
 
     params: DCS2ExtraParams
+
+    def adaptation(self, view: ServerView) -> dict[str, Any]:
+        return {"labels": "known"}
 
     def _widen(self, view: ServerView) -> ServerView:
         if view.update.protocol.algorithm != "fedsgd":
             raise ConfigError("dcs2-extra: needs a FedSGD gradient")
         return widened_view(view, extra_images(view, self.params.extra))
 
-    def _inner(self) -> GradientInversion:
-        attack = GradientInversion(self.params.model_copy(update={"labels": "known"}), self.init_images)
-        attack.name = self.name
-        return attack
-
     def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction:
-        return self._inner().reconstruct(self._widen(view), seed=seed)
+        return super().reconstruct(self._widen(view), seed=seed)
 
     def reconstruct_many(
         self, views: Sequence[ServerView], *, seeds: Sequence[int], progress: bool = False
     ) -> list[Reconstruction]:
-        return self._inner().reconstruct_many([self._widen(v) for v in views], seeds=seeds, progress=progress)
+        widened = [self._widen(v) for v in views]
+        return super().reconstruct_many(widened, seeds=seeds, progress=progress)
 
 
 class DCS2Prior(GradientInversion):

@@ -22,11 +22,12 @@ from torch import nn
 
 from leakshield.attacks.analytic import AnalyticFCInversion, AnalyticParams, first_linear_fed_by_image
 from leakshield.attacks.base import ATTACKS, Reconstruction
-from leakshield.attacks.inversion.objectives import cosine_distance, ig_milestones, total_variation
+from leakshield.attacks.inversion.objectives import cosine_distance, total_variation
 from leakshield.attacks.labels import granted_or_inferred_labels
 from leakshield.defenses.precode import PrecodeBottleneck
 from leakshield.errors import ConfigError
 from leakshield.fl.types import ServerView
+from leakshield.schedules import ig_step_schedule
 
 
 class PrecodeAnalyticParams(AnalyticParams):
@@ -106,7 +107,7 @@ class PrecodeAnalytic(AnalyticFCInversion):
         lo, hi = info.normalized_bounds(probe)
         x = probe.detach().clone().requires_grad_(True)
         opt = torch.optim.Adam([x], lr=p.lr)
-        sched = torch.optim.lr_scheduler.MultiStepLR(opt, ig_milestones(p.iterations), gamma=0.1)
+        sched = ig_step_schedule(opt, p.iterations)
         scale = z.pow(2).sum().clamp_min(1e-12)
         best, best_loss = x.detach().clone(), float("inf")
         for _ in range(p.iterations):

@@ -31,8 +31,9 @@ from leakshield.data.types import ImageSet
 from leakshield.defenses.base import DEFENSES, Defense, FitContext, GradientFn
 from leakshield.defenses.sensitivity import SensitiveSamples, SensitivityRule
 from leakshield.errors import ConfigError
-from leakshield.fl.loss import cross_entropy, training_loss
+from leakshield.fl.loss import cross_entropy, parameter_gradients, training_loss
 from leakshield.registry import Params
+from leakshield.schedules import ig_step_schedule
 
 
 class DCS2Params(SensitivityRule):
@@ -94,14 +95,6 @@ def _flat(grads: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.cat([g.reshape(-1) for g in grads.values()])
 
 
-def _filled(names, params, grads) -> dict[str, torch.Tensor]:
-    """Detached gradients by name, zeros for parameters the loss does not reach."""
-    return {
-        n: (g if g is not None else torch.zeros_like(w)).detach()
-        for n, w, g in zip(names, params, grads, strict=True)
-    }
-
-
 def _restore(model: nn.Module, buffers: dict[str, torch.Tensor]) -> None:
     """Put back buffers (BatchNorm statistics) that train-mode forwards moved."""
     with torch.no_grad():
@@ -156,11 +149,9 @@ class DCS2(Defense):
 
     def _gradient(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         p = self.params
-        names, params = zip(*model.named_parameters(), strict=True)
         flags = self._flags if self._flags is not None and len(self._flags) == len(x) else None
         buffers = {k: v.detach().clone() for k, v in model.named_buffers()}
-        batch_grads = torch.autograd.grad(training_loss(model, model(x), y), params, allow_unused=True)
-        g = _filled(names, params, batch_grads)
+        g = parameter_gradients(model, training_loss(model, model(x), y))
         if flags is None or not bool(flags.any()):
             self.last_synthesis = {"sensitive": 0.0}
             return g
@@ -178,7 +169,7 @@ class DCS2(Defense):
         loss = training_loss(model, logits[:n], y) + concealed
         if p.normalization == "reference":
             loss = loss / (2 if p.lambda_g in (0.0, 1.0) else 3)
-        shared = _filled(names, params, torch.autograd.grad(loss, params, allow_unused=True))
+        shared = parameter_gradients(model, loss)
         flat = project_gradient(_flat(shared), _flat(g), p.margin, p.ridge)
         out, offset = {}, 0
         for name, v in shared.items():
@@ -247,9 +238,7 @@ class ConcealedSampleSynthesizer:
         x0, yc = self._starts(xs, target_logits.shape[1])
         xc = x0.clone().requires_grad_(True)
         opt = torch.optim.Adam([xc], lr=p.lr)
-        sched = torch.optim.lr_scheduler.MultiStepLR(
-            opt, [p.steps * 3 // 8, p.steps * 5 // 8, p.steps * 7 // 8], gamma=0.1
-        )
+        sched = ig_step_schedule(opt, p.steps)
         target_norm = torch.sqrt(sum(t.pow(2).sum() for t in target))
         logit_norm = target_logits.norm().clamp_min(1e-12)
         steps_run, distance = 0, 0.0

@@ -17,7 +17,7 @@ from torch import nn
 
 from leakshield.defenses.base import DEFENSES, Defense, GradientFn
 from leakshield.errors import ConfigError
-from leakshield.fl.loss import training_loss
+from leakshield.fl.loss import parameter_gradients, training_loss
 from leakshield.registry import Params
 
 
@@ -106,13 +106,7 @@ class Soteria(Defense):
         module_name, layer = defended_linear(model, p.layer)
         x = x.detach().requires_grad_(True)
         logits, r = self._forward(model, layer, x)
-        names, params = zip(*model.named_parameters(), strict=True)
-        loss = training_loss(model, logits, y)
-        grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
-        out = {
-            n: (g.detach() if g is not None else torch.zeros_like(q))
-            for n, q, g in zip(names, params, grads, strict=True)
-        }
+        out = parameter_gradients(model, training_loss(model, logits, y), retain_graph=True)
         if p.score_samples is not None and p.score_samples < len(x):
             # a random subset (global RNG, seeded per client step by the client) scores the batch
             chosen = torch.randperm(len(x), device=x.device)[: p.score_samples]

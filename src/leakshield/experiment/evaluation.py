@@ -68,23 +68,24 @@ def score_victim(
 def aggregate(victims: list[VictimScore], asr_threshold: float) -> dict[str, float]:
     """Means over every image of every victim batch (and the spread of PSNR/SSIM), plus ASR."""
     out: dict[str, float] = {}
-    keys = sorted({k for v in victims for k in v.per_image} - {"sensitive"})
-    for key in keys:
-        values = torch.tensor([x for v in victims for x in v.per_image.get(key, [])], dtype=torch.float64)
+    keys = sorted({k for v in victims for k in v.per_image})
+    columns = {
+        key: torch.tensor([x for v in victims for x in v.per_image.get(key, [])], dtype=torch.float64)
+        for key in keys
+    }
+    flags = columns.pop("sensitive", None)
+    for key, values in columns.items():
         out[key] = mean_finite(values)
         if key in ("psnr", "ssim") and len(values) > 1:
             out[f"{key}_std"] = float(values.std())
-    ssims = torch.tensor([x for v in victims for x in v.per_image["ssim"]], dtype=torch.float64)
+    ssims = columns["ssim"]
     out["asr"] = attack_success_rate(ssims, asr_threshold)
-    if "ssim_defended" in out:
-        defended = torch.tensor([x for v in victims for x in v.per_image["ssim_defended"]])
-        out["asr_defended"] = attack_success_rate(defended, asr_threshold)
-    flags = [x for v in victims for x in v.per_image.get("sensitive", [])]
-    if flags and len(flags) == len(ssims) and any(flags):
-        chosen = torch.tensor(flags) > 0
+    if "ssim_defended" in columns:
+        out["asr_defended"] = attack_success_rate(columns["ssim_defended"], asr_threshold)
+    if flags is not None and len(flags) == len(ssims) and bool(flags.any()):
+        chosen = flags > 0
         for key in ("ssim", "psnr", "mse"):
-            values = torch.tensor([x for v in victims for x in v.per_image[key]], dtype=torch.float64)
-            out[f"{key}_sensitive"] = mean_finite(values[chosen])
+            out[f"{key}_sensitive"] = mean_finite(columns[key][chosen])
         out["asr_sensitive"] = attack_success_rate(ssims[chosen], asr_threshold)
     label_accs = [v.label_acc for v in victims if not math.isnan(v.label_acc)]
     out["label_acc"] = sum(label_accs) / len(label_accs) if label_accs else math.nan

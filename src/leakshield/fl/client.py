@@ -14,7 +14,7 @@ from torch import nn
 from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.defenses.base import DefensePipeline
 from leakshield.fl.config import LocalTraining
-from leakshield.fl.loss import training_loss
+from leakshield.fl.loss import parameter_gradients, training_loss
 from leakshield.fl.types import ClientUpdate, ProtocolFacts, ServerView, ThreatModel, build_server_view
 
 Normalize = Callable[[torch.Tensor], torch.Tensor]
@@ -23,13 +23,7 @@ Normalize = Callable[[torch.Tensor], torch.Tensor]
 def plain_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
     """∇θ of the batch's training loss (mean cross-entropy plus the model's auxiliary terms), for every
     parameter (zeros where unused)."""
-    names, params = zip(*model.named_parameters(), strict=True)
-    loss = training_loss(model, model(x), y)
-    grads = torch.autograd.grad(loss, params, allow_unused=True)
-    return {
-        n: (g.detach() if g is not None else torch.zeros_like(p))
-        for n, p, g in zip(names, params, grads, strict=True)
-    }
+    return parameter_gradients(model, training_loss(model, model(x), y))
 
 
 @contextlib.contextmanager

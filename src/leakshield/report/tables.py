@@ -40,8 +40,8 @@ class Row:
 def joined_rows(records: list[CellRecord]) -> tuple[list[Row], dict[str, float]]:
     """Attack cells with the utility of their model/defense/seed joined in (``accuracy``,
     ``accuracy_train``, ``accuracy_sensitive``, ``adr``, and ``epsilon``/``delta`` for defenses with a DP
-    guarantee), and the
-    baseline's metrics. ADR compares with the defense labelled ``none`` for the same model and seed."""
+    guarantee), and the baseline's metrics. ADR compares with the defense labelled ``none`` for the same
+    model and seed."""
     ok = [r for r in records if r.status == "ok"]
     utility = {(r.model, r.defense, r.seed): r.metrics for r in ok if r.kind == "utility"}
     baseline = next((r.metrics for r in ok if r.kind == "baseline"), {})

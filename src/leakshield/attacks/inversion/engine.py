@@ -37,7 +37,6 @@ from leakshield.attacks.base import Attack, Reconstruction
 from leakshield.attacks.inversion.objectives import (
     DISTANCES,
     BatchNormStatistics,
-    ig_milestones,
     image_norm,
     task_loss,
     total_variation,
@@ -49,6 +48,7 @@ from leakshield.fl.loss import training_loss
 from leakshield.fl.types import ServerView
 from leakshield.models.base import is_stochastic
 from leakshield.registry import Params
+from leakshield.schedules import ig_step_schedule
 
 
 class GradientInversionParams(Params):
@@ -451,7 +451,7 @@ class GradientInversion(Attack):
     def _scheduler(self, opt: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler | None:
         p = self.params
         if p.lr_schedule == "milestones":
-            return torch.optim.lr_scheduler.MultiStepLR(opt, ig_milestones(p.iterations), gamma=0.1)
+            return ig_step_schedule(opt, p.iterations)
         if p.lr_schedule == "cosine":
             total, warm = p.iterations, min(p.warmup, p.iterations - 1)
 

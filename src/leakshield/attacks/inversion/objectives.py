@@ -110,10 +110,3 @@ class BatchNormStatistics:
     def remove(self) -> None:
         for handle in self.handles:
             handle.remove()
-
-
-def ig_milestones(iterations: int) -> list[int]:
-    """Inverting Gradients' MultiStepLR milestones (γ = 0.1) scaled to the budget: ⌊3N/8⌋, ⌊5N/8⌋,
-    ⌊7N/8⌋ in exact arithmetic (the reference's float division gives 1799, 2999, 4203 at N = 4800;
-    leakshield gives 1800, 3000, 4200)."""
-    return [iterations * 3 // 8, iterations * 5 // 8, iterations * 7 // 8]
