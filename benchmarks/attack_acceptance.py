@@ -95,7 +95,7 @@ def section_imprint():
     model = attack.prepare_model(
         create_model("lenet", in_shape=DIGITS.info.shape, num_classes=10),
         ServerKnowledge(DIGITS.info, DIGITS.public),
-    )
+    ).model
     gen = torch.Generator().manual_seed(2)
     for trial in range(5):
         batch = DIGITS.train.subset(torch.randperm(len(DIGITS.train), generator=gen)[:16])

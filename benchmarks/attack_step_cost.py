@@ -16,7 +16,7 @@ import time
 import torch
 
 from leakshield.attacks.inversion import cosine_distance
-from leakshield.fl.loss import cross_entropy
+from leakshield.loss import cross_entropy
 from leakshield.models import create_model
 
 

@@ -16,7 +16,7 @@ import time
 import torch
 
 from leakshield.data import load_dataset
-from leakshield.defenses import FitContext, create_defense
+from leakshield.defenses import ClientContext, create_defense
 from leakshield.fl import plain_gradient
 from leakshield.models import create_model
 
@@ -48,14 +48,12 @@ def main() -> None:
         for sensitive in (1, 4):
             rule = {"sensitive": "last-in-batch", "per_batch": sensitive}
             defense = create_defense("dcs2", {**rule, "steps": args.steps})
-            defense.fit(FitContext(data=data, device=torch.device("cpu"), seed=0))
-            defense.bind_batch(batch)
-            gradient = defense.compute_gradient()
+            context = ClientContext(0, 0, batch, info, torch.Generator(), public=data.public, batch=batch)
             defended, plain = [], []
             for r in range(args.repeat):
                 torch.manual_seed(r)
                 start = time.perf_counter()
-                gradient(model, x, batch.y)
+                defense.gradient(model, x, batch.y, context)
                 defended.append(time.perf_counter() - start)
                 start = time.perf_counter()
                 plain_gradient(model, x, batch.y)

@@ -85,7 +85,7 @@ def utility(data, defended: bool, rounds: int, seed: int) -> float:
     )
     parts = partition_indices(data.train.y, 10, config.partition, 0)
     clients = [data.train.subset(p) for p in parts]
-    FederatedSimulation(model, clients, config, pipe, info, seed=seed).run(rounds)
+    FederatedSimulation.honest(model, clients, config, pipe, info, seed=seed).run(rounds)
     return accuracy(model, data.test, normalize=info.normalize)
 
 

@@ -43,5 +43,11 @@ def digits3():
 
 
 @pytest.fixture(autouse=True)
+def _artifact_cache_in_tmp(tmp_path_factory, monkeypatch):
+    """Fitted artifacts go to a fresh folder per test, never to the user's cache."""
+    monkeypatch.setenv("LEAKSHIELD_CACHE_DIR", str(tmp_path_factory.mktemp("artifact-cache")))
+
+
+@pytest.fixture(autouse=True)
 def _few_threads():
     torch.set_num_threads(min(2, os.cpu_count() or 1))

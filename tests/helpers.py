@@ -31,3 +31,26 @@ def tiny_config(**overrides: Any) -> dict[str, Any]:
 def write_config(path: Path, data: dict[str, Any] | str) -> Path:
     path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
     return path
+
+
+def client_context(seed: int = 0, *, data=None, info=None, public=None, batch=None, client_id: int = 0):
+    """A client stage's context for unit tests: ``data`` is the client's dataset (default: empty),
+    ``info`` the dataset facts (default: a 1×1×1 grey image, 10 classes), the generator seeded."""
+    import torch
+
+    from leakshield.data.types import DatasetInfo, ImageSet
+    from leakshield.defenses import ClientContext
+
+    if data is None:
+        data = ImageSet(torch.zeros(0, 1, 1, 1), torch.zeros(0, dtype=torch.long))
+    if info is None:
+        info = DatasetInfo("test", (1, 1, 1), 10, (0.0,), (1.0,))
+    return ClientContext(
+        client_id=client_id,
+        round=0,
+        dataset=data,
+        info=info,
+        generator=torch.Generator().manual_seed(seed),
+        public=public,
+        batch=batch,
+    )

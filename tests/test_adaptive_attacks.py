@@ -6,33 +6,45 @@ import pytest
 import torch
 
 from leakshield.attacks import ATTACKS, create_attack
-from leakshield.attacks.adaptive import ADAPTIVE_TARGETS
 from leakshield.attacks.carlini import CarliniAttack
 from leakshield.data import ImageSet
-from leakshield.defenses import DEFENSES, DefensePipeline, FitContext
+from leakshield.defenses import DEFENSES, DefensePipeline
 from leakshield.defenses.mixing import InstaHideParams, MixUpParams
 from leakshield.errors import ConfigError
-from leakshield.fl import LocalTraining, server_view_of
+from leakshield.fl import (
+    HonestClient,
+    LocalTraining,
+    ServerKnowledge,
+    ThreatModel,
+    observe_victim,
+    server_view_of,
+)
 from leakshield.metrics import ssim
 from leakshield.models import create_model
 
+from helpers import client_context
 
-def pipeline(*entries, data=None):
-    pipe = DefensePipeline.from_config([{"name": n, "params": p} for n, p in entries])
-    if data is not None:
-        pipe.fit(FitContext(data=data, device=torch.device("cpu"), seed=0))
-    return pipe
+ADAPTIVE = sorted(entry.name for entry in ATTACKS if entry.targets)
+
+
+def pipeline(*entries):
+    return DefensePipeline.from_config([{"name": n, "params": p} for n, p in entries])
 
 
 def view_under(model, batch, info, pipe, **kw):
     return server_view_of(model, batch, info, defenses=pipe, labels_known=True, **kw)
 
 
-@pytest.mark.parametrize("name", sorted(ADAPTIVE_TARGETS))
+def test_every_adaptive_attack_declares_its_targets():
+    assert len(ADAPTIVE) == 10
+    assert all("adaptive vs" not in entry.summary for entry in ATTACKS if entry.name not in ADAPTIVE)
+
+
+@pytest.mark.parametrize("name", ADAPTIVE)
 def test_adaptive_attacks_are_registered_and_name_real_defenses(name):
     entry = ATTACKS.get(name)
     assert entry.reference and "adaptive vs" in entry.summary
-    for target in ADAPTIVE_TARGETS[name]:
+    for target in entry.targets:
         assert DEFENSES.get(target).name == target
 
 
@@ -110,12 +122,13 @@ def test_carlini_needs_a_mixing_defense(digits3):
 def encodings_of(image_indices, digits3, params, rounds, seed=0):
     """What a client under the defense trains on over ``rounds`` epochs (the attack's decode input)."""
     name = "instahide" if isinstance(params, InstaHideParams) else "mixup"
-    pipe = pipeline((name, params.model_dump()), data=digits3)
-    pipe.bind_local_data(digits3.train.subset(list(range(50))))
+    pipe = pipeline((name, params.model_dump()))
+    pool = digits3.train.subset(list(range(50)))
     private = digits3.train.subset(image_indices)
     out = []
     for t in range(rounds):
-        x, _ = pipe.data_hook(private.x, private.y, torch.Generator().manual_seed(seed * 1000 + t))
+        context = client_context(seed * 1000 + t, data=pool, info=digits3.info, public=digits3.public)
+        x, _ = pipe.data_hook(private.x, private.y, context)
         out.append(digits3.info.normalize(x))
     return private, torch.cat(out)
 
@@ -146,34 +159,42 @@ def test_carlini_end_to_end_over_rounds(digits3):
     """Real gradients of an MLP under InstaHide over 10 rounds, inverted analytically, then decoded."""
     info = digits3.info
     model = create_model("mlp", {"width": 64}, in_shape=info.shape, num_classes=10, seed=0).eval()
-    pipe = pipeline(("instahide", {}), data=digits3)
     batch = digits3.train.subset([5])
     pool = digits3.train.subset(list(range(50)))
-    views = []
-    for t in range(10):
-        pipe.bind_local_data(pool)
-        view = server_view_of(model, batch, info, defenses=pipe, labels_known=True, seed=t)
-        views.append(view)
+    client = HonestClient(
+        0, pool, LocalTraining(), pipeline(("instahide", {})), info, public=digits3.public, model_mode="eval"
+    )
     attack = create_attack("carlini", {"rounds": 10, "inner": "analytic", "steps": 500})
-    from leakshield.attacks import ServerKnowledge
-
-    attack.prepare_model(model, ServerKnowledge(info, digits3.public))
+    observation = observe_victim(
+        [model] * 10,
+        batch,
+        client,
+        threat=ThreatModel(True),
+        server=attack,
+        knowledge=ServerKnowledge(info, digits3.public),
+    )
+    views = observation.views
+    assert torch.equal(views[0].secrets.image, digits3.public.x.mean(dim=0))  # the partners' stand-in
     rec = attack.reconstruct_from_rounds(views, seed=0)
     plain = create_attack("analytic").reconstruct(views[0])
     assert float(ssim(rec.images, batch.x)) > float(ssim(plain.images, batch.x)) + 0.1
     assert rec.stats["rounds"] == 10
 
 
-def test_mixing_pool_is_the_whole_client_dataset_in_server_view_of(digits3):
-    # server_view_of computes the update of ``batch``; a mixing defense then mixes inside the batch
+def test_mixing_partners_come_from_the_whole_client_dataset(digits3):
+    """The client's other images are blank: every encoding is then its own image scaled by its first
+    coefficient (one ratio per image), which partners drawn from the batch would break."""
     info = digits3.info
-    pipe = pipeline(("mixup", {}), data=digits3)
     model = create_model("mlp", {"width": 32}, in_shape=info.shape, num_classes=10, seed=0).eval()
-    view = server_view_of(
-        model, digits3.train.subset([0, 1, 2, 3]), info, defenses=pipe, local=LocalTraining()
-    )
-    assert view.update.protocol.num_samples == 4
-    assert isinstance(pipe.defenses[0].local, ImageSet)
+    batch = digits3.train.subset([0, 1, 2, 3])
+    blank = ImageSet(torch.zeros(10, *info.shape), torch.full((10,), 9))
+    for dataset, own_partners in ((blank, True), (batch, False)):
+        client = HonestClient(0, dataset, LocalTraining(), pipeline(("mixup", {})), info, model_mode="eval")
+        trace = observe_victim([model], batch, client, threat=ThreatModel(True)).trace
+        lit = batch.x > 0.1
+        ratios = [trace.defended_x[i][lit[i]] / batch.x[i][lit[i]] for i in range(4)]
+        constant = all(float(r.max() - r.min()) < 1e-5 and 0.1 < float(r[0]) <= 0.65 for r in ratios)
+        assert constant == own_partners
 
 
 def test_dropout_mask_is_read_off_the_update_exactly(digits3):

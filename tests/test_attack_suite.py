@@ -153,9 +153,11 @@ def test_analytic_attack_refuses_models_without_an_image_fed_linear(digits3):
 def test_imprint_recovers_most_of_a_batch_of_16(digits3):
     attack = create_attack("imprint", {"bins": 64})
     model = create_model("lenet", in_shape=digits3.info.shape, num_classes=10)
-    sent = attack.prepare_model(model, ServerKnowledge(digits3.info, digits3.public))
+    knowledge = ServerKnowledge(digits3.info, digits3.public)
     data = digits3.train.subset(list(range(16)))
-    rec = attack.reconstruct(view_of(sent, data, digits3.info), seed=0)
+    view = server_view_of(model, data, digits3.info, labels_known=True, server=attack, knowledge=knowledge)
+    assert view.secrets is not None and len(view.secrets.thresholds) == 64
+    rec = attack.reconstruct(view, seed=0)
     values = psnr(rec.images[match_reconstructions(rec.images, data.x)], data.x)
     assert int((values >= 30).sum()) >= 8
     with pytest.raises(ValueError, match="prepare_model"):

@@ -13,14 +13,19 @@ from scipy.optimize import minimize
 
 from leakshield.attacks import ServerKnowledge, create_attack
 from leakshield.data import ImageSet
-from leakshield.defenses import DefensePipeline, FitContext, create_defense
+from leakshield.defenses import DefensePipeline, create_defense
 from leakshield.defenses.dcs2 import project_gradient
-from leakshield.defenses.sensitivity import SensitiveSamples, SensitivityRule, content_scores
 from leakshield.errors import ConfigError
 from leakshield.experiment.evaluation import score_victim
 from leakshield.fl import FLConfig, LocalTraining, compute_update, plain_gradient, server_view_of
+from leakshield.fl.client import client_rng
 from leakshield.fl.simulation import FederatedSimulation
+from leakshield.gradients import parameter_gradients
+from leakshield.loss import cross_entropy
+from leakshield.metrics.sensitivity import SensitiveSamples, SensitivityRule, content_scores
 from leakshield.models import create_model
+
+from helpers import client_context
 
 TANH_LENET = {"activation": "tanh", "init_range": None}
 
@@ -70,7 +75,7 @@ def test_sensitivity_rules(digits3):
     assert int(mask.sum()) == 10
     # the same samples are sensitive in any minibatch, by content
     picked = torch.arange(0, 100, 7)
-    assert torch.equal(fraction.mask(data.subset(picked)), mask[picked])
+    assert torch.equal(fraction.mask(data.subset(picked), data), mask[picked])
     other_seed = SensitiveSamples(SensitivityRule(fraction=0.1, seed=4)).of_dataset(data)
     assert not torch.equal(other_seed, mask)
     assert torch.equal(content_scores(data.x, 3), content_scores(data.x.clone(), 3))
@@ -93,20 +98,23 @@ def test_sensitivity_rules(digits3):
         SensitivityRule(sensitive="labels")
 
 
-def fitted_dcs2(digits3, **params):
-    defense = create_defense("dcs2", params)
-    defense.fit(FitContext(data=digits3, device=torch.device("cpu"), seed=0))
-    return defense
+def dcs2(**params):
+    return create_defense("dcs2", params)
+
+
+def in_client(digits3, data, batch=None, public=True):
+    """The context of a client holding ``data`` at the minibatch ``batch`` (public split given)."""
+    return client_context(
+        0, data=data, info=digits3.info, public=digits3.public if public else None, batch=batch
+    )
 
 
 def test_no_sensitive_sample_means_the_plain_gradient(digits3):
     model = create_model("lenet", TANH_LENET, in_shape=digits3.info.shape, num_classes=10).eval()
-    defense = fitted_dcs2(digits3, sensitive="labels", labels=[99], steps=3)
+    defense = dcs2(sensitive="labels", labels=[99], steps=3)
     batch = digits3.train.subset([0, 1])
-    defense.bind_local_data(batch)
-    defense.bind_batch(batch)
     x = digits3.info.normalize(batch.x)
-    got = defense.compute_gradient()(model, x, batch.y)
+    got = defense.gradient(model, x, batch.y, in_client(digits3, batch, batch))
     want = plain_gradient(model, x, batch.y)
     assert all(torch.equal(got[k], want[k]) for k in want)
 
@@ -114,72 +122,80 @@ def test_no_sensitive_sample_means_the_plain_gradient(digits3):
 def test_concealed_sample_has_a_similar_gradient_and_a_distant_image(digits3):
     info = digits3.info
     model = create_model("lenet", TANH_LENET, in_shape=info.shape, num_classes=10).eval()
-    defense = fitted_dcs2(digits3, sensitive="all", steps=60)
+    defense = dcs2(sensitive="all", steps=60)
     batch = digits3.train.subset([0])
+    context = in_client(digits3, batch, batch)
     xs = info.normalize(batch.x)
-    one_step = fitted_dcs2(digits3, sensitive="all", steps=1)
     torch.manual_seed(0)
-    one_step.synthesize(model, xs, batch.y)
+    one_step = dcs2(sensitive="all", steps=1).synthesize(model, xs, batch.y, context)
     torch.manual_seed(0)  # the same start
-    xc, yc = defense.synthesize(model, xs, batch.y)
-    stats = defense.last_synthesis
+    concealed = defense.synthesize(model, xs, batch.y, context)
+    xc, yc, stats = concealed.x, concealed.y, concealed.stats
     assert xc.shape == xs.shape and yc.shape == (1,)
-    assert stats["steps"] == 60 and stats["cosine"] > one_step.last_synthesis["cosine"] + 0.1
+    assert stats["steps"] == 60 and stats["cosine"] > one_step.stats["cosine"] + 0.1
     assert float((xc - xs).norm()) > 20  # far from the sensitive image (normalized space)
     lo, hi = info.normalized_bounds(xs)
     assert bool(((xc >= lo - 1e-5) & (xc <= hi + 1e-5)).all())  # and still a valid image (boxed)
-    early = fitted_dcs2(digits3, sensitive="all", steps=60, stop_distance=1.0)
-    early.synthesize(model, xs, batch.y)
-    assert early.last_synthesis["steps"] < 60
-    noise = fitted_dcs2(digits3, sensitive="all", steps=2, init="noise")
-    noise._public = None  # noise starts need no public data
-    noise.synthesize(model, xs, batch.y)
-    unfitted = create_defense("dcs2", {"sensitive": "all", "steps": 2})
-    with pytest.raises(ConfigError, match="call fit"):
-        unfitted.synthesize(model, xs, batch.y)
-    free = create_defense("dcs2", {"sensitive": "all", "steps": 2, "init": "noise", "boxed": False})
-    assert free.synthesize(model, xs, batch.y)[0].shape == xs.shape  # no fit needed at all
+    early = dcs2(sensitive="all", steps=60, stop_distance=1.0).synthesize(model, xs, batch.y, context)
+    assert early.stats["steps"] < 60
+    private = in_client(digits3, batch, batch, public=False)  # a client without the public split
+    noise = dcs2(sensitive="all", steps=2, init="noise").synthesize(model, xs, batch.y, private)
+    assert noise.x.shape == xs.shape  # noise starts need no public data
+    with pytest.raises(ConfigError, match="no public split"):
+        dcs2(sensitive="all", steps=2).synthesize(model, xs, batch.y, private)
 
 
 def test_shared_gradient_is_eq10_then_projected(digits3):
     info = digits3.info
     model = create_model("lenet", TANH_LENET, in_shape=info.shape, num_classes=10).eval()
     batch = digits3.train.subset([0, 1, 2, 3])
-    pipe = DefensePipeline([fitted_dcs2(digits3, sensitive="last-in-batch", steps=5)])
+    pipe = DefensePipeline([dcs2(sensitive="last-in-batch", steps=5)])
     update, _ = compute_update(
         model,
         batch,
         LocalTraining(),
         pipe,
-        normalize=info.normalize,
+        info=info,
         generator=torch.Generator().manual_seed(0),
         model_mode="eval",
+        public=digits3.public,
     )
     plain = plain_gradient(model, info.normalize(batch.x), batch.y)
     flat = torch.cat([update.delta[k].flatten() for k in plain])
     reference = torch.cat([v.flatten() for v in plain.values()])
     assert not torch.allclose(flat, reference)
     assert torch.dot(flat, reference) >= -1e-6 * flat.norm() * reference.norm()
-    assert pipe.defenses[0].last_synthesis["sensitive"] == 1.0
+    # Eq. 10 with one concealed sample for the last image, then the projection, reproduced by hand
+    torch.manual_seed(0)
+    context = in_client(digits3, batch, batch)
+    with client_rng(torch.Generator().manual_seed(0), 0):
+        concealed = pipe.defenses[0].synthesize(model, info.normalize(batch.x[3:]), batch.y[3:], context)
+    logits = model(torch.cat([info.normalize(batch.x), concealed.x]))
+    loss = cross_entropy(logits[:4], batch.y) + 0.7 * cross_entropy(logits[4:], concealed.y)
+    loss = loss + 0.3 * cross_entropy(logits[4:], batch.y[3:])
+    shared = torch.cat([g.flatten() for g in parameter_gradients(model, loss).values()])
+    assert torch.allclose(flat, project_gradient(shared, reference), atol=1e-6)
 
 
 def test_fedavg_conceals_every_minibatch_with_a_sensitive_sample_of_the_defended_client_only(digits3):
     info = digits3.info
     model = create_model("mlp", {"width": 16}, in_shape=info.shape, num_classes=10)
-    defense = fitted_dcs2(digits3, sensitive="labels", labels=[0], steps=2)
+    defense = dcs2(sensitive="labels", labels=[0], steps=2)
     calls = []
     original = defense.synthesize
-    defense.synthesize = lambda *a, **k: calls.append(1) or original(*a, **k)  # type: ignore[method-assign]
+    defense.synthesize = lambda *a, **k: calls.append(a[3].client_id) or original(*a, **k)  # type: ignore[method-assign]
     clients = [digits3.train.subset(list(range(i, 80, 2))) for i in range(2)]
     config = FLConfig(
         clients=2,
         local=LocalTraining(algorithm="fedavg", batch_size=8, shuffle=False),
         defended_clients=[1],
     )
-    FederatedSimulation(model, clients, config, DefensePipeline([defense]), info, seed=0).run(1)
+    FederatedSimulation.honest(
+        model, clients, config, DefensePipeline([defense]), info, public=digits3.public, seed=0
+    ).run(1)
     client = clients[1]
     expected = sum(bool((client.y[b : b + 8] == 0).any()) for b in range(0, len(client), 8))
-    assert expected > 0 and len(calls) == expected
+    assert expected > 0 and calls == [1] * expected
     with pytest.raises(ValueError, match="defended_clients"):
         FLConfig(clients=2, defended_clients=[2])
 
@@ -189,13 +205,15 @@ def test_dcs2_lowers_ig_on_the_sensitive_sample(digits3):
     perfectly; with the sample concealed (batch 1, the sample sensitive) the SSIM falls by ≥ 0.2."""
     info = digits3.info
     model = create_model("lenet", TANH_LENET, in_shape=info.shape, num_classes=10).eval()
-    pipe = DefensePipeline([fitted_dcs2(digits3, sensitive="all", steps=300)])
+    pipe = DefensePipeline([dcs2(sensitive="all", steps=300)])
     ssims = {}
     for name, pipeline in (("none", DefensePipeline()), ("dcs2", pipe)):
         values = []
         for k, i in enumerate((0, 7)):
             batch = digits3.train.subset([i])
-            view = server_view_of(model, batch, info, defenses=pipeline, labels_known=True, seed=k)
+            view = server_view_of(
+                model, batch, info, defenses=pipeline, labels_known=True, seed=k, public=digits3.public
+            )
             rec = create_attack("ig", {"iterations": 500}).reconstruct(view, seed=k)
             values.append(float(np.mean(score_victim(rec, batch.x, batch.y).per_image["ssim"])))
         ssims[name] = float(np.mean(values))
@@ -206,19 +224,29 @@ def test_dcs2_lowers_ig_on_the_sensitive_sample(digits3):
 def test_adaptive_attacks_on_dcs2(digits3):
     info = digits3.info
     model = create_model("lenet", TANH_LENET, in_shape=info.shape, num_classes=10).eval()
-    pipe = DefensePipeline([fitted_dcs2(digits3, sensitive="last-in-batch", steps=3)])
+    pipe = DefensePipeline([dcs2(sensitive="last-in-batch", steps=3)])
     batch = digits3.train.subset([0, 1])
-    view = server_view_of(model, batch, info, defenses=pipe, labels_known=True)
+    view = server_view_of(model, batch, info, defenses=pipe, labels_known=True, public=digits3.public)
     extra = create_attack("dcs2-extra", {"iterations": 2})
     rec = extra.reconstruct(view)
     assert rec.images.shape[0] == 3  # one more than the batch
     assert rec.labels[:2].tolist() == batch.y.tolist()
     assert len(score_victim(rec, batch.x, batch.y).per_image["ssim"]) == 2  # best matches scored
     prior = create_attack("dcs2-prior", {"iterations": 1, "lr": 1e-6})
-    with pytest.raises(ConfigError, match="public split"):
-        prior.reconstruct(view)
-    prior.prepare_model(view.model, ServerKnowledge(info, digits3.public))
-    means = prior.class_means(batch.y)
+    with pytest.raises(ConfigError, match="class means"):
+        prior.reconstruct(view)  # a view without the server's secrets from prepare_model
+    knowledge = ServerKnowledge(info, digits3.public)
+    view = server_view_of(
+        model,
+        batch,
+        info,
+        defenses=pipe,
+        labels_known=True,
+        public=digits3.public,
+        server=prior,
+        knowledge=knowledge,
+    )
+    means = view.secrets(batch.y)
     assert torch.allclose(means[0], digits3.public.x[digits3.public.y == batch.y[0]].mean(dim=0))
     rec = prior.reconstruct(view)
     assert float((rec.images - means).abs().max()) < 0.05  # started from the class means

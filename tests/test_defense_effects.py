@@ -4,16 +4,9 @@ almost perfectly without a defense (the setting of configs/baselines.yaml, reduc
 
 from __future__ import annotations
 
-import statistics
-
 import pytest
-import torch
 
-from leakshield.attacks import ServerKnowledge, create_attack
-from leakshield.defenses import DefensePipeline, FitContext
-from leakshield.fl import LocalTraining, ThreatModel, build_server_view, compute_update
-from leakshield.metrics import match_reconstructions, ssim
-from leakshield.models import create_model
+from leakshield.experiment.probe import probe_attack
 
 VICTIMS = [0, 7]
 
@@ -21,44 +14,20 @@ VICTIMS = [0, 7]
 TANH_LENET = {"activation": "tanh", "init_range": None}
 
 
-def attack_under(digits3, entries, attack="ig", params=None, model="lenet", model_params=None):
-    """Mean SSIM of the attack's reconstructions vs the private images and vs the defended inputs."""
-    info = digits3.info
-    pipeline = DefensePipeline.from_config([{"name": n, "params": p} for n, p in entries])
-    net = create_model(model, model_params or TANH_LENET, in_shape=info.shape, num_classes=10, seed=0)
-    net = pipeline.model_hook(net).eval()
-    pipeline.fit(FitContext(data=digits3, device=torch.device("cpu"), seed=0))
-    pool = digits3.train.subset(list(range(60)))
-    adversary = create_attack(attack, {"iterations": 500, **(params or {})})
-    net_sent = adversary.prepare_model(net, ServerKnowledge(info, digits3.public))
-    views, batches, traces = [], [], []
-    for k, i in enumerate(VICTIMS):
-        batch = digits3.train.subset([i])
-        update, trace = compute_update(
-            net_sent,
-            batch,
-            LocalTraining(),
-            pipeline,
-            normalize=info.normalize,
-            generator=torch.Generator().manual_seed(k),
-            model_mode="eval",
-            pool=pool,
-        )
-        views.append(
-            build_server_view(
-                net_sent, update, info, ThreatModel(True), labels=batch.y, defenses=pipeline.public_config()
-            )
-        )
-        batches.append(batch)
-        traces.append(trace)
-    recs = adversary.reconstruct_many(views, seeds=list(range(len(views))))
-    private, defended = [], []
-    for rec, batch, trace in zip(recs, batches, traces, strict=True):
-        matched = rec.images[match_reconstructions(rec.images, batch.x)]
-        private.append(float(ssim(matched, batch.x).mean()))
-        if trace.defended_x is not None:
-            defended.append(float(ssim(matched, trace.defended_x.clamp(0, 1)).mean()))
-    return statistics.fmean(private), (statistics.fmean(defended) if defended else None)
+def attack_under(digits3, entries, attack="ig", params=None, model="lenet", model_params=None, seed=0):
+    """Mean SSIM of the attack's reconstructions (500 steps) vs the private images and vs the defended
+    inputs; ``seed`` draws the defenses' randomness and the attack's starts."""
+    result = probe_attack(
+        digits3,
+        entries,
+        attack,
+        {"iterations": 500, **(params or {})},
+        model=model,
+        model_params=model_params or TANH_LENET,
+        victims=VICTIMS,
+        seed=seed,
+    )
+    return result.ssim, result.ssim_defended
 
 
 @pytest.fixture(scope="module")

@@ -9,16 +9,18 @@ import torch
 from torch import nn
 
 from leakshield.data import ImageSet
-from leakshield.defenses import DEFENSES, DefensePipeline, FitContext, create_defense
+from leakshield.defenses import DEFENSES, DefensePipeline, create_defense
 from leakshield.defenses.clipping import update_norm
-from leakshield.defenses.dpsgd import dp_epsilon, per_sample_gradients
+from leakshield.defenses.dpsgd import dp_epsilon
 from leakshield.defenses.dropout import ActiveDropout
-from leakshield.defenses.mixing import sample_coefficients
+from leakshield.defenses.mixing import MixUp, sample_coefficients
 from leakshield.defenses.soteria import defended_linear, representation_scores
 from leakshield.errors import ConfigError
-from leakshield.fl import LocalTraining
-from leakshield.fl.client import compute_update, plain_gradient
+from leakshield.fl import LocalTraining, compute_update, plain_gradient
+from leakshield.gradients import per_sample_gradients
 from leakshield.models import create_model
+
+from helpers import client_context
 
 BASELINES = [
     "gaussian-noise",
@@ -49,7 +51,7 @@ def test_every_baseline_is_registered_with_a_reference_and_docstring(name):
     entry = DEFENSES.get(name)
     assert entry.reference and entry.summary
     defense = create_defense(name)
-    assert type(defense).__doc__ and defense.public_config()["name"] == name
+    assert type(defense).__doc__ and defense.public_config().name == name
 
 
 def test_invalid_parameters_name_the_field():
@@ -68,17 +70,17 @@ def test_invalid_parameters_name_the_field():
 def test_gaussian_noise_has_the_configured_std_and_is_seeded():
     update = big_update()
     defense = create_defense("gaussian-noise", {"sigma": 0.1})
-    out = defense.release_hook(update, gen(3))
+    out = defense.release_hook(update, client_context(3))
     noise = out["a.weight"] - update["a.weight"]
     assert abs(float(noise.std()) - 0.1) < 0.005 and abs(float(noise.mean())) < 0.005
-    again = defense.release_hook(update, gen(3))
+    again = defense.release_hook(update, client_context(3))
     assert torch.equal(out["a.weight"], again["a.weight"])
-    assert not torch.equal(out["a.weight"], defense.release_hook(update, gen(4))["a.weight"])
+    assert not torch.equal(out["a.weight"], defense.release_hook(update, client_context(4))["a.weight"])
 
 
 def test_laplacian_noise_has_the_configured_scale():
     update = big_update()
-    out = create_defense("laplacian-noise", {"scale": 0.1}).release_hook(update, gen(0))
+    out = create_defense("laplacian-noise", {"scale": 0.1}).release_hook(update, client_context(0))
     noise = out["a.weight"] - update["a.weight"]
     assert abs(float(noise.abs().mean()) - 0.1) < 0.005  # E|Laplace(0, b)| = b
     assert abs(float(noise.std()) - 0.1 * math.sqrt(2)) < 0.01
@@ -86,17 +88,17 @@ def test_laplacian_noise_has_the_configured_scale():
 
 def test_clipping_bounds_the_global_norm_and_keeps_small_updates():
     update = big_update()
-    clipped = create_defense("clipping", {"bound": 1.0}).release_hook(update, gen())
+    clipped = create_defense("clipping", {"bound": 1.0}).release_hook(update, client_context())
     assert abs(float(update_norm(clipped)) - 1.0) < 1e-4
     ratio = clipped["a.weight"] / update["a.weight"]
     assert torch.allclose(ratio, ratio.flatten()[0].expand_as(ratio))  # direction kept
-    unchanged = create_defense("clipping", {"bound": 1e6}).release_hook(update, gen())
+    unchanged = create_defense("clipping", {"bound": 1e6}).release_hook(update, client_context())
     assert all(torch.equal(unchanged[k], update[k]) for k in update)
 
 
 def test_pruning_per_tensor_keeps_the_largest_entries_of_every_tensor():
     update = big_update()
-    out = create_defense("pruning", {"ratio": 0.9}).release_hook(update, gen())
+    out = create_defense("pruning", {"ratio": 0.9}).release_hook(update, client_context())
     for k, v in out.items():
         kept = v != 0
         assert int(kept.sum()) == math.ceil(0.1 * v.numel())
@@ -105,7 +107,7 @@ def test_pruning_per_tensor_keeps_the_largest_entries_of_every_tensor():
 
 def test_global_pruning_uses_one_threshold():
     update = big_update()  # the bias is 1000× smaller than the weight: a global threshold prunes all of it
-    out = create_defense("pruning-global", {"ratio": 0.9}).release_hook(update, gen())
+    out = create_defense("pruning-global", {"ratio": 0.9}).release_hook(update, client_context())
     assert int((out["a.bias"] != 0).sum()) == 0
     total = sum(int((v != 0).sum()) for v in out.values())
     assert total == math.ceil(0.1 * sum(v.numel() for v in update.values()))
@@ -113,9 +115,9 @@ def test_global_pruning_uses_one_threshold():
 
 def test_quantization_fp16_and_int8():
     update = big_update()
-    half = create_defense("quantization").release_hook(update, gen())
+    half = create_defense("quantization").release_hook(update, client_context())
     assert torch.allclose(half["a.weight"], update["a.weight"], rtol=1e-3, atol=1e-6)
-    int8 = create_defense("quantization", {"format": "int8"}).release_hook(update, gen())
+    int8 = create_defense("quantization", {"format": "int8"}).release_hook(update, client_context())
     w = update["a.weight"]
     scale = float(w.abs().max()) / 127
     assert float((int8["a.weight"] - w).abs().max()) <= scale / 2 + 1e-6
@@ -138,7 +140,7 @@ def test_soteria_prunes_the_lowest_scoring_columns_of_the_defended_layer_only():
     model = create_model("lenet", in_shape=(1, 16, 16), num_classes=10, seed=0).eval()
     x, y = torch.rand(2, 1, 16, 16, generator=gen()), torch.tensor([1, 2])
     plain = plain_gradient(model, x, y)
-    defended = create_defense("soteria", {"percentile": 60}).compute_gradient()(model, x, y)
+    defended = create_defense("soteria", {"percentile": 60}).gradient(model, x, y, client_context())
     name, _ = defended_linear(model)
     assert name == "classifier"
     pruned = (defended["classifier.weight"] == 0).all(dim=0) & (plain["classifier.weight"] != 0).any(dim=0)
@@ -156,7 +158,9 @@ def test_dpsgd_without_noise_or_clipping_is_the_plain_gradient():
     model = create_model("lenet", in_shape=(1, 16, 16), num_classes=10, seed=0).eval()
     x, y = torch.rand(4, 1, 16, 16, generator=gen()), torch.tensor([1, 2, 3, 4])
     plain = plain_gradient(model, x, y)
-    dp = create_defense("dp-sgd", {"noise_multiplier": 0.0, "clip": 1e9}).compute_gradient()(model, x, y)
+    dp = create_defense("dp-sgd", {"noise_multiplier": 0.0, "clip": 1e9}).gradient(
+        model, x, y, client_context()
+    )
     assert all(torch.allclose(dp[k], plain[k], atol=1e-6) for k in plain)
 
 
@@ -166,7 +170,9 @@ def test_dpsgd_clips_every_sample():
     samples = per_sample_gradients(model, x, y)
     norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in samples.values()))
     assert (norms > 0.01).all()
-    dp = create_defense("dp-sgd", {"noise_multiplier": 0.0, "clip": 0.01}).compute_gradient()(model, x, y)
+    dp = create_defense("dp-sgd", {"noise_multiplier": 0.0, "clip": 0.01}).gradient(
+        model, x, y, client_context()
+    )
     assert float(update_norm(dp)) <= 0.01 + 1e-6
 
 
@@ -202,9 +208,7 @@ def test_client_updates_with_random_stages_are_reproducible_per_generator(digits
     batch = digits3.train.subset([0, 1])
 
     def update(seed):
-        u, _ = compute_update(
-            model, batch, LocalTraining(), pipeline, normalize=digits3.info.normalize, generator=gen(seed)
-        )
+        u, _ = compute_update(model, batch, LocalTraining(), pipeline, info=digits3.info, generator=gen(seed))
         return u.delta
 
     first, again, other = update(5), update(5), update(6)
@@ -219,23 +223,21 @@ def test_mixing_coefficients_follow_the_dirichlet_with_a_cap():
     assert float(lam[:, 0].mean()) > float(lam[:, 1:].mean()) + 0.2  # the own image's share is largest
 
 
-def fitted(name, digits3, **params):
-    defense = create_defense(name, params)
-    defense.fit(FitContext(data=digits3, device=torch.device("cpu"), seed=0))
-    return defense
+def in_client(digits3, pool, seed):
+    """The context of a client holding ``pool`` (partners are drawn from it)."""
+    return client_context(seed, data=pool, info=digits3.info, public=digits3.public)
 
 
 def test_mixup_mixes_with_partners_of_the_local_dataset(digits3):
-    mixup = fitted("mixup", digits3)
+    mixup = create_defense("mixup")
     pool = digits3.train.subset(list(range(20)))
-    mixup.bind_local_data(pool)
     x, y = digits3.train.x[:3], digits3.train.y[:3]
-    mixed, labels = mixup.data_hook(x, y, gen())
+    mixed, labels = mixup.data_hook(x, y, in_client(digits3, pool, 0))
     assert mixed.shape == x.shape and labels.shape == (3, 10)
     assert torch.allclose(labels.sum(1), torch.ones(3), atol=1e-6)
     assert float(mixed.min()) >= 0 and float(mixed.max()) <= 1  # convex combinations of images
     assert not torch.equal(mixed, x)
-    again, _ = mixup.data_hook(x, y, gen(1))
+    again, _ = mixup.data_hook(x, y, in_client(digits3, pool, 1))
     assert not torch.equal(again, mixed)  # new mixings every call (every epoch)
     # the image's own label gets the first coefficient, the largest on average
     assert float(labels[torch.arange(3), y].mean()) >= 0.2
@@ -244,12 +246,11 @@ def test_mixup_mixes_with_partners_of_the_local_dataset(digits3):
 def test_instahide_flips_signs_in_normalized_space_and_mixes_public_images(digits3):
     info = digits3.info
     x, y = digits3.train.x[:4], digits3.train.y[:4]
-    plain = fitted("instahide", digits3, sign_flip=False)
-    flipped = fitted("instahide", digits3)
-    for d in (plain, flipped):
-        d.bind_local_data(digits3.train.subset(list(range(20))))
-    mixed, labels = plain.data_hook(x, y, gen(2))
-    encoded, labels2 = flipped.data_hook(x, y, gen(2))
+    plain = create_defense("instahide", {"sign_flip": False})
+    flipped = create_defense("instahide")
+    pool = digits3.train.subset(list(range(20)))
+    mixed, labels = plain.data_hook(x, y, in_client(digits3, pool, 2))
+    encoded, labels2 = flipped.data_hook(x, y, in_client(digits3, pool, 2))
     assert torch.allclose(info.normalize(encoded).abs(), info.normalize(mixed).abs(), atol=1e-5)
     assert float(encoded.min()) < 0  # flipped pixels leave the [0, 1] range
     assert torch.equal(labels, labels2)
@@ -259,11 +260,13 @@ def test_instahide_flips_signs_in_normalized_space_and_mixes_public_images(digit
 def test_augmentation_crops_and_flips():
     x = torch.rand(6, 1, 8, 8, generator=gen())
     identity = create_defense("augmentation", {"padding": 0, "flip": False})
-    assert torch.equal(identity.data_hook(x, torch.zeros(6), gen())[0], x)
-    flip_only = create_defense("augmentation", {"padding": 0}).data_hook(x, torch.zeros(6), gen())[0]
+    assert torch.equal(identity.data_hook(x, torch.zeros(6), client_context())[0], x)
+    flip_only = create_defense("augmentation", {"padding": 0}).data_hook(x, torch.zeros(6), client_context())[
+        0
+    ]
     for a, b in zip(flip_only, x, strict=True):
         assert torch.equal(a, b) or torch.equal(a, b.flip(-1))
-    cropped = create_defense("augmentation").data_hook(x, torch.zeros(6), gen())[0]
+    cropped = create_defense("augmentation").data_hook(x, torch.zeros(6), client_context())[0]
     assert cropped.shape == x.shape and not torch.equal(cropped, x)
 
 
@@ -271,11 +274,10 @@ def test_defenses_stack_in_order(digits3):
     pipeline = DefensePipeline.from_config(
         [{"name": "mixup"}, {"name": "gaussian-noise", "params": {"sigma": 1}}]
     )
-    pipeline.fit(FitContext(data=digits3, device=torch.device("cpu"), seed=0))
     model = create_model("lenet", in_shape=digits3.info.shape, num_classes=10, seed=0)
     batch = digits3.train.subset([0, 1])
     update, trace = compute_update(
-        model, batch, LocalTraining(), pipeline, normalize=digits3.info.normalize, generator=gen()
+        model, batch, LocalTraining(), pipeline, info=digits3.info, generator=gen(), public=digits3.public
     )
     assert trace.defended_x is not None and not torch.equal(trace.defended_x, batch.x)  # mixed first
     assert float(update_norm(update.delta)) > 100  # then noise of std 1 on every entry
@@ -283,10 +285,19 @@ def test_defenses_stack_in_order(digits3):
         DefensePipeline.from_config([{"name": "soteria"}, {"name": "dp-sgd"}])
 
 
-def test_mixing_pool_defaults_to_the_data_the_client_holds(digits3):
-    mixup = fitted("mixup", digits3)
+def test_mixing_pool_defaults_to_the_data_the_client_holds(digits3, monkeypatch):
+    seen = []
+    original = MixUp.data_hook
+
+    def spy(self, x, y, context):
+        seen.append(context.dataset)
+        return original(self, x, y, context)
+
+    monkeypatch.setattr(MixUp, "data_hook", spy)
     batch = ImageSet(digits3.train.x[:2], digits3.train.y[:2])
+    pool = digits3.train.subset(list(range(30)))
     model = create_model("lenet", in_shape=digits3.info.shape, num_classes=10, seed=0)
-    pipeline = DefensePipeline([mixup])
-    compute_update(model, batch, LocalTraining(), pipeline, normalize=digits3.info.normalize, generator=gen())
-    assert mixup.local is batch
+    pipeline = DefensePipeline([create_defense("mixup")])
+    compute_update(model, batch, LocalTraining(), pipeline, info=digits3.info, generator=gen())
+    compute_update(model, batch, LocalTraining(), pipeline, info=digits3.info, generator=gen(), pool=pool)
+    assert seen[0] is batch and seen[1] is pool

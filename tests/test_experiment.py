@@ -6,7 +6,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -146,14 +145,32 @@ def test_report_files_and_baseline_row(tmp_path):
     assert csv_lines[0].startswith("kind,model,defense,attack,round,seed,status") and len(csv_lines) == 4
 
 
+#: runs the CLI in a child process that kills itself with SIGKILL right after the result store has
+#: committed its Nth cell: an event of the run, not a moment in time
+KILL_AFTER_NTH_STORED_CELL = """
+import os, signal, sys
+from leakshield.cli import main
+from leakshield.experiment.store import ResultStore
+
+stored, put = 0, ResultStore.put
+
+def put_then_maybe_die(self, record):
+    global stored
+    put(self, record)
+    stored += 1
+    if stored == int(os.environ["KILL_AFTER"]):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+ResultStore.put = put_then_maybe_die
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def test_sigkill_midway_then_rerun_computes_each_cell_exactly_once(tmp_path):
-    cfg = tiny_config(seeds=[0, 1, 2, 3], attacks=[{"name": "ig", "iterations": 150}])
+    cfg = tiny_config(seeds=[0, 1, 2, 3], attacks=[{"name": "ig", "iterations": 20}])
     path = write_config(tmp_path / "cfg.yaml", cfg)
     out = tmp_path / "run"
-    command = [
-        sys.executable,
-        "-m",
-        "leakshield",
+    args = [
         "run",
         str(path),
         "--out",
@@ -165,25 +182,18 @@ def test_sigkill_midway_then_rerun_computes_each_cell_exactly_once(tmp_path):
         "1",
         "--no-report",
     ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "KILL_AFTER": "3"}
+    killed_run = subprocess.run(
+        [sys.executable, "-c", KILL_AFTER_NTH_STORED_CELL, *args], env=env, capture_output=True, timeout=600
+    )
+    assert killed_run.returncode == -signal.SIGKILL, killed_run.stderr
     db = out / "results.sqlite"
-    deadline = time.time() + 240
-    stored = 0
-    while time.time() < deadline and proc.poll() is None:
-        if db.exists():
-            with sqlite3.connect(db) as conn:
-                stored = conn.execute("SELECT COUNT(*) FROM cells").fetchone()[0]
-            if stored >= 3:
-                break
-        time.sleep(0.05)
-    assert proc.poll() is None, f"the run finished before it could be killed: {proc.stderr.read()!r}"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
     killed = {r.key: r.finished for r in ResultStore(db).records()}
     total = len(expand_grid(load_config(path)))
-    assert 3 <= len(killed) < total
-    rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert len(killed) == 3 < total
+    rerun = subprocess.run(
+        [sys.executable, "-m", "leakshield", *args], env=env, capture_output=True, text=True, timeout=600
+    )
     assert rerun.returncode == 0, rerun.stderr
     assert f"{total - len(killed)} computed, {len(killed)} already stored" in rerun.stdout
     with sqlite3.connect(db) as conn:

@@ -28,7 +28,7 @@ def _update(model, batch, info, local=None, mode="train"):
         batch,
         local or LocalTraining(),
         DefensePipeline(),
-        normalize=info.normalize,
+        info=info,
         generator=torch.Generator(),
         model_mode=mode,
     )
@@ -75,7 +75,7 @@ def _simulate(digits3, algorithm, seed):
     parts = partition_indices(digits3.train.y, 4, IIDPartition(), seed=0)
     clients = [digits3.train.subset(p) for p in parts]
     model = create_model("lenet", in_shape=digits3.info.shape, num_classes=10, seed=seed)
-    FederatedSimulation(model, clients, cfg, DefensePipeline(), digits3.info, seed=seed).run(3)
+    FederatedSimulation.honest(model, clients, cfg, DefensePipeline(), digits3.info, seed=seed).run(3)
     return model
 
 
@@ -96,7 +96,7 @@ def test_fedavg_training_learns_digits(digits3):
     clients = [digits3.train.subset(p) for p in parts]
     model = create_model("lenet", in_shape=digits3.info.shape, num_classes=10)
     before = accuracy(model, digits3.test, normalize=digits3.info.normalize)
-    FederatedSimulation(model, clients, cfg, DefensePipeline(), digits3.info).run(15)
+    FederatedSimulation.honest(model, clients, cfg, DefensePipeline(), digits3.info).run(15)
     after = accuracy(model, digits3.test, normalize=digits3.info.normalize)
     assert after > 0.6 > before + 0.3
 

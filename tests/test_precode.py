@@ -11,11 +11,11 @@ import torch
 
 from leakshield.attacks import create_attack
 from leakshield.defenses import DefensePipeline, create_defense
-from leakshield.defenses.dpsgd import per_sample_gradients
 from leakshield.defenses.precode import PrecodeBottleneck, gaussian_kl
 from leakshield.errors import ConfigError
 from leakshield.fl import FederatedSimulation, FLConfig, LocalTraining, plain_gradient, server_view_of
-from leakshield.fl.loss import cross_entropy
+from leakshield.gradients import per_sample_gradients
+from leakshield.loss import cross_entropy
 from leakshield.metrics import match_reconstructions, psnr, ssim
 from leakshield.metrics.utility import accuracy
 from leakshield.models import create_model
@@ -95,11 +95,29 @@ def test_model_stage_is_seeded_and_copies_cleanly():
 
 
 def test_dp_sgd_per_sample_gradients_include_the_kl_term():
-    model, _ = precode_model()
+    """Each per-sample gradient equals ∇(CE_i + β·KL_i) computed independently. The decoder's weight is
+    zeroed so that the output, hence CE, does not depend on the bottleneck's random sample: the encoder
+    (and the layers before it) then receive β·∇KL only, which is deterministic."""
+    model, _ = precode_model(beta=0.5)
+    bottleneck = model.classifier[0]
+    with torch.no_grad():
+        bottleneck.decoder.weight.zero_()
     x, y = torch.rand(3, 3, 8, 8), torch.tensor([0, 1, 2])
     grads = per_sample_gradients(model, x, y)
-    assert grads["classifier.0.encoder.weight"].shape[0] == 3
-    assert all(torch.isfinite(g).all() for g in grads.values())
+    for i in range(3):
+        features = model.features(x[i : i + 1])
+        stats = bottleneck.encoder(features)
+        mu, sigma = stats[:, : bottleneck.k], torch.nn.functional.softplus(stats[:, bottleneck.k :])
+        kl = gaussian_kl(mu, sigma).mean() / math.log(2)
+        logits = model.classifier[1](bottleneck.decoder.bias.expand(1, -1))
+        loss = cross_entropy(logits, y[i : i + 1]) + 0.5 * kl
+        names = [n for n, _ in model.named_parameters() if n != "classifier.0.decoder.weight"]
+        params = dict(model.named_parameters())
+        expected = torch.autograd.grad(loss, [params[n] for n in names], allow_unused=True)
+        for name, want in zip(names, expected, strict=True):
+            want = torch.zeros_like(params[name]) if want is None else want
+            assert torch.allclose(grads[name][i], want, atol=1e-6), name
+    assert float(grads["classifier.0.encoder.weight"].abs().sum()) > 0  # the KL's own gradient
 
 
 def test_fl_training_under_precode_learns(digits3):
@@ -110,7 +128,7 @@ def test_fl_training_under_precode_learns(digits3):
     )
     clients = [digits3.train.subset(list(range(i, 600, 2))) for i in range(2)]
     before = accuracy(model, digits3.test, normalize=info.normalize)
-    FederatedSimulation(model, clients, config, pipe, info, seed=0).run(3)
+    FederatedSimulation.honest(model, clients, config, pipe, info, seed=0).run(3)
     after = accuracy(model, digits3.test, normalize=info.normalize)
     assert after > max(0.6, before + 0.3)
     # the bottleneck samples at inference too: the evaluation is seeded, hence reproducible
@@ -160,7 +178,16 @@ def test_precode_expectation_averages_over_bottleneck_samples(digits3):
     info = digits3.info
     model, pipe = precode_model("mlp", {"width": 16}, in_shape=info.shape)
     view = server_view_of(model.eval(), digits3.train.subset([0]), info, defenses=pipe, labels_known=True)
-    attack = create_attack("precode-expectation", {"iterations": 3, "dropout_samples": 2})
-    assert attack.params.dropout_samples == 2
+    attack = create_attack("precode-expectation", {"iterations": 3})
+    assert attack.params.dropout_samples == 8
+    x = info.normalize(digits3.train.x[:1])
+    names = attack._matched_names(view.model, view)
+    torch.manual_seed(0)
+    mean, _ = attack._dummy_update(view.model, names, x, torch.tensor([0]), view, 4)
+    torch.manual_seed(0)  # the same four bottleneck samples, one at a time
+    draws = [attack._dummy_update(view.model, names, x, torch.tensor([0]), view, 1)[0] for _ in range(4)]
+    for k in range(len(names)):
+        assert torch.allclose(mean[k], sum(d[k] for d in draws) / 4, atol=1e-6)
+    assert not torch.allclose(draws[0][0], draws[1][0])  # the samples differ: the mean is a real average
     rec = attack.reconstruct(view)
     assert rec.images.shape == (1, *info.shape) and torch.isfinite(rec.images).all()

@@ -1,4 +1,4 @@
-"""The ``leakshield`` command line: run, report, list, demo.
+"""The ``leakshield`` command line: run, fit, report, list, demo.
 
 Bad input (unknown names, wrong types, invalid values, missing data files, unreadable configs) ends
 with exit status 2 and one line on stderr, without a traceback and without writing over a run.
@@ -19,7 +19,7 @@ import yaml
 from leakshield import __version__
 from leakshield.errors import LeakshieldError
 
-LISTABLE = ("datasets", "models", "defenses", "attacks", "metrics")
+LISTABLE = ("datasets", "models", "defenses", "attacks", "aggregators", "metrics")
 EXIT_USAGE = 2
 
 
@@ -59,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
             help="CPU threads for torch (default: the cores available to this process)",
         )
         p.add_argument("--quiet", action="store_true", help="no progress bars")
+        p.add_argument(
+            "--cache-dir",
+            type=Path,
+            default=None,
+            help="folder of fitted artifacts (default: $LEAKSHIELD_CACHE_DIR, else ~/.cache/leakshield)",
+        )
 
     run = sub.add_parser(
         "run",
@@ -78,6 +84,23 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--retry-failed", action="store_true", help="recompute cells stored as failed")
     run.add_argument("--no-report", action="store_true", help="do not write the report afterwards")
     common(run)
+
+    fit = sub.add_parser(
+        "fit",
+        help="precompute the fitted artifacts a config needs (policy searches, public models, ...)",
+        description="Fit every defense and attack of CONFIG that needs one-off preparation, for every "
+        "seed and model of its grid, and store the artifacts in the cache folder (content-addressed: "
+        "a later 'leakshield run' of the same settings reuses them; a corrupt artifact is detected and "
+        "recomputed). Public fits see the public split only, client fits one client's data only.",
+    )
+    fit.add_argument("config", type=Path, help="experiment config (YAML)")
+    fit.add_argument(
+        "--data-root",
+        type=Path,
+        default=None,
+        help="folder with the dataset's files (overrides dataset.root)",
+    )
+    common(fit)
 
     report = sub.add_parser(
         "report",
@@ -133,7 +156,9 @@ def _run(config, out: Path, args: argparse.Namespace) -> int:
     from leakshield.report import build_report
 
     _set_threads(args.threads)
-    runner = ExperimentRunner(config, out, device=args.device, progress=not args.quiet)
+    runner = ExperimentRunner(
+        config, out, device=args.device, progress=not args.quiet, cache_dir=args.cache_dir
+    )
     summary = runner.run(retry_failed=getattr(args, "retry_failed", False))
     print(
         f"{summary.total} cells: {summary.computed} computed, {summary.skipped} already stored, "
@@ -145,7 +170,7 @@ def _run(config, out: Path, args: argparse.Namespace) -> int:
     return 1 if summary.failed else 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _load(args: argparse.Namespace):
     from leakshield.experiment import load_config, parse_config
 
     config = load_config(args.config)
@@ -153,8 +178,31 @@ def cmd_run(args: argparse.Namespace) -> int:
         data = config.model_dump(mode="json")
         data["dataset"]["root"] = str(args.data_root)
         config = parse_config(data, source=str(args.config))
+    return config
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = _load(args)
     out = args.out or Path("runs") / config.name
     return _run(config, out, args)
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from leakshield.artifacts import ArtifactCache
+    from leakshield.experiment.pipeline import resolve_device
+    from leakshield.experiment.prefit import fit_config, needs_fitting
+
+    config = _load(args)
+    _set_threads(args.threads)
+    cache = ArtifactCache(args.cache_dir)
+    if not needs_fitting(config):
+        print(f"{config.name}: no defense or attack of this config needs fitting; nothing to do")
+        return 0
+    summary = fit_config(config, resolve_device(args.device), cache, progress=not args.quiet)
+    print(
+        f"{summary.artifacts} artifacts: {summary.fitted} fitted, {summary.reused} reused → {summary.cache}"
+    )
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -205,8 +253,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     if what == "metrics":
         from leakshield.metrics import METRICS
 
-        for name, text in METRICS.items():
-            print(f"{name:<12} {text}")
+        for spec in METRICS:
+            better = "higher" if spec.higher_is_better else "lower"
+            unit = f", {spec.unit}" if spec.unit else ""
+            print(f"{spec.name:<15} {spec.summary} ({spec.kind}{unit}; {better} is better)")
         return 0
     registry = _registry(what)
     width = max(len(e.name) for e in registry) + 2
@@ -215,6 +265,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"{entry.name:<{width}}{entry.summary}{aliases}")
         if entry.reference:
             print(f"{'':<{width}}  ↳ {entry.reference}")
+        if entry.targets:
+            print(f"{'':<{width}}  ↳ adaptive: meets {', '.join(entry.targets)} in a grid")
         if args.verbose:
             for field, info in entry.params.model_fields.items():
                 print(f"{'':<{width}}    {field} = {info.default!r}")
@@ -234,12 +286,16 @@ def _registry(what: str):
         from leakshield.defenses import DEFENSES
 
         return DEFENSES
+    if what == "aggregators":
+        from leakshield.fl import AGGREGATORS
+
+        return AGGREGATORS
     from leakshield.attacks import ATTACKS
 
     return ATTACKS
 
 
-COMMANDS = {"run": cmd_run, "report": cmd_report, "list": cmd_list, "demo": cmd_demo}
+COMMANDS = {"run": cmd_run, "fit": cmd_fit, "report": cmd_report, "list": cmd_list, "demo": cmd_demo}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

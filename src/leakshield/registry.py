@@ -39,6 +39,8 @@ class Entry(Generic[T]):
     reference: str = ""
     params: type[Params] = NoParams
     aliases: tuple[str, ...] = ()
+    #: adaptive attacks: the defenses they are built against (a grid pairs them with those only)
+    targets: tuple[str, ...] | None = None
 
     def validate(self, params: Mapping[str, Any] | None) -> Params:
         """Validate ``params`` against the entry's parameter model; errors name field and allowed values."""
@@ -76,22 +78,31 @@ class Registry(Generic[T]):
         reference: str = "",
         params: type[Params] = NoParams,
         aliases: Mapping[str, Mapping[str, Any]] | None = None,
+        targets: tuple[str, ...] | None = None,
     ) -> Callable[[Callable[..., T]], Callable[..., T]]:
         """Decorator registering ``factory(**validated_params_and_context)`` under ``name``.
 
         ``aliases`` maps an alternative name to parameter defaults it implies (e.g. ``dmlp`` →
-        ``{"hidden_layers": 4}``).
+        ``{"hidden_layers": 4}``). ``targets`` (adaptive attacks): the component names it is built
+        against.
         """
 
         def decorator(factory: Callable[..., T]) -> Callable[..., T]:
             if name in self._entries or name in self._aliases:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
-            self._entries[name] = Entry(name, factory, summary, reference, params, tuple(aliases or ()))
+            self._entries[name] = Entry(
+                name, factory, summary, reference, params, tuple(aliases or ()), targets
+            )
             for alias, implied in (aliases or {}).items():
                 self._aliases[alias] = (name, dict(implied))
             return factory
 
         return decorator
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` and its aliases (plug-ins and tests that register temporary components)."""
+        self._entries.pop(name)
+        self._aliases = {a: t for a, t in self._aliases.items() if t[0] != name}
 
     def names(self) -> list[str]:
         return sorted(self._entries)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from torch import nn
@@ -39,30 +39,17 @@ from torch import nn
 from leakshield.attacks.base import ATTACKS, Attack, Reconstruction
 from leakshield.attacks.inversion.engine import GradientInversion
 from leakshield.attacks.inversion.presets import IG_LIKE, preset_params
+from leakshield.defenses.base import PublicDefense
 from leakshield.defenses.dropout import ActiveDropout
 from leakshield.defenses.soteria import defended_linear
 from leakshield.fl.types import ServerView
 
-#: adaptive attack → the defenses it is built against
-ADAPTIVE_TARGETS: dict[str, tuple[str, ...]] = {
-    "pruning-aware": ("pruning", "quantization"),
-    "noise-aware": ("gaussian-noise", "laplacian-noise", "dp-sgd", "clipping"),
-    "soteria-bypass": ("soteria",),
-    "dropout-expectation": ("dropout",),
-    "dropout-mask": ("dropout",),
-    "precode-expectation": ("precode",),
-    "precode-analytic": ("precode",),
-    "dcs2-extra": ("dcs2",),
-    "dcs2-prior": ("dcs2",),
-    "carlini": ("mixup", "instahide"),
-}
-
 ADAPTIVE_IG = {**IG_LIKE, "distance": "cosine", "iterations": 4800}
 
 
-def find_defense(defenses: Sequence[Mapping[str, Any]], *names: str) -> Mapping[str, Any] | None:
+def find_defense(defenses: Sequence[PublicDefense], *names: str) -> PublicDefense | None:
     """The public configuration of the first defense in the view named one of ``names``."""
-    return next((d for d in defenses if d.get("name") in names), None)
+    return next((d for d in defenses if d.name in names), None)
 
 
 class AdaptiveInversion(GradientInversion):
@@ -108,18 +95,18 @@ class NoiseAwareInversion(AdaptiveInversion):
         dp = find_defense(view.defenses, "dp-sgd")
         if gaussian is not None or dp is not None:
             if gaussian is not None:
-                std = float(gaussian["sigma"])
+                std = float(gaussian.params.sigma)  # type: ignore[attr-defined]
             else:
                 assert dp is not None
                 std = (
-                    float(dp["noise_multiplier"])
-                    * float(dp["clip"])
+                    float(dp.params.noise_multiplier)  # type: ignore[attr-defined]
+                    * float(dp.params.clip)  # type: ignore[attr-defined]
                     / max(view.update.protocol.batch_size, 1)
                 )
             scale = 1 / (2 * std**2 * entries) if std > 0 else 1.0
             return {"distance": "l2", "layer_weights": {**weights, "*": scale}}
         if laplacian is not None:
-            b = float(laplacian["scale"])
+            b = float(laplacian.params.scale)  # type: ignore[attr-defined]
             scale = 1 / (b * entries) if b > 0 else 1.0
             return {"distance": "l1", "layer_weights": {**weights, "*": scale}}
         if find_defense(view.defenses, "clipping") is not None:
@@ -134,7 +121,7 @@ class SoteriaBypass(AdaptiveInversion):
 
     def adaptation(self, view: ServerView) -> dict[str, Any]:
         soteria = find_defense(view.defenses, "soteria")
-        layer = soteria.get("layer") if soteria is not None else None
+        layer = getattr(soteria.params, "layer", None) if soteria is not None else None
         module, _ = defended_linear(view.model, layer)
         weight = f"{module}.weight" if module else "weight"
         return {"layer_weights": {weight: 0.0, **self.params.layer_weights}}
@@ -192,6 +179,7 @@ ATTACKS.register(
     "4800 steps",
     reference="Zhu et al., NeurIPS 2019, Sec. 5; LODA (Wan et al.) Sec. 5.1 (TV 1e-3 against pruning)",
     params=preset_params("pruning-aware", {**ADAPTIVE_IG, "tv": 1e-3, "match_released": True}),
+    targets=("pruning", "quantization"),
 )(GradientInversion)
 
 ATTACKS.register(
@@ -200,6 +188,7 @@ ATTACKS.register(
     "cosine vs clipping; signed Adam, 4800 steps",
     reference="Balunović et al., Bayesian Framework for Gradient Leakage, ICLR 2022",
     params=preset_params("noise-aware", ADAPTIVE_IG),
+    targets=("gaussian-noise", "laplacian-noise", "dp-sgd", "clipping"),
 )(NoiseAwareInversion)
 
 ATTACKS.register(
@@ -208,6 +197,7 @@ ATTACKS.register(
     "4000 Adam steps",
     reference="Balunović et al., Bayesian Framework for Gradient Leakage, ICLR 2022 (SPEC §2.9)",
     params=preset_params("soteria-bypass", {**ADAPTIVE_IG, "iterations": 4000, "tv": 4e-4}),
+    targets=("soteria",),
 )(SoteriaBypass)
 
 ATTACKS.register(
@@ -215,6 +205,7 @@ ATTACKS.register(
     summary="adaptive vs dropout: IG whose dummy gradient is the mean over 8 dropout masks, 4800 steps",
     reference="Balunović et al., ICLR 2022 (expectation over the defense's randomness)",
     params=preset_params("dropout-expectation", {**ADAPTIVE_IG, "dropout_samples": 8}),
+    targets=("dropout",),
 )(GradientInversion)
 
 ATTACKS.register(
@@ -223,6 +214,7 @@ ATTACKS.register(
     "dropout (batch 1) and runs IG with it fixed, 4800 steps",
     reference="leakshield; the mask leaks as in Balunović et al., ICLR 2022 (dropout as a defense)",
     params=preset_params("dropout-mask", {**ADAPTIVE_IG, "dropout_samples": 4}),
+    targets=("dropout",),
 )(DropoutMaskInference)
 
 ATTACKS.register(
@@ -230,4 +222,5 @@ ATTACKS.register(
     summary="adaptive vs PRECODE: IG whose dummy gradient is the mean over 8 bottleneck samples, 4800 steps",
     reference="Balunović et al., ICLR 2022 (expectation over the defense's randomness); PRECODE, WACV 2022",
     params=preset_params("precode-expectation", {**ADAPTIVE_IG, "dropout_samples": 8}),
+    targets=("precode",),
 )(GradientInversion)

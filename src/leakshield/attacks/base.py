@@ -5,25 +5,20 @@ No attack signature accepts the private batch (DESIGN.md principle 1): the evalu
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from leakshield.data.types import DatasetInfo, ImageSet
-from leakshield.fl.types import ServerView
+from leakshield.artifacts import Artifact, FitData
+from leakshield.fl.types import PreparedModel, ServerKnowledge, ServerView
 from leakshield.registry import Params, Registry
 
-
-@dataclass(frozen=True)
-class ServerKnowledge:
-    """What a (malicious) server may use to prepare the model it sends: public dataset facts and the
-    public split (never a client's private data)."""
-
-    data_info: DatasetInfo
-    public: ImageSet
+__all__ = ["ATTACKS", "Attack", "Reconstruction", "ServerKnowledge", "create_attack"]
 
 
 @dataclass(frozen=True)
@@ -49,18 +44,35 @@ class Attack:
     """
 
     name: str = "attack"
+    #: ``public``: the attack needs a one-off :meth:`fit` on the public split (e.g. a generator prior)
+    fit_scope: ClassVar[Literal["public"] | None] = None
 
     def __init__(self, params: Params) -> None:
         self.params = params
+        #: the fitted artifact this attack was given (:meth:`with_artifact`)
+        self.artifact: Artifact | None = None
+
+    def fit(self, data: FitData) -> Artifact:
+        """One-off preparation on the public split only; returns an artifact (cached by the runner)."""
+        raise NotImplementedError(f"{self.name} declares fit_scope {self.fit_scope!r} but no fit()")
+
+    def with_artifact(self, artifact: Artifact) -> Attack:
+        """A copy of this attack holding its fitted ``artifact``."""
+        other = copy.copy(self)
+        other.artifact = artifact
+        return other
 
     @property
     def rounds_observed(self) -> int:
         return 1
 
-    def prepare_model(self, model: nn.Module, knowledge: ServerKnowledge) -> nn.Module:
-        """The model the server sends. Honest-but-curious attacks send it unchanged; a malicious server
-        (e.g. imprint) returns a modified copy. Called before the victim computes its update."""
-        return model
+    def prepare_model(self, model: nn.Module, knowledge: ServerKnowledge) -> PreparedModel:
+        """The model the server sends and the secrets it keeps (handed back in the view's ``secrets``).
+        Honest-but-curious attacks send it unchanged and keep none; a malicious server (e.g. imprint)
+        returns a modified copy. Called before the victim computes its update, which the victim does on
+        its own copy: an attack never sees what the client computed privately. An attack keeps no
+        state between calls: what it needs later goes into its secrets."""
+        return PreparedModel(model)
 
     def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction:
         raise NotImplementedError

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pydantic
@@ -29,11 +30,11 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from leakshield.attacks.adaptive import find_defense
-from leakshield.attacks.base import ATTACKS, Attack, Reconstruction, ServerKnowledge, create_attack
+from leakshield.attacks.base import ATTACKS, Attack, Reconstruction, create_attack
 from leakshield.data.types import DatasetInfo
 from leakshield.defenses.mixing import InstaHideParams, MixUpParams, sample_coefficients
 from leakshield.errors import ConfigError
-from leakshield.fl.types import ServerView
+from leakshield.fl.types import PreparedModel, ServerKnowledge, ServerSecrets, ServerView
 from leakshield.registry import Params
 
 
@@ -64,30 +65,33 @@ class CarliniParams(Params):
         return {"iterations": 1000} if takes_iterations else {}
 
 
+@dataclass(frozen=True)
+class PublicMeanImage(ServerSecrets):
+    """The public split's mean image (pixels), the server's stand-in for partners it cannot know."""
+
+    image: torch.Tensor
+
+
 @ATTACKS.register(
     "carlini",
     summary="adaptive vs MixUp/InstaHide: invert T = 50 rounds to encodings, group them by |E| "
     "similarity, solve LODA's Eq. 3 on absolute values",
     reference="Carlini et al., IEEE S&P 2021; as described in LODA (Wan et al.) Sec. 3.2 Eq. 2–3, Sec. 5.1",
     params=CarliniParams,
+    targets=("mixup", "instahide"),
 )
 class CarliniAttack(Attack):
     """Multi-round decoding of instance encodings (see the module docstring)."""
 
     params: CarliniParams
 
-    def __init__(self, params: CarliniParams) -> None:
-        super().__init__(params)
-        self.public_mean: torch.Tensor | None = None
-
     @property
     def rounds_observed(self) -> int:
         return self.params.rounds
 
-    def prepare_model(self, model: nn.Module, knowledge: ServerKnowledge) -> nn.Module:
+    def prepare_model(self, model: nn.Module, knowledge: ServerKnowledge) -> PreparedModel:
         # honest server: the model is unchanged; the public split's mean image models unknown partners
-        self.public_mean = knowledge.public.x.mean(dim=0)
-        return model
+        return PreparedModel(model, PublicMeanImage(knowledge.public.x.mean(dim=0)))
 
     def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction:
         return self.reconstruct_from_rounds([view], seed=seed)
@@ -123,7 +127,8 @@ class CarliniAttack(Attack):
                         f"carlini.inner: {self.params.inner} does not return its input estimate"
                     )
                 encodings[k].append(rec.normalized)
-        mean = self.public_mean if self.public_mean is not None else torch.full(info.shape, 0.5)
+        secrets = first.secrets
+        mean = secrets.image if isinstance(secrets, PublicMeanImage) else torch.full(info.shape, 0.5)
         seconds = (time.perf_counter() - start) / len(views)
         results = []
         for k, seed in enumerate(seeds):
@@ -138,10 +143,9 @@ class CarliniAttack(Attack):
     def _defense(view: ServerView) -> MixUpParams:
         """The public configuration of the mixing defense in the view."""
         config = find_defense(view.defenses, "instahide", "mixup")
-        if config is None:
+        if config is None or not isinstance(config.params, MixUpParams):
             raise ConfigError("carlini: the view has no mixup or instahide defense to decode")
-        fields = {k: v for k, v in config.items() if k != "name"}
-        return InstaHideParams(**fields) if config["name"] == "instahide" else MixUpParams(**fields)
+        return config.params
 
     def _inner(self, defense: MixUpParams, view: ServerView) -> Attack:
         """The per-round inversion, adapted to encodings where the user did not say otherwise: mixed

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pydantic
@@ -21,12 +22,13 @@ import torch
 from torch import nn
 
 from leakshield.attacks.adaptive import ADAPTIVE_IG, AdaptiveInversion, find_defense
-from leakshield.attacks.base import ATTACKS, Attack, Reconstruction, ServerKnowledge
+from leakshield.attacks.base import ATTACKS, Attack, Reconstruction
 from leakshield.attacks.inversion.engine import GradientInversion
 from leakshield.attacks.inversion.presets import preset_params
 from leakshield.attacks.labels import classifier_weight_name, granted_or_inferred_labels, infer_labels
+from leakshield.data.types import ImageSet
 from leakshield.errors import ConfigError
-from leakshield.fl.types import ServerView, ThreatModel
+from leakshield.fl.types import PreparedModel, ServerKnowledge, ServerSecrets, ServerView, ThreatModel
 
 
 class DCS2ExtraParams(preset_params("dcs2-extra", ADAPTIVE_IG)):  # type: ignore[misc]
@@ -44,10 +46,11 @@ def extra_images(view: ServerView, extra: int | None) -> int:
     dcs2 = find_defense(view.defenses, "dcs2")
     if dcs2 is None:
         return 1
-    if dcs2.get("sensitive") == "all":
+    rule = dcs2.params
+    if getattr(rule, "sensitive", None) == "all":
         return view.batch_size
-    if dcs2.get("sensitive") == "last-in-batch":
-        return min(int(dcs2.get("per_batch", 1)), view.batch_size)
+    if getattr(rule, "sensitive", None) == "last-in-batch":
+        return min(int(getattr(rule, "per_batch", 1)), view.batch_size)
     return 1
 
 
@@ -94,32 +97,43 @@ class DCS2Extra(AdaptiveInversion):
         return super().reconstruct_many(widened, seeds=seeds, progress=progress)
 
 
-class DCS2Prior(GradientInversion):
-    """IG from the public class-average image of each label (``dcs2-prior``). The public split comes
-    from :meth:`prepare_model` (the server's knowledge); the model is sent unchanged."""
+@dataclass(frozen=True)
+class ClassMeanImages(ServerSecrets):
+    """The public split's mean image of each class (``means[c]``; the overall mean for a class the public
+    split lacks), computed by the server when it prepares the model."""
 
-    def __init__(self, params: Any, init_images: torch.Tensor | None = None) -> None:
-        super().__init__(params, init_images)
-        self.public = None
+    means: torch.Tensor
 
-    def prepare_model(self, model: nn.Module, knowledge: ServerKnowledge) -> nn.Module:
-        self.public = knowledge.public
-        return model
-
-    def class_means(self, labels: torch.Tensor) -> torch.Tensor:
-        """The mean public image of each label (the overall mean for a class the public split lacks)."""
-        if self.public is None or len(self.public) == 0:
-            raise ConfigError("dcs2-prior: needs the public split (the experiment runner provides it)")
-        x, y = self.public.x, self.public.y
+    @staticmethod
+    def of(public: ImageSet, num_classes: int) -> ClassMeanImages:
+        if len(public) == 0:
+            raise ConfigError("dcs2-prior: needs a non-empty public split")
+        x, y = public.x, public.y
         overall = x.mean(dim=0)
-        return torch.stack(
-            [x[y == c].mean(dim=0) if bool((y == c).any()) else overall for c in labels.tolist()]
+        return ClassMeanImages(
+            torch.stack(
+                [x[y == c].mean(dim=0) if bool((y == c).any()) else overall for c in range(num_classes)]
+            )
         )
 
+    def __call__(self, labels: torch.Tensor) -> torch.Tensor:
+        return self.means[labels.long().cpu()]
+
+
+class DCS2Prior(GradientInversion):
+    """IG from the public class-average image of each label (``dcs2-prior``). The class means are the
+    server's secrets from :meth:`prepare_model` (its knowledge of the public split); the model is sent
+    unchanged."""
+
+    def prepare_model(self, model: nn.Module, knowledge: ServerKnowledge) -> PreparedModel:
+        return PreparedModel(model, ClassMeanImages.of(knowledge.public, knowledge.data_info.num_classes))
+
     def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction:
+        if not isinstance(view.secrets, ClassMeanImages):
+            raise ConfigError("dcs2-prior: the view lacks the class means its prepare_model computes")
         labels = granted_or_inferred_labels(view).cpu()
         params = self.params.model_copy(update={"init": "image"})
-        attack = GradientInversion(params, init_images=self.class_means(labels))
+        attack = GradientInversion(params, init_images=view.secrets(labels))
         rec = attack.reconstruct(view, seed=seed)
         rec.stats["prior_labels"] = float(len(labels))
         return rec
@@ -137,6 +151,7 @@ ATTACKS.register(
     "4800 steps",
     reference="Wu et al., Concealing Sensitive Samples, AAAI 2024 (Eq. 10: concealed samples in the loss)",
     params=DCS2ExtraParams,
+    targets=("dcs2",),
 )(DCS2Extra)
 
 ATTACKS.register(
@@ -144,4 +159,5 @@ ATTACKS.register(
     summary="adaptive vs DCS²: IG started from the public split's class-average image; 4800 steps",
     reference="Wu et al., Concealing Sensitive Samples, AAAI 2024 (Sec. 4, RQ4: strong prior knowledge)",
     params=preset_params("dcs2-prior", ADAPTIVE_IG),
+    targets=("dcs2",),
 )(DCS2Prior)

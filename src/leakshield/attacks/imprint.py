@@ -16,15 +16,16 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Literal
 
 import pydantic
 import torch
 from torch import nn
 
-from leakshield.attacks.base import ATTACKS, Attack, Reconstruction, ServerKnowledge
+from leakshield.attacks.base import ATTACKS, Attack, Reconstruction
 from leakshield.attacks.labels import granted_or_inferred_labels
-from leakshield.fl.types import ServerView
+from leakshield.fl.types import PreparedModel, ServerKnowledge, ServerSecrets, ServerView
 from leakshield.registry import Params
 
 
@@ -59,6 +60,13 @@ class ImprintedModel(nn.Module):
         return self.model(self.imprint(x.flatten(1)).view_as(x))
 
 
+@dataclass(frozen=True)
+class ImprintSecrets(ServerSecrets):
+    """The thresholds the server placed (it reads the bins off the update; kept for inspection)."""
+
+    thresholds: torch.Tensor
+
+
 class ImprintParams(Params):
     """bins: number of imprint bins (breaching: 64; DCS²: 10). fit: place thresholds at the empirical
     quantiles of the query over the public split, or at those of a Gaussian / Laplace fitted to it."""
@@ -79,13 +87,13 @@ class ImprintAttack(Attack):
 
     params: ImprintParams
 
-    def prepare_model(self, model: nn.Module, knowledge: ServerKnowledge) -> nn.Module:
+    def prepare_model(self, model: nn.Module, knowledge: ServerKnowledge) -> PreparedModel:
         info = knowledge.data_info
         queries = info.normalize(knowledge.public.x).flatten(1).mean(dim=1).double()
         thresholds = self._thresholds(queries).float()
         block = ImprintBlock(math.prod(info.shape), thresholds)
         device = next(model.parameters()).device
-        return ImprintedModel(block, model).to(device)
+        return PreparedModel(ImprintedModel(block, model).to(device), ImprintSecrets(thresholds.clone()))
 
     def _thresholds(self, queries: torch.Tensor) -> torch.Tensor:
         k = self.params.bins
@@ -131,4 +139,6 @@ class ImprintAttack(Attack):
             images = torch.cat([images, fill])
         labels = granted_or_inferred_labels(view)
         stats = {"bins_hit": float(len(hits)), "seconds": time.perf_counter() - start}
+        if isinstance(view.secrets, ImprintSecrets):
+            stats["bins"] = float(len(view.secrets.thresholds))
         return Reconstruction(images=images, labels=labels.cpu(), stats=stats)

@@ -3,8 +3,11 @@ GradAttack / Wainakh et al.), SPEC §2.2."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
+from leakshield.errors import ConfigError
 from leakshield.fl.types import ServerView
 
 
@@ -52,3 +55,33 @@ def granted_or_inferred_labels(view: ServerView) -> torch.Tensor:
     if view.labels is not None:
         return view.labels
     return infer_labels(view.update.delta[classifier_weight_name(view)], view.batch_size)
+
+
+LabelMode = Literal["auto", "known", "infer", "bias", "joint"]
+
+
+def resolve_labels(
+    view: ServerView, mode: LabelMode, device: torch.device
+) -> tuple[torch.Tensor | None, str]:
+    """The labels an optimization attack matches with, and where they came from: ``known`` (granted by
+    the threat model), ``inferred`` (iDLG / batch rule; FedAvg flips the sign, not the ranking),
+    ``bias`` (∂L/∂z read off the classifier's bias gradient, FedSGD batch 1) or ``joint`` (None: the
+    attack optimizes soft labels)."""
+    if mode == "joint":
+        return None, "joint"
+    if mode == "bias":
+        facts = view.update.protocol
+        if facts.algorithm != "fedsgd" or view.batch_size != 1:
+            raise ConfigError("labels: 'bias' needs a FedSGD gradient of a single image")
+        bias = classifier_weight_name(view).removesuffix("weight") + "bias"
+        if bias not in view.update.delta:
+            raise ConfigError("labels: 'bias' needs a classifier with a bias")
+        return view.update.delta[bias].to(device).reshape(1, -1), "bias"
+    if mode == "known" and view.labels is None:
+        raise ValueError("labels='known' but the threat model does not grant the labels")
+    if mode in ("known", "auto") and view.labels is not None:
+        return view.labels.to(device), "known"
+    weight = view.update.delta[classifier_weight_name(view)]
+    if view.update.protocol.algorithm == "fedavg":
+        weight = -weight  # Δθ ≈ −lr·Σ g: the sign flips, the ranking does not
+    return infer_labels(weight, view.batch_size).to(device), "inferred"

@@ -48,6 +48,7 @@ class PrecodeAnalyticParams(AnalyticParams):
     "else the bottleneck's input features, then feature inversion",
     reference="Balunović et al., Bayesian Framework for Gradient Leakage, ICLR 2022 (Sec. 5)",
     params=PrecodeAnalyticParams,
+    targets=("precode",),
 )
 class PrecodeAnalytic(AnalyticFCInversion):
     """Reads inputs of fully connected layers off a FedSGD gradient (batch of one for the feature path;

@@ -64,6 +64,11 @@ class ImageSet:
     def __len__(self) -> int:
         return len(self.y)
 
+    def to(self, device: torch.device | str) -> ImageSet:
+        """The same samples (and flags) on ``device``."""
+        flags = self.sensitive.to(device) if self.sensitive is not None else None
+        return ImageSet(self.x.to(device), self.y.to(device), flags)
+
     def subset(self, indices: torch.Tensor | list[int]) -> ImageSet:
         idx = torch.as_tensor(indices, dtype=torch.long)
         flags = self.sensitive[idx.to(self.sensitive.device)] if self.sensitive is not None else None

@@ -16,10 +16,11 @@ from leakshield.defenses import (  # noqa: F401  (register defenses)
 )
 from leakshield.defenses.base import (
     DEFENSES,
+    ClientContext,
     Defense,
     DefensePipeline,
-    FitContext,
+    FitData,
     create_defense,
 )
 
-__all__ = ["DEFENSES", "Defense", "DefensePipeline", "FitContext", "create_defense"]
+__all__ = ["DEFENSES", "ClientContext", "Defense", "DefensePipeline", "FitData", "create_defense"]

@@ -7,7 +7,7 @@ import pydantic
 import torch
 import torch.nn.functional as F
 
-from leakshield.defenses.base import DEFENSES, Defense
+from leakshield.defenses.base import DEFENSES, ClientContext, Defense
 from leakshield.registry import Params
 
 
@@ -48,6 +48,6 @@ class Augmentation(Defense):
     params: AugmentationParams
 
     def data_hook(
-        self, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
+        self, x: torch.Tensor, y: torch.Tensor, context: ClientContext
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        return random_crop_flip(x, self.params.padding, self.params.flip, generator), y
+        return random_crop_flip(x, self.params.padding, self.params.flip, context.generator), y

@@ -5,79 +5,122 @@ stage          what it does                                                examp
 =============  ==========================================================  ==========================
 model_hook     changes the model the server builds and sends (public)       PRECODE, dropout, DP-SGD
 data_hook      transforms a local minibatch before the loss                 MixUp, InstaHide, ATS
-compute_grad   replaces how a minibatch gradient is computed                DP-SGD, Soteria, DCS²
+gradient       replaces how a minibatch gradient is computed                DP-SGD, Soteria, DCS²
 release_hook   transforms the update before it leaves the client            noise, clipping, pruning
 =============  ==========================================================  ==========================
 
-Every stage is the identity by default; a defense overrides the ones it needs. ``fit`` runs once per
-experiment cell before FL training, for defenses that need one-off preparation (a public model, a
-policy search). A defense's ``public_config`` is what an adaptive attack may read (Kerckhoffs); secrets
-(seeds, masks, drawn coefficients) never leave the defense.
+Every stage is the identity by default; a defense overrides the ones it needs. A defense holds no client
+state: every client stage receives an immutable :class:`ClientContext` (client id, round, the client's
+dataset, the current minibatch with its flags, the client's generator, the dataset's public facts and
+public split, and the defense's fitted artifact for that client), so clients may run in any order,
+interleaved, in parallel or in other processes.
+
+One-off preparation is a *fit*: a defense with ``fit_scope`` ``public`` (sees the public split only) or
+``client`` (sees one client's data only) implements :meth:`Defense.fit`, which returns an
+:class:`~leakshield.artifacts.Artifact`; the runner caches it on disk and hands it back explicitly (a
+public artifact through :meth:`Defense.with_artifact`, a client's through its context). A defense's
+``public_config`` is what an adaptive attack may read (Kerckhoffs); secrets (seeds, masks, drawn
+coefficients) never leave the client.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import copy
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from leakshield.data.types import DatasetSplits, ImageSet
+from leakshield.artifacts import Artifact, FitData, FitScope
+from leakshield.data.types import DatasetInfo, ImageSet
+from leakshield.gradients import plain_gradient
 from leakshield.registry import Params, Registry
-
-GradientFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
 
 
 @dataclass(frozen=True)
-class FitContext:
-    """What ``Defense.fit`` may use: the dataset splits (public split included) and the device."""
+class ClientContext:
+    """What a client stage may use: who and when (``client_id``, ``round``, the local ``step``), the
+    client's own ``dataset`` and current minibatch ``batch`` (pixels in [0, 1], labels, per-sample
+    flags; None outside a minibatch), the client's ``generator`` (its randomness for this round), the
+    dataset's public ``info`` and ``public`` split, and ``artifact``: this defense's fitted artifact for
+    this client (client-scope fits; None otherwise)."""
 
-    data: DatasetSplits
-    device: torch.device
-    seed: int
+    client_id: int
+    round: int
+    dataset: ImageSet
+    info: DatasetInfo
+    generator: torch.Generator
+    public: ImageSet | None = None
+    batch: ImageSet | None = None
+    step: int = 0
+    artifact: Artifact | None = None
+
+    def at_step(self, batch: ImageSet, step: int) -> ClientContext:
+        """The context of one minibatch."""
+        return dataclasses.replace(self, batch=batch, step=step)
+
+
+@dataclass(frozen=True)
+class PublicDefense:
+    """A defense as an attacker may know it (Kerckhoffs): its registered ``name`` and its validated,
+    immutable parameter object (e.g. ``params.sigma`` of Gaussian noise). Never its secrets."""
+
+    name: str
+    params: Params
 
 
 class Defense:
     """Base class of every defense; see the module docstring for the stages."""
 
     name: str = "defense"
+    #: whether :meth:`gradient` replaces the plain minibatch gradient (at most one per pipeline)
+    replaces_gradient: ClassVar[bool] = False
+    #: None, or the data a one-off :meth:`fit` sees: ``public`` (public split) or ``client`` (one client)
+    fit_scope: ClassVar[FitScope | None] = None
 
     def __init__(self, params: Params) -> None:
         self.params = params
+        #: the public-scope artifact this defense was given (:meth:`with_artifact`)
+        self.artifact: Artifact | None = None
 
-    def fit(self, context: FitContext) -> None:
-        """One-off preparation; the default needs none."""
+    # -- preparation ---------------------------------------------------------------------------------
+    def fit(self, data: FitData) -> Artifact:
+        """One-off preparation from ``data`` only (``fit_scope`` says which data); returns an artifact."""
+        raise NotImplementedError(f"{self.name} declares fit_scope {self.fit_scope!r} but no fit()")
 
+    def with_artifact(self, artifact: Artifact) -> Defense:
+        """A copy of this defense holding its public-scope ``artifact``."""
+        other = copy.copy(self)
+        other.artifact = artifact
+        return other
+
+    # -- stages --------------------------------------------------------------------------------------
     def model_hook(self, model: nn.Module) -> nn.Module:
         return model
 
     def data_hook(
-        self, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
+        self, x: torch.Tensor, y: torch.Tensor, context: ClientContext
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return x, y
 
-    def compute_gradient(self) -> GradientFn | None:
-        """A replacement for the plain minibatch gradient, or None to keep it."""
-        return None
+    def gradient(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, context: ClientContext
+    ) -> dict[str, torch.Tensor]:
+        """The minibatch gradient (``x`` normalized model input); used when ``replaces_gradient``."""
+        return plain_gradient(model, x, y)
 
     def release_hook(
-        self, update: dict[str, torch.Tensor], generator: torch.Generator
+        self, update: dict[str, torch.Tensor], context: ClientContext
     ) -> dict[str, torch.Tensor]:
         return update
 
-    def bind_local_data(self, data: ImageSet) -> None:
-        """Called by the client before it computes an update with its local dataset (mixing defenses draw
-        partners from it); the default ignores it."""
-
-    def bind_batch(self, batch: ImageSet) -> None:
-        """Called by the client with each minibatch (pixels, labels, flags) right before its gradient is
-        computed (DCS² finds the sensitive samples in it); the default ignores it."""
-
-    def sensitive_mask(self, batch: ImageSet) -> torch.Tensor | None:
-        """Which of a client's samples the defense treats as sensitive (None: the notion does not apply);
-        the report's accuracy on sensitive samples uses it."""
+    # -- public facts --------------------------------------------------------------------------------
+    def sensitive_samples(self, batch: ImageSet, dataset: ImageSet) -> torch.Tensor | None:
+        """Which samples of ``batch`` (of a client's ``dataset``) the defense treats as sensitive (None:
+        the notion does not apply); the accuracy on sensitive samples uses it."""
         return None
 
     def privacy_spent(self, client_steps: Mapping[int, tuple[int, float]]) -> dict[str, float]:
@@ -85,20 +128,26 @@ class Defense:
         for defenses without a guarantee (DP-SGD reports ε)."""
         return {}
 
-    def public_config(self) -> dict[str, Any]:
+    def public_config(self) -> PublicDefense:
         """The defense's name and parameters: everything an adaptive attack may know."""
-        return {"name": self.name, **self.params.model_dump()}
+        return PublicDefense(self.name, self.params)
 
 
 DEFENSES: Registry[Defense] = Registry("defense")
 
 
 class DefensePipeline:
-    """Defenses applied in the order given at every stage (e.g. MixUp then Gaussian noise)."""
+    """Defenses applied in the order given at every stage (e.g. MixUp then Gaussian noise), with the
+    client-scope artifacts of each client (``client_artifacts[(client id, defense index)]``)."""
 
-    def __init__(self, defenses: Sequence[Defense] = ()) -> None:
-        self.defenses = list(defenses)
-        overriding = [d.name for d in self.defenses if d.compute_gradient() is not None]
+    def __init__(
+        self,
+        defenses: Sequence[Defense] = (),
+        client_artifacts: Mapping[tuple[int, int], Artifact] | None = None,
+    ) -> None:
+        self.defenses = tuple(defenses)
+        self.client_artifacts = dict(client_artifacts or {})
+        overriding = [d.name for d in self.defenses if d.replaces_gradient]
         if len(overriding) > 1:
             raise ValueError(
                 f"defenses {', '.join(overriding)} each replace the gradient computation; stack at most one"
@@ -109,9 +158,18 @@ class DefensePipeline:
         """Build from ``[{"name": ..., "params": {...}}, ...]``."""
         return cls([create_defense(e["name"], e.get("params")) for e in entries])
 
-    def fit(self, context: FitContext) -> None:
-        for defense in self.defenses:
-            defense.fit(context)
+    def with_artifacts(
+        self,
+        public: Mapping[int, Artifact],
+        clients: Mapping[tuple[int, int], Artifact],
+    ) -> DefensePipeline:
+        """A pipeline whose defense ``i`` holds ``public[i]`` and whose clients get ``clients``."""
+        defenses = [d.with_artifact(public[i]) if i in public else d for i, d in enumerate(self.defenses)]
+        return DefensePipeline(defenses, {**self.client_artifacts, **clients})
+
+    def _context(self, index: int, context: ClientContext) -> ClientContext:
+        artifact = self.client_artifacts.get((context.client_id, index))
+        return context if artifact is context.artifact else dataclasses.replace(context, artifact=artifact)
 
     def model_hook(self, model: nn.Module, seed: int = 0) -> nn.Module:
         """Every defense's model stage in order; layers they add are initialized from torch's global RNG
@@ -123,39 +181,32 @@ class DefensePipeline:
         return model
 
     def data_hook(
-        self, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
+        self, x: torch.Tensor, y: torch.Tensor, context: ClientContext
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        for defense in self.defenses:
-            x, y = defense.data_hook(x, y, generator)
+        for i, defense in enumerate(self.defenses):
+            x, y = defense.data_hook(x, y, self._context(i, context))
         return x, y
 
-    def compute_gradient(self) -> GradientFn | None:
-        for defense in self.defenses:
-            fn = defense.compute_gradient()
-            if fn is not None:
-                return fn
-        return None
+    def gradient(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, context: ClientContext
+    ) -> dict[str, torch.Tensor]:
+        """The minibatch gradient: the replacing defense's, else the plain one."""
+        for i, defense in enumerate(self.defenses):
+            if defense.replaces_gradient:
+                return defense.gradient(model, x, y, self._context(i, context))
+        return plain_gradient(model, x, y)
 
     def release_hook(
-        self, update: dict[str, torch.Tensor], generator: torch.Generator
+        self, update: dict[str, torch.Tensor], context: ClientContext
     ) -> dict[str, torch.Tensor]:
-        for defense in self.defenses:
-            update = defense.release_hook(update, generator)
+        for i, defense in enumerate(self.defenses):
+            update = defense.release_hook(update, self._context(i, context))
         return update
 
-    def bind_local_data(self, data: ImageSet) -> None:
+    def sensitive_samples(self, dataset: ImageSet) -> torch.Tensor | None:
+        """The first defense's answer for a client's whole ``dataset`` that is not None."""
         for defense in self.defenses:
-            defense.bind_local_data(data)
-
-    def bind_batch(self, batch: ImageSet) -> None:
-        for defense in self.defenses:
-            defense.bind_batch(batch)
-
-    def sensitive_mask(self, data: ImageSet) -> torch.Tensor | None:
-        """The first defense's answer that is not None (binding ``data`` as the client's dataset)."""
-        for defense in self.defenses:
-            defense.bind_local_data(data)
-            mask = defense.sensitive_mask(data)
+            mask = defense.sensitive_samples(dataset, dataset)
             if mask is not None:
                 return mask
         return None
@@ -166,7 +217,7 @@ class DefensePipeline:
             spent.update(defense.privacy_spent(client_steps))
         return spent
 
-    def public_config(self) -> tuple[dict[str, Any], ...]:
+    def public_config(self) -> tuple[PublicDefense, ...]:
         return tuple(d.public_config() for d in self.defenses)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pydantic
 import torch
 
-from leakshield.defenses.base import DEFENSES, Defense
+from leakshield.defenses.base import DEFENSES, ClientContext, Defense
 from leakshield.registry import Params
 
 
@@ -33,7 +33,7 @@ class Clipping(Defense):
     params: ClippingParams
 
     def release_hook(
-        self, update: dict[str, torch.Tensor], generator: torch.Generator
+        self, update: dict[str, torch.Tensor], context: ClientContext
     ) -> dict[str, torch.Tensor]:
         norm = float(update_norm(update))
         factor = min(1.0, self.params.bound / norm) if norm > 0 else 1.0

@@ -21,6 +21,7 @@ margin and ridge of the reference's GEM solver (v* = max(margin, −⟨g_c, g⟩
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import pydantic
@@ -28,16 +29,16 @@ import torch
 from torch import nn
 
 from leakshield.data.types import ImageSet
-from leakshield.defenses.base import DEFENSES, Defense, FitContext, GradientFn
-from leakshield.defenses.sensitivity import SensitiveSamples, SensitivityRule
+from leakshield.defenses.base import DEFENSES, ClientContext, Defense
 from leakshield.errors import ConfigError
-from leakshield.fl.loss import cross_entropy, parameter_gradients, training_loss
-from leakshield.registry import Params
+from leakshield.gradients import parameter_gradients
+from leakshield.loss import cross_entropy, training_loss
+from leakshield.metrics.sensitivity import SensitiveSamples, SensitivityRule
 from leakshield.schedules import ig_step_schedule
 
 
 class DCS2Params(SensitivityRule):
-    """Which samples are sensitive: see :class:`~leakshield.defenses.sensitivity.SensitivityRule`
+    """Which samples are sensitive: see :class:`~leakshield.metrics.sensitivity.SensitivityRule`
     (default: a seeded 10 % of each defended client's samples).
 
     Synthesis (Eq. 9) — lambda_x, lambda_z, epsilon: the weights and latent margin of Eq. 9. steps, lr:
@@ -102,6 +103,16 @@ def _restore(model: nn.Module, buffers: dict[str, torch.Tensor]) -> None:
             buffer.copy_(buffers[name])
 
 
+@dataclass(frozen=True)
+class Concealment:
+    """Concealed samples x̃_c (normalized model input) with their labels ỹ_c, and the synthesis's
+    statistics (sensitive samples, steps run, final distance and gradient cosine)."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    stats: dict[str, float]
+
+
 @DEFENSES.register(
     "dcs2",
     summary="conceals each sensitive sample's gradient with a synthesized look-alike-gradient sample, then "
@@ -110,54 +121,35 @@ def _restore(model: nn.Module, buffers: dict[str, torch.Tensor]) -> None:
     params=DCS2Params,
 )
 class DCS2(Defense):
-    """Gradient stage (FedSGD and every FedAvg minibatch holding a sensitive sample); the client tells it
-    the minibatch through :meth:`bind_batch`. ``fit`` keeps the public split (the concealed samples'
-    starts). Parameters: :class:`DCS2Params`. Adaptive attacks: ``dcs2-extra`` (reconstructs one image
-    more per sensitive sample) and ``dcs2-prior`` (starts from the public class-average image)."""
+    """Gradient stage (FedSGD and every FedAvg minibatch holding a sensitive sample): which samples of
+    the context's minibatch are sensitive follows the rule over the client's dataset; concealed samples
+    start from the context's public split. Parameters: :class:`DCS2Params`. Adaptive attacks:
+    ``dcs2-extra`` (reconstructs one image more per sensitive sample) and ``dcs2-prior`` (starts from
+    the public class-average image)."""
 
     params: DCS2Params
+    replaces_gradient = True
 
-    def __init__(self, params: Params) -> None:
-        super().__init__(params)
-        self._public: ImageSet | None = None
-        self._bounds: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._sensitive = SensitiveSamples(self.params)
-        self._flags: torch.Tensor | None = None
-        #: statistics of the latest synthesis (for inspection and the cost benchmark)
-        self.last_synthesis: dict[str, float] = {}
-
-    # -- preparation and sensitivity ------------------------------------------------------------------
-    def fit(self, context: FitContext) -> None:
-        public, info = context.data.public, context.data.info
-        self._public = ImageSet(info.normalize(public.x).to(context.device), public.y.to(context.device))
-        self._bounds = info.normalized_bounds(torch.zeros(1, *info.shape, device=context.device))
-
-    def bind_local_data(self, data: ImageSet) -> None:
-        """The fraction rule ranks the client's samples once."""
-        self._sensitive.bind(data)
-
-    def sensitive_mask(self, batch: ImageSet) -> torch.Tensor:
-        """Which samples of ``batch`` (of the bound client's data) are sensitive under the rule."""
-        return self._sensitive.mask(batch)
-
-    def bind_batch(self, batch: ImageSet) -> None:
-        self._flags = self.sensitive_mask(batch)
+    def sensitive_samples(self, batch: ImageSet, dataset: ImageSet) -> torch.Tensor:
+        """Which samples of ``batch`` (of a client's ``dataset``) are sensitive under the rule."""
+        return SensitiveSamples(self.params).mask(batch, dataset)
 
     # -- the gradient ----------------------------------------------------------------------------------
-    def compute_gradient(self) -> GradientFn:
-        return self._gradient
-
-    def _gradient(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    def gradient(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, context: ClientContext
+    ) -> dict[str, torch.Tensor]:
         p = self.params
-        flags = self._flags if self._flags is not None and len(self._flags) == len(x) else None
+        flags = None
+        if context.batch is not None and len(context.batch) == len(x):
+            flags = self.sensitive_samples(context.batch, context.dataset)
         buffers = {k: v.detach().clone() for k, v in model.named_buffers()}
         g = parameter_gradients(model, training_loss(model, model(x), y))
         if flags is None or not bool(flags.any()):
-            self.last_synthesis = {"sensitive": 0.0}
             return g
         xs, ys = x[flags].detach(), y[flags]
         _restore(model, buffers)
-        xc, yc = self.synthesize(model, xs, ys)
+        concealed_samples = self.synthesize(model, xs, ys, context)
+        xc, yc = concealed_samples.x, concealed_samples.y
         _restore(model, buffers)  # BatchNorm statistics move as for one forward of batch + concealed
         # Eq. 10 in one forward of the batch with its concealed samples (the model's auxiliary terms, e.g.
         # PRECODE's KL, are counted once, over both)
@@ -175,26 +167,30 @@ class DCS2(Defense):
         for name, v in shared.items():
             out[name] = flat[offset : offset + v.numel()].view_as(v)
             offset += v.numel()
-        self.last_synthesis["projected"] = float(not torch.equal(flat, _flat(shared)))
         return out
 
     def synthesize(
-        self, model: nn.Module, xs: torch.Tensor, ys: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Concealed samples for ``xs`` (see :class:`ConcealedSampleSynthesizer`)."""
-        if self.params.init != "noise" and self._public is None:
+        self, model: nn.Module, xs: torch.Tensor, ys: torch.Tensor, context: ClientContext
+    ) -> Concealment:
+        """Concealed samples for ``xs`` (see :class:`ConcealedSampleSynthesizer`); public starts come from
+        the context's public split, the valid range from its dataset facts."""
+        info, public = context.info, context.public
+        if self.params.init != "noise" and public is None:
             raise ConfigError(
-                f"dcs2.init: {self.params.init!r} starts from public samples: call fit() with the dataset "
-                "splits (the experiment runner does) or use init: noise"
+                f"dcs2.init: {self.params.init!r} starts from public samples: the client's context has no "
+                "public split (the experiment runner provides it); use init: noise"
             )
-        if self.params.boxed and self._bounds is None:
-            raise ConfigError(
-                "dcs2.boxed: the valid pixel range comes from fit(); call it or set boxed: false"
-            )
-        synthesizer = ConcealedSampleSynthesizer(self.params, self._public, self._bounds)
+        normalized = (
+            ImageSet(info.normalize(public.x).to(xs.device), public.y.to(xs.device)) if public else None
+        )
+        bounds = (
+            info.normalized_bounds(torch.zeros(1, *info.shape, device=xs.device))
+            if self.params.boxed
+            else None
+        )
+        synthesizer = ConcealedSampleSynthesizer(self.params, normalized, bounds)
         xc, yc = synthesizer(model, xs, ys)
-        self.last_synthesis = synthesizer.stats
-        return xc, yc
+        return Concealment(xc, yc, synthesizer.stats)
 
 
 class ConcealedSampleSynthesizer:

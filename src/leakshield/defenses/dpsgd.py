@@ -21,10 +21,9 @@ from collections.abc import Mapping
 import pydantic
 import torch
 from torch import nn
-from torch.func import functional_call, grad, vmap
 
-from leakshield.defenses.base import DEFENSES, Defense, GradientFn
-from leakshield.fl.loss import training_loss
+from leakshield.defenses.base import DEFENSES, ClientContext, Defense
+from leakshield.gradients import per_sample_gradients
 from leakshield.registry import Params
 
 
@@ -35,19 +34,6 @@ class DPSGDParams(Params):
     noise_multiplier: float = pydantic.Field(default=1.1, ge=0)
     clip: float = pydantic.Field(default=1.0, gt=0)
     delta: float = pydantic.Field(default=1e-5, gt=0, lt=1)
-
-
-def per_sample_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-    """∇θ of each sample's loss, stacked along a leading batch dimension (model buffers are read, not
-    updated; stochastic layers draw independent randomness per sample)."""
-    params = {k: v.detach() for k, v in model.named_parameters()}
-    buffers = dict(model.named_buffers())
-
-    def sample_loss(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
-        logits = functional_call(model, {**p, **buffers}, (xi.unsqueeze(0),))
-        return training_loss(model, logits, yi.unsqueeze(0))
-
-    return vmap(grad(sample_loss), in_dims=(None, 0, 0), randomness="different")(params, x, y)
 
 
 def dp_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float) -> float:
@@ -83,10 +69,11 @@ class DPSGD(Defense):
 
         return ModuleValidator.fix(model)
 
-    def compute_gradient(self) -> GradientFn:
-        return self._gradient
+    replaces_gradient = True
 
-    def _gradient(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    def gradient(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, context: ClientContext
+    ) -> dict[str, torch.Tensor]:
         p = self.params
         samples = per_sample_gradients(model, x, y)
         norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(dim=1) for g in samples.values()))  # type: ignore[arg-type]

@@ -20,8 +20,8 @@ import pydantic
 import torch
 import torch.nn.functional as F
 
-from leakshield.data.types import DatasetInfo, ImageSet
-from leakshield.defenses.base import DEFENSES, Defense, FitContext
+from leakshield.data.types import ImageSet
+from leakshield.defenses.base import DEFENSES, ClientContext, Defense
 from leakshield.errors import ConfigError
 from leakshield.registry import Params
 
@@ -89,55 +89,41 @@ def soft_labels(y: torch.Tensor, num_classes: int) -> torch.Tensor:
 
 
 class MixUp(Defense):
-    """Data stage: every image is replaced by its mixture with k − 1 partners; labels mixed alike.
-
-    Requires ``fit`` (for the dataset facts) and, for ``partners: dataset``, the client's local data
-    (``bind_local_data``, called by the client before it computes an update)."""
+    """Data stage: every image is replaced by its mixture with k − 1 partners; labels mixed alike. The
+    partners come from the client's dataset (``partners: dataset``, the context's ``dataset``) or the
+    minibatch; the class count from the context's dataset facts."""
 
     params: MixUpParams
-
-    def __init__(self, params: MixUpParams) -> None:
-        super().__init__(params)
-        self.info: DatasetInfo | None = None
-        self.public: ImageSet | None = None
-        self.local: ImageSet | None = None
-
-    def fit(self, context: FitContext) -> None:
-        self.info = context.data.info
-        self.public = ImageSet(
-            context.data.public.x.to(context.device), context.data.public.y.to(context.device)
-        )
-
-    def bind_local_data(self, data: ImageSet) -> None:
-        self.local = data
 
     @property
     def private_count(self) -> int:
         return self.params.k
 
     def data_hook(
-        self, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
+        self, x: torch.Tensor, y: torch.Tensor, context: ClientContext
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.info is None:
-            raise RuntimeError(f"{self.name}: call fit() first (it needs the dataset facts)")
         p = self.params
-        n, classes = len(x), self.info.num_classes
-        pool = self.local if (p.partners == "dataset" and self.local is not None) else ImageSet(x, y)
+        generator = context.generator
+        n, classes = len(x), context.info.num_classes
+        pool = context.dataset if p.partners == "dataset" else ImageSet(x, y)
         lam = sample_coefficients(n, p.concentration, p.max_coefficient, generator).to(x.device)
         mixed = lam[:, 0, None, None, None] * x
         labels = lam[:, :1] * soft_labels(y, classes)
         kp = self.private_count
         dev = generator.device
         for j in range(1, p.k):
-            source, with_labels = (pool, True) if j < kp else (self.public, False)
-            assert source is not None
+            source, with_labels = (pool, True) if j < kp else (context.public, False)
+            if source is None:
+                raise ConfigError(
+                    f"{self.name}: public partners need the public split (the client's context)"
+                )
             idx = torch.randint(0, len(source), (n,), generator=generator, device=dev).to(source.x.device)
             mixed = mixed + lam[:, j, None, None, None] * source.x[idx].to(x.device)
             if with_labels:
                 labels = labels + lam[:, j : j + 1] * soft_labels(source.y[idx].to(x.device), classes)
-        return self._encode(mixed, generator), labels
+        return self._encode(mixed, context), labels
 
-    def _encode(self, mixed: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    def _encode(self, mixed: torch.Tensor, context: ClientContext) -> torch.Tensor:
         return mixed
 
 
@@ -168,18 +154,11 @@ class InstaHide(MixUp):
     def private_count(self) -> int:
         return self.params.k_private
 
-    def data_hook(
-        self, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.params.k_private < self.params.k and self.public is None:
-            raise RuntimeError("instahide: call fit() first (public partners come from the public split)")
-        return super().data_hook(x, y, generator)
-
-    def _encode(self, mixed: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    def _encode(self, mixed: torch.Tensor, context: ClientContext) -> torch.Tensor:
         if not self.params.sign_flip:
             return mixed
-        assert self.info is not None
+        generator, info = context.generator, context.info
         signs = torch.randint(0, 2, mixed.shape, generator=generator, device=generator.device).to(
             mixed.device
         )
-        return self.info.denormalize(self.info.normalize(mixed) * (signs * 2 - 1))
+        return info.denormalize(info.normalize(mixed) * (signs * 2 - 1))

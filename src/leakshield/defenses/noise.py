@@ -6,7 +6,7 @@ from __future__ import annotations
 import pydantic
 import torch
 
-from leakshield.defenses.base import DEFENSES, Defense
+from leakshield.defenses.base import DEFENSES, ClientContext, Defense
 from leakshield.registry import Params
 
 
@@ -43,10 +43,10 @@ class AdditiveNoise(Defense):
         raise NotImplementedError
 
     def release_hook(
-        self, update: dict[str, torch.Tensor], generator: torch.Generator
+        self, update: dict[str, torch.Tensor], context: ClientContext
     ) -> dict[str, torch.Tensor]:
         s = self.scale
-        return {k: v + s * _standard_noise(v, generator, self.kind) for k, v in update.items()}
+        return {k: v + s * _standard_noise(v, context.generator, self.kind) for k, v in update.items()}
 
 
 @DEFENSES.register(

@@ -9,7 +9,7 @@ from typing import Literal
 import pydantic
 import torch
 
-from leakshield.defenses.base import DEFENSES, Defense
+from leakshield.defenses.base import DEFENSES, ClientContext, Defense
 from leakshield.registry import Params
 
 
@@ -46,7 +46,7 @@ class Pruning(Defense):
     params: PruningParams
 
     def release_hook(
-        self, update: dict[str, torch.Tensor], generator: torch.Generator
+        self, update: dict[str, torch.Tensor], context: ClientContext
     ) -> dict[str, torch.Tensor]:
         p = self.params.ratio
         if self.params.scope == "tensor":

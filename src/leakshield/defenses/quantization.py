@@ -6,7 +6,7 @@ from typing import Literal
 
 import torch
 
-from leakshield.defenses.base import DEFENSES, Defense
+from leakshield.defenses.base import DEFENSES, ClientContext, Defense
 from leakshield.registry import Params
 
 
@@ -36,7 +36,7 @@ class Quantization(Defense):
     params: QuantizationParams
 
     def release_hook(
-        self, update: dict[str, torch.Tensor], generator: torch.Generator
+        self, update: dict[str, torch.Tensor], context: ClientContext
     ) -> dict[str, torch.Tensor]:
         if self.params.format == "fp16":
             return {k: v.half().to(v.dtype) for k, v in update.items()}

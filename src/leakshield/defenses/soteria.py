@@ -15,9 +15,10 @@ import pydantic
 import torch
 from torch import nn
 
-from leakshield.defenses.base import DEFENSES, Defense, GradientFn
+from leakshield.defenses.base import DEFENSES, ClientContext, Defense
 from leakshield.errors import ConfigError
-from leakshield.fl.loss import parameter_gradients, training_loss
+from leakshield.gradients import parameter_gradients
+from leakshield.loss import training_loss
 from leakshield.registry import Params
 
 
@@ -87,8 +88,7 @@ class Soteria(Defense):
 
     params: SoteriaParams
 
-    def compute_gradient(self) -> GradientFn:
-        return self._gradient
+    replaces_gradient = True
 
     @staticmethod
     def _forward(model: nn.Module, layer: nn.Linear, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -101,7 +101,9 @@ class Soteria(Defense):
             handle.remove()
         return logits, captured[0].flatten(1)
 
-    def _gradient(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    def gradient(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, context: ClientContext
+    ) -> dict[str, torch.Tensor]:
         p = self.params
         module_name, layer = defended_linear(model, p.layer)
         x = x.detach().requires_grad_(True)

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from leakshield.attacks import ATTACKS
-from leakshield.attacks.adaptive import ADAPTIVE_TARGETS
 from leakshield.defenses import DEFENSES
 from leakshield.experiment.config import Component, DefenseSetting, ExperimentConfig
 
@@ -56,7 +55,7 @@ def runs_against(attack: Component, defense: DefenseSetting) -> bool:
     always, except that an adaptive attack meets only the defenses it targets."""
     if attack.against is not None:
         return defense.display in attack.against
-    targets = ADAPTIVE_TARGETS.get(ATTACKS.get(attack.name).name)
+    targets = ATTACKS.get(attack.name).targets
     if targets is None:
         return True
     return any(DEFENSES.get(entry["name"]).name in targets for entry in defense.entries)

@@ -19,9 +19,9 @@ import yaml
 from leakshield.attacks import ATTACKS
 from leakshield.data import DATASETS
 from leakshield.defenses import DEFENSES
-from leakshield.defenses.sensitivity import SensitivityRule
 from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.fl.config import FLConfig, LocalTraining
+from leakshield.metrics.sensitivity import SensitivityRule
 from leakshield.models import MODELS
 from leakshield.registry import Registry, format_validation_error
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from leakshield.attacks.base import Reconstruction
 from leakshield.attacks.labels import label_accuracy
+from leakshield.errors import LeakshieldError
 from leakshield.metrics.image import mean_finite, mse, psnr, ssim
-from leakshield.metrics.lpips import LPIPS
+from leakshield.metrics.lpips import LPIPS, load_lpips
 from leakshield.metrics.privacy import attack_success_rate, match_reconstructions
 
 
@@ -21,6 +23,17 @@ class VictimScore:
     per_image: dict[str, list[float]]
     label_acc: float
     matched: torch.Tensor
+
+
+def load_cell_lpips(config: Any, device: torch.device) -> tuple[LPIPS | None, str]:
+    """The LPIPS network of ``metrics.lpips`` (``net``, ``weights``) on ``device``, or None and the reason
+    it is n/a (no weights file given, or the file is unusable)."""
+    if config.weights is None:
+        return None, "n/a: no LPIPS weights file given (metrics.lpips.weights)"
+    try:
+        return load_lpips(config.net, config.weights).to(device), ""
+    except LeakshieldError as exc:
+        return None, f"n/a: {exc}"
 
 
 def score_victim(

@@ -13,6 +13,7 @@ from leakshield.experiment.store import atomic_write_bytes
 
 CONFIG_FILE = "config.json"
 STORE_FILE = "results.sqlite"
+ARTIFACTS_FILE = "artifacts.json"
 
 
 def check_run_dir(config: ExperimentConfig, out: Path) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import traceback
 from dataclasses import dataclass
@@ -10,10 +11,12 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from leakshield.artifacts import ArtifactCache
 from leakshield.experiment.cells import Cell, expand_grid
 from leakshield.experiment.config import ExperimentConfig
+from leakshield.experiment.fitting import ArtifactUse
 from leakshield.experiment.pipeline import ExperimentContext, resolve_device
-from leakshield.experiment.rundir import STORE_FILE, check_run_dir, prepare_run_dir
+from leakshield.experiment.rundir import ARTIFACTS_FILE, STORE_FILE, check_run_dir, prepare_run_dir
 from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
 from leakshield.report.grids import image_grid, png_bytes
 
@@ -34,12 +37,19 @@ class ExperimentRunner:
     """
 
     def __init__(
-        self, config: ExperimentConfig, out: str | Path, *, device: str = "auto", progress: bool = True
+        self,
+        config: ExperimentConfig,
+        out: str | Path,
+        *,
+        device: str = "auto",
+        progress: bool = True,
+        cache_dir: str | Path | None = None,
     ) -> None:
         self.config = config
         self.out = Path(out)
         self.device = resolve_device(device)
         self.progress = progress
+        self.cache = ArtifactCache(cache_dir)
 
     def cells(self) -> list[Cell]:
         return expand_grid(self.config)
@@ -54,7 +64,7 @@ class ExperimentRunner:
         failed = 0
         if todo:
             # loading data and checking victims may fail on bad input: do it before writing anything
-            context = ExperimentContext(self.config, self.device, progress=self.progress)
+            context = ExperimentContext(self.config, self.device, progress=self.progress, cache=self.cache)
             prepare_run_dir(self.config, self.out)
             store = ResultStore(self.out / STORE_FILE)
             if retry_failed:
@@ -65,6 +75,7 @@ class ExperimentRunner:
                 record = self._run_cell(context, cell)
                 failed += record.status == "failed"
                 store.put(record)
+                record_artifacts(self.out, context.artifacts_used)
         elif exists:  # nothing to compute: refresh the stored config so a new report layout takes effect
             prepare_run_dir(self.config, self.out)
         return RunSummary(
@@ -103,3 +114,21 @@ class ExperimentRunner:
             seconds=time.time() - start,
             finished=time.time(),
         )
+
+
+def record_artifacts(out: Path, used: list[ArtifactUse]) -> None:
+    """Write ``artifacts.json``: the fitted artifacts the run used (merged with earlier sessions')."""
+    if not used:
+        return
+    path = out / ARTIFACTS_FILE
+    known: list[dict] = []
+    if path.exists():
+        try:
+            known = json.loads(path.read_text())["artifacts"]
+        except (OSError, ValueError, KeyError, TypeError):
+            known = []
+    for use in used:
+        entry = use.as_json()
+        if entry not in known:
+            known.append(entry)
+    atomic_write_bytes(path, json.dumps({"artifacts": known}, indent=2).encode())

@@ -1,29 +1,29 @@
-"""A client's local computation: defense stages around FedSGD or FedAvg (DESIGN.md flow)."""
+"""The honest client: defense stages around FedSGD or FedAvg on its own copy of the model the server
+sent (DESIGN.md flow; issue "the house": a participant sees only its own data and its own copy)."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from leakshield.data.types import DatasetInfo, ImageSet
-from leakshield.defenses.base import DefensePipeline
+from leakshield.defenses.base import ClientContext, DefensePipeline
 from leakshield.fl.config import LocalTraining
-from leakshield.fl.loss import parameter_gradients, training_loss
-from leakshield.fl.types import ClientUpdate, ProtocolFacts, ServerView, ThreatModel, build_server_view
-
-Normalize = Callable[[torch.Tensor], torch.Tensor]
+from leakshield.fl.local_training import local_sgd, minibatch_schedule
+from leakshield.fl.types import ClientUpdate, ProtocolFacts
 
 
-def plain_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-    """∇θ of the batch's training loss (mean cross-entropy plus the model's auxiliary terms), for every
-    parameter (zeros where unused)."""
-    return parameter_gradients(model, training_loss(model, model(x), y))
+def seeded_generator(*keys: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator whose seed is a deterministic function of ``keys`` (e.g. seed, round, client)."""
+    value = 0
+    for key in keys:
+        value = (value * 1_000_003 + int(key) + 1) % (2**63 - 1)
+    return torch.Generator(device=device).manual_seed(value)
 
 
 @contextlib.contextmanager
@@ -37,6 +37,12 @@ def client_rng(generator: torch.Generator, step: int) -> Iterator[None]:
         yield
 
 
+def private_copy(model: nn.Module) -> nn.Module:
+    """The client's own copy of the model it received: whatever it computes (activations, BatchNorm
+    statistics, a layer's cached values) stays in this copy, out of the server's reach."""
+    return copy.deepcopy(model)
+
+
 @dataclass(frozen=True)
 class ClientTrace:
     """Private facts the evaluator keeps (never given to an attack): the defended inputs x' in [0, 1]
@@ -45,126 +51,158 @@ class ClientTrace:
     defended_x: torch.Tensor | None
 
 
-def compute_update(
-    model: nn.Module,
-    data: ImageSet,
-    local: LocalTraining,
-    defenses: DefensePipeline,
-    *,
-    normalize: Normalize,
-    generator: torch.Generator,
-    model_mode: str = "train",
-    pool: ImageSet | None = None,
-) -> tuple[ClientUpdate, ClientTrace]:
-    """Compute a client's update on ``data`` under ``defenses``.
+@dataclass
+class HonestClient:
+    """A participant that follows the protocol: ``local`` training on its ``dataset`` through the
+    defense ``pipeline``. ``info`` and ``public`` are the dataset's public facts and public split;
+    ``seed`` with the round and ``client_id`` seeds its randomness; ``model_mode`` is how it runs the
+    model (``train``: BatchNorm statistics move and are reported; ``eval``). ``accounted``: whether its
+    local steps count for privacy accounting (it runs the defenses' client stages)."""
 
-    FedSGD: the gradient of the whole of ``data`` as one batch (the caller picks the batch).
-    FedAvg: ``local.local_epochs`` epochs of SGD with momentum over ``data`` in shuffled minibatches.
-    ``model`` is not modified (parameters, buffers and train/eval mode are as before). Images in
-    ``data`` are [0, 1] pixels; ``normalize`` maps them to model input. ``pool`` is the client's local
-    dataset when ``data`` is only the batch it shares a gradient of (mixing defenses draw partners from
-    it); it defaults to ``data``.
-    """
-    defenses.bind_local_data(pool if pool is not None else data)
-    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    gradient_fn = defenses.compute_gradient() or plain_gradient
-    if local.algorithm == "fedsgd":
-        was_training = model.training
-        model.train(model_mode == "train")
-        x, y = defenses.data_hook(data.x, data.y, generator)
-        defenses.bind_batch(data)
-        with client_rng(generator, 0):
-            delta = gradient_fn(model, normalize(x), y)
-        # a train-mode forward moves BatchNorm statistics: report them, then restore the global model
-        buffers = {k: v.detach().clone() for k, v in model.named_buffers()} if model_mode == "train" else {}
-        model.load_state_dict(start)
-        model.train(was_training)
-        steps, batch = 1, len(data)
-        trace = ClientTrace(x.detach() if len(x) == len(data) else None)
-    else:
-        delta, steps, buffers, trace = _fedavg(
-            model, data, local, defenses, gradient_fn, normalize, generator, model_mode
+    client_id: int
+    dataset: ImageSet
+    local: LocalTraining
+    pipeline: DefensePipeline
+    info: DatasetInfo
+    public: ImageSet | None = None
+    seed: int = 0
+    model_mode: str = "train"
+    accounted: bool = True
+
+    @property
+    def sampling_rate(self) -> float:
+        """The minibatch sampling rate q = B / |dataset| (DP accounting)."""
+        return min(1.0, self.local.batch_size / max(len(self.dataset), 1))
+
+    def generator(self, round: int, device: torch.device | str = "cpu") -> torch.Generator:
+        return seeded_generator(self.seed, round, self.client_id, device=device)
+
+    def fit(self, model: nn.Module, round: int) -> ClientUpdate | None:
+        """The client's reply to ``model`` in ``round`` (None when it holds no data): FedSGD shares the
+        gradient of one minibatch it draws, FedAvg trains on its whole dataset."""
+        if len(self.dataset) == 0:
+            return None
+        device = next(model.parameters()).device
+        generator = self.generator(round, device)
+        data = self.dataset
+        if self.local.algorithm == "fedsgd":
+            pick = torch.randperm(len(data), generator=generator, device=generator.device)
+            data = data.subset(pick[: self.local.batch_size].sort().values.cpu())
+        update, _ = self.compute(model, round, data, generator)
+        return update
+
+    def compute(
+        self, model: nn.Module, round: int, data: ImageSet, generator: torch.Generator
+    ) -> tuple[ClientUpdate, ClientTrace]:
+        """The update on ``data`` (FedSGD: one gradient of it as one batch; FedAvg: ``local_epochs``
+        epochs of SGD with momentum over it in minibatches), computed on a private copy of ``model``,
+        and the client's trace. ``model`` itself is left untouched."""
+        start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        worker = private_copy(model)
+        worker.train(self.model_mode == "train")
+        context = ClientContext(
+            client_id=self.client_id,
+            round=round,
+            dataset=self.dataset,
+            info=self.info,
+            generator=generator,
+            public=self.public,
         )
-        batch = local.batch_size
-    delta = defenses.release_hook(delta, generator)
-    facts = ProtocolFacts(
-        algorithm=local.algorithm,
-        local_lr=local.local_lr,
-        momentum=local.momentum if local.algorithm == "fedavg" else 0.0,
-        local_epochs=local.local_epochs if local.algorithm == "fedavg" else 1,
-        local_steps=steps,
-        batch_size=batch,
-        num_samples=len(data),
-        model_mode="train" if model_mode == "train" else "eval",
-        shuffled=local.algorithm == "fedavg" and local.shuffle,
-    )
-    return ClientUpdate(global_params=start, delta=delta, protocol=facts, buffers=buffers), trace
-
-
-def _fedavg(model, data, local, defenses, gradient_fn, normalize, generator, model_mode):
-    worker = copy.deepcopy(model)
-    worker.train(model_mode == "train")
-    params = dict(worker.named_parameters())
-    before = {k: p.detach().clone() for k, p in params.items()}
-    velocity = {k: torch.zeros_like(p) for k, p in params.items()}
-    n = len(data)
-    batches = math.ceil(n / local.batch_size)
-    defended = torch.empty_like(data.x)
-    complete = True
-    for epoch in range(local.local_epochs):
-        if local.shuffle:
-            order = torch.randperm(n, generator=generator, device=generator.device).to(data.x.device)
+        local = self.local
+        if local.algorithm == "fedsgd":
+            step_context = context.at_step(data, 0)
+            x, y = self.pipeline.data_hook(data.x, data.y, step_context)
+            with client_rng(generator, 0):
+                delta = self.pipeline.gradient(worker, self.info.normalize(x), y, step_context)
+            steps, batch = 1, len(data)
+            trace = ClientTrace(x.detach() if len(x) == len(data) else None)
         else:
-            order = torch.arange(n, device=data.x.device)
-        for b in range(batches):
-            idx = order[b * local.batch_size : (b + 1) * local.batch_size]
-            x, y = defenses.data_hook(data.x[idx], data.y[idx], generator)
-            defenses.bind_batch(data.subset(idx))
-            if epoch == 0:
+            delta, steps, trace = self._train(worker, data, context)
+            batch = local.batch_size
+        buffers = {}
+        if self.model_mode == "train" or local.algorithm == "fedavg":
+            buffers = {k: v.detach().clone() for k, v in worker.named_buffers()}
+        delta = self.pipeline.release_hook(delta, context)
+        facts = ProtocolFacts(
+            algorithm=local.algorithm,
+            local_lr=local.local_lr,
+            momentum=local.momentum if local.algorithm == "fedavg" else 0.0,
+            local_epochs=local.local_epochs if local.algorithm == "fedavg" else 1,
+            local_steps=steps,
+            batch_size=batch,
+            num_samples=len(data),
+            model_mode="train" if self.model_mode == "train" else "eval",
+            shuffled=local.algorithm == "fedavg" and local.shuffle,
+        )
+        return ClientUpdate(global_params=start, delta=delta, protocol=facts, buffers=buffers), trace
+
+    def _train(
+        self, worker: nn.Module, data: ImageSet, context: ClientContext
+    ) -> tuple[dict[str, torch.Tensor], int, ClientTrace]:
+        local, generator = self.local, context.generator
+        params = dict(worker.named_parameters())
+        before = {k: p.detach().clone() for k, p in params.items()}
+        defended = torch.empty_like(data.x)
+        complete = True
+        schedule = minibatch_schedule(
+            len(data),
+            local.batch_size,
+            local.local_epochs,
+            shuffle=local.shuffle,
+            generator=generator,
+            device=data.x.device,
+        )
+        batches = -(-len(data) // local.batch_size)
+        steps = 0
+
+        def gradient(
+            _: dict[str, torch.Tensor], scheduled: tuple[int, torch.Tensor]
+        ) -> dict[str, torch.Tensor]:
+            nonlocal complete, steps
+            step, idx = scheduled
+            batch = data.subset(idx)
+            step_context = context.at_step(batch, step)
+            x, y = self.pipeline.data_hook(batch.x, batch.y, step_context)
+            if step < batches:  # the first epoch: the defended inputs the evaluator compares with
                 if len(x) == len(idx):
                     defended[idx] = x.detach()
                 else:
                     complete = False
-            with client_rng(generator, epoch * batches + b):
-                grads = gradient_fn(worker, normalize(x), y)
-            with torch.no_grad():
-                for k, p in params.items():
-                    velocity[k].mul_(local.momentum).add_(grads[k])
-                    p.sub_(local.local_lr * velocity[k])
-    delta = {k: (params[k].detach() - before[k]) for k in params}
-    buffers = {k: v.detach().clone() for k, v in worker.named_buffers()}
-    trace = ClientTrace(defended if complete else None)
-    return delta, local.local_epochs * batches, buffers, trace
+            steps += 1
+            with client_rng(generator, step):
+                return self.pipeline.gradient(worker, self.info.normalize(x), y, step_context)
+
+        local_sgd(params, schedule, gradient, lr=local.local_lr, momentum=local.momentum, in_place=True)
+        delta = {k: (params[k].detach() - before[k]) for k in params}
+        return delta, steps, ClientTrace(defended if complete else None)
 
 
-def server_view_of(
+def compute_update(
     model: nn.Module,
-    batch: ImageSet,
-    info: DatasetInfo,
+    data: ImageSet,
+    local: LocalTraining,
+    pipeline: DefensePipeline,
     *,
-    local: LocalTraining | None = None,
-    defenses: DefensePipeline | None = None,
-    labels_known: bool = False,
-    model_mode: str = "eval",
-    seed: int = 0,
-) -> ServerView:
-    """What the server sees when one client computes its update on ``batch``: a shortcut for
-    :func:`compute_update` followed by :func:`~leakshield.fl.types.build_server_view`."""
-    pipeline = defenses or DefensePipeline()
-    update, _ = compute_update(
-        model,
-        batch,
-        local or LocalTraining(),
-        pipeline,
-        normalize=info.normalize,
-        generator=torch.Generator().manual_seed(seed),
+    info: DatasetInfo,
+    generator: torch.Generator,
+    public: ImageSet | None = None,
+    pool: ImageSet | None = None,
+    model_mode: str = "train",
+    client_id: int = 0,
+    round: int = 0,
+) -> tuple[ClientUpdate, ClientTrace]:
+    """One honest client's update on ``data`` under ``pipeline`` (see :meth:`HonestClient.compute`).
+
+    ``pool`` is the client's whole dataset when ``data`` is only the batch it shares a gradient of
+    (mixing defenses draw partners from it, sensitivity rules rank it); it defaults to ``data``.
+    Images are [0, 1] pixels; ``info.normalize`` maps them to model input."""
+    client = HonestClient(
+        client_id=client_id,
+        dataset=pool if pool is not None else data,
+        local=local,
+        pipeline=pipeline,
+        info=info,
+        public=public,
         model_mode=model_mode,
     )
-    return build_server_view(
-        model,
-        update,
-        info,
-        ThreatModel(labels_known=labels_known),
-        labels=batch.y,
-        defenses=pipeline.public_config(),
-    )
+    return client.compute(model, round, data, generator)

@@ -32,13 +32,24 @@ class FLConfig(Params):
     """The federation: ``clients`` clients holding a partition of the training split, of which
     ``clients_per_round`` (None = all) are sampled each round. defended_clients: the clients that run
     the defenses' client stages (None = all; DCS² defends one client in its FL experiments); the model
-    stage (PRECODE, dropout, DP-SGD's GroupNorm) changes the shared model and so applies to all."""
+    stage (PRECODE, dropout, DP-SGD's GroupNorm) changes the shared model and so applies to all.
+    aggregator: how the server combines the replies (``mean``: sample-weighted, ``median``:
+    coordinate-wise; ``leakshield list aggregators``)."""
 
     clients: int = pydantic.Field(default=10, ge=1)
     clients_per_round: int | None = pydantic.Field(default=None, ge=1)
     partition: PartitionConfig = pydantic.Field(default_factory=IIDPartition)
     local: LocalTraining = pydantic.Field(default_factory=LocalTraining)
     defended_clients: list[pydantic.NonNegativeInt] | None = None
+    aggregator: str = "mean"
+
+    @pydantic.field_validator("aggregator")
+    @classmethod
+    def _known_aggregator(cls, value: str) -> str:
+        from leakshield.fl.aggregation import AGGREGATORS
+
+        AGGREGATORS.get(value)  # an unknown name lists the allowed ones
+        return value
 
     @pydantic.model_validator(mode="after")
     def _check_sampling(self) -> FLConfig:

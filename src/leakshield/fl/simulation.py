@@ -1,6 +1,9 @@
-"""FedSGD / FedAvg simulation of many clients on one machine, seeded and reproducible."""
+"""FedSGD / FedAvg on one machine: a server, its participants and observers, seeded and reproducible."""
 
 from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -8,49 +11,73 @@ from tqdm.auto import tqdm
 
 from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.defenses.base import DefensePipeline
-from leakshield.fl.client import compute_update
+from leakshield.fl.aggregation import Aggregator, create_aggregator
+from leakshield.fl.client import HonestClient, seeded_generator
 from leakshield.fl.config import FLConfig
+from leakshield.fl.participants import Participant, RoundObserver
 from leakshield.fl.types import ClientUpdate
 
 
-def seeded_generator(*keys: int, device: torch.device | str = "cpu") -> torch.Generator:
-    """A generator whose seed is a deterministic function of ``keys`` (e.g. seed, round, client)."""
-    value = 0
-    for key in keys:
-        value = (value * 1_000_003 + int(key) + 1) % (2**63 - 1)
-    return torch.Generator(device=device).manual_seed(value)
-
-
 class FederatedSimulation:
-    """Simulates FL training of ``model`` over ``clients`` (their local training sets).
+    """The server's side of FL training of ``model`` with ``participants``.
 
-    Each round samples ``clients_per_round`` clients; each computes its update through the defense
-    pipeline (``compute_update``); the server averages them weighted by sample count. FedSGD: θ ← θ −
-    lr·ḡ over one random minibatch per client; FedAvg: θ ← θ + mean Δθ, buffers averaged likewise.
-    """
+    Each round the server samples ``clients_per_round`` participants (seeded by seed and round), sends
+    each its own copy of the global model, collects the replies, shows them to the ``observers`` and
+    applies the aggregate: FedSGD θ ← θ − lr·agg(g); FedAvg θ ← θ + agg(Δθ), buffers averaged by sample
+    count. Participants may be honest clients or attackers taking part in training."""
 
     def __init__(
         self,
         model: nn.Module,
-        clients: list[ImageSet],
+        participants: Sequence[Participant],
         config: FLConfig,
-        defenses: DefensePipeline,
-        info: DatasetInfo,
         *,
+        aggregator: Aggregator | None = None,
+        observers: Sequence[RoundObserver] = (),
         seed: int = 0,
     ) -> None:
-        if len(clients) != config.clients:
-            raise ValueError(f"{len(clients)} client datasets for {config.clients} clients")
+        if len(participants) != config.clients:
+            raise ValueError(f"{len(participants)} participants for {config.clients} clients")
         self.model = model
-        self.clients = clients
+        self.participants = list(participants)
         self.config = config
-        self.defenses = defenses
-        self.info = info
+        self.aggregator = aggregator or create_aggregator(config.aggregator)
+        self.observers = list(observers)
         self.seed = seed
         self.round = 0
-        #: client index → (local SGD steps taken over all rounds so far, minibatch sampling rate), for
-        #: privacy accounting (DP-SGD's ε)
+        #: participant id → (local SGD steps taken over all rounds so far, minibatch sampling rate), for
+        #: privacy accounting (DP-SGD's ε) of the participants that run the defenses
         self.client_steps: dict[int, tuple[int, float]] = {}
+
+    @classmethod
+    def honest(
+        cls,
+        model: nn.Module,
+        clients: Sequence[ImageSet],
+        config: FLConfig,
+        pipeline: DefensePipeline,
+        info: DatasetInfo,
+        *,
+        public: ImageSet | None = None,
+        seed: int = 0,
+        observers: Sequence[RoundObserver] = (),
+    ) -> FederatedSimulation:
+        """A federation of honest clients holding ``clients`` (their local datasets); the clients in
+        ``config.defended_clients`` (default all) run ``pipeline``'s client stages, the others none."""
+        participants = [
+            HonestClient(
+                client_id=i,
+                dataset=data,
+                local=config.local,
+                pipeline=pipeline if config.is_defended(i) else DefensePipeline(),
+                info=info,
+                public=public,
+                seed=seed,
+                accounted=config.is_defended(i),
+            )
+            for i, data in enumerate(clients)
+        ]
+        return cls(model, participants, config, observers=observers, seed=seed)
 
     def run(self, rounds: int, *, progress: bool = False, desc: str = "FL training") -> nn.Module:
         """Train for ``rounds`` more rounds; returns the (updated in place) global model."""
@@ -60,48 +87,37 @@ class FederatedSimulation:
 
     def step(self) -> None:
         cfg = self.config
-        device = next(self.model.parameters()).device
         gen = seeded_generator(self.seed, self.round)
         k = cfg.clients_per_round or cfg.clients
         chosen = torch.randperm(cfg.clients, generator=gen)[:k].sort().values.tolist()
+        for observer in self.observers:
+            observer.round_started(self.round, copy.deepcopy(self.model))
         updates: list[ClientUpdate] = []
-        for client in chosen:
-            local = data = self.clients[client]
-            if len(data) == 0:
+        for index in chosen:
+            participant = self.participants[index]
+            update = participant.fit(copy.deepcopy(self.model), self.round)
+            if update is None:
                 continue
-            client_gen = seeded_generator(self.seed, self.round, client, device=device)
-            if cfg.local.algorithm == "fedsgd":
-                pick = torch.randperm(len(data), generator=gen)[: cfg.local.batch_size]
-                data = data.subset(pick.sort().values)
-            update, _ = compute_update(
-                self.model,
-                data,
-                cfg.local,
-                self.defenses if cfg.is_defended(client) else DefensePipeline(),
-                normalize=self.info.normalize,
-                generator=client_gen,
-                model_mode="train",
-                pool=local,
-            )
             updates.append(update)
-            if not cfg.is_defended(client):
-                continue
-            steps, _ = self.client_steps.get(client, (0, 0.0))
-            rate = min(1.0, cfg.local.batch_size / len(local))
-            self.client_steps[client] = (steps + update.protocol.local_steps, rate)
+            for observer in self.observers:
+                observer.update_received(self.round, participant.client_id, update)
+            if getattr(participant, "accounted", False):
+                steps, _ = self.client_steps.get(participant.client_id, (0, 0.0))
+                rate = float(getattr(participant, "sampling_rate", 1.0))
+                self.client_steps[participant.client_id] = (steps + update.protocol.local_steps, rate)
         if updates:
-            self._aggregate(updates)
+            self._apply(updates)
+        for observer in self.observers:
+            observer.round_finished(self.round, copy.deepcopy(self.model))
         self.round += 1
 
-    def _aggregate(self, updates: list[ClientUpdate]) -> None:
-        total = sum(u.protocol.num_samples for u in updates)
-        weights = [u.protocol.num_samples / total for u in updates]
+    def _apply(self, updates: list[ClientUpdate]) -> None:
+        step = self.aggregator.combine(updates)
+        buffers = self.aggregator.buffers(updates)
         sign = -self.config.local.local_lr if self.config.local.algorithm == "fedsgd" else 1.0
         with torch.no_grad():
             for name, param in self.model.named_parameters():
-                param.add_(sign * sum(w * u.delta[name] for w, u in zip(weights, updates, strict=True)))
+                param.add_(sign * step[name])
             for name, buf in self.model.named_buffers():
-                if updates[0].buffers and buf.is_floating_point():
-                    buf.copy_(sum(w * u.buffers[name] for w, u in zip(weights, updates, strict=True)))
-                elif updates[0].buffers:
-                    buf.copy_(updates[0].buffers[name])
+                if name in buffers:
+                    buf.copy_(buffers[name])

@@ -3,16 +3,40 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch import nn
 
-from leakshield.data.types import DatasetInfo
+from leakshield.data.types import DatasetInfo, ImageSet
+from leakshield.defenses.base import PublicDefense
 
 Algorithm = Literal["fedsgd", "fedavg"]
+
+
+@dataclass(frozen=True)
+class ServerKnowledge:
+    """What a (malicious) server may use to prepare the model it sends: public dataset facts and the
+    public split (never a client's private data)."""
+
+    data_info: DatasetInfo
+    public: ImageSet
+
+
+@dataclass(frozen=True)
+class ServerSecrets:
+    """Base of what a server keeps to itself when it prepares the model it sends (e.g. an imprint
+    attack's thresholds, a prior computed from the public split); an attack subclasses it. It is
+    handed back to the same attack through :attr:`ServerView.secrets`, never to a client."""
+
+
+@dataclass(frozen=True)
+class PreparedModel:
+    """What a server's preparation returns: the model to send and its own secrets (None: none)."""
+
+    model: nn.Module
+    secrets: ServerSecrets | None = None
 
 
 @dataclass(frozen=True)
@@ -81,9 +105,11 @@ class ThreatModel:
 @dataclass(frozen=True)
 class ServerView:
     """Everything an attack may use: the model as the server built and sent it, the update, public
-    protocol and dataset facts, the defenses' public configuration, and what the threat model grants.
+    protocol and dataset facts, the defenses' public configuration, what the threat model grants, and
+    the secrets the server kept when it prepared the model (:class:`ServerSecrets`).
 
-    Holds detached copies only: no hooks, no cached activations, no reference to the private batch.
+    Holds detached copies only: no hooks, no cached activations, no reference to the private batch or
+    to the model the client trained on.
     """
 
     model: nn.Module
@@ -91,8 +117,9 @@ class ServerView:
     data_info: DatasetInfo
     threat: ThreatModel
     labels: torch.Tensor | None = None
-    defenses: tuple[Mapping[str, Any], ...] = ()
+    defenses: tuple[PublicDefense, ...] = ()
     round: int = 0
+    secrets: ServerSecrets | None = None
 
     @property
     def batch_size(self) -> int:
@@ -124,8 +151,9 @@ def build_server_view(
     threat: ThreatModel,
     *,
     labels: torch.Tensor | None = None,
-    defenses: tuple[Mapping[str, Any], ...] = (),
+    defenses: tuple[PublicDefense, ...] = (),
     round: int = 0,
+    secrets: ServerSecrets | None = None,
 ) -> ServerView:
     """Make the attacker's view: a hook-free deep copy of the model loaded with the update's starting
     parameters, detached update tensors, and the labels only if the threat model grants them."""
@@ -140,6 +168,7 @@ def build_server_view(
         data_info=data_info,
         threat=threat,
         labels=labels.detach().clone() if (threat.labels_known and labels is not None) else None,
-        defenses=tuple(dict(d) for d in defenses),
+        defenses=tuple(defenses),
         round=round,
+        secrets=secrets,
     )

@@ -7,8 +7,9 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from leakshield.metrics.image import mse, psnr, ssim
+from leakshield.metrics.registry import METRICS
 
-_HIGHER_IS_BETTER = {"ssim": True, "psnr": True, "mse": False}
+MATCHABLE = ("ssim", "psnr", "mse")
 DEFAULT_ASR_THRESHOLD = 0.6
 
 
@@ -21,8 +22,8 @@ def match_reconstructions(
     of one needs no matching. Both inputs are N×C×H×W in [0, 1]; more reconstructions than truths is
     allowed (the unassigned ones are dropped).
     """
-    if metric not in _HIGHER_IS_BETTER:
-        raise ValueError(f"matching metric {metric!r}; allowed: {', '.join(_HIGHER_IS_BETTER)}")
+    if metric not in MATCHABLE:
+        raise ValueError(f"matching metric {metric!r}; allowed: {', '.join(MATCHABLE)}")
     n_rec, n_true = len(reconstruction), len(truth)
     if n_rec < n_true:
         raise ValueError(f"{n_rec} reconstructions for {n_true} true images")
@@ -32,7 +33,7 @@ def match_reconstructions(
     rec = reconstruction.unsqueeze(1).expand(n_rec, n_true, *truth.shape[1:]).flatten(0, 1)
     tru = truth.unsqueeze(0).expand(n_rec, n_true, *truth.shape[1:]).flatten(0, 1)
     scores = fn(rec, tru).view(n_rec, n_true).cpu().numpy()
-    cost = -scores if _HIGHER_IS_BETTER[metric] else scores
+    cost = -scores if METRICS.get(metric).higher_is_better else scores
     cost = np.nan_to_num(cost, nan=1e12, posinf=1e12, neginf=-1e12)
     rows, cols = linear_sum_assignment(cost)
     perm = np.empty(n_true, dtype=np.int64)

@@ -38,7 +38,7 @@ def auxiliary_loss(model: nn.Module) -> torch.Tensor | float:
 
     Layers take part by defining ``pop_auxiliary_loss() -> Tensor | None``. Every loss a client or an
     attacker differentiates is ``task loss + auxiliary_loss(model)`` read right after the forward
-    (:func:`leakshield.fl.loss.training_loss`)."""
+    (:func:`leakshield.loss.training_loss`)."""
     total: torch.Tensor | float = 0.0
     for module in model.modules():
         pop = getattr(module, "pop_auxiliary_loss", None)

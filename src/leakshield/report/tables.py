@@ -12,21 +12,11 @@ from dataclasses import dataclass
 from itertools import product
 
 from leakshield.experiment.store import CellRecord
+from leakshield.metrics.registry import METRICS, UTILITY_COLUMNS
 
 DIMENSIONS = ("model", "defense", "attack", "round", "seed")
-UTILITY_METRICS = ("accuracy", "accuracy_train", "accuracy_sensitive", "adr", "epsilon", "delta")
 BASELINE_LABEL = "no-information baseline"
 LEADING_COLUMNS = ["kind", "model", "defense", "attack", "round", "seed", "status", "seconds"]
-PRECISION = {
-    "psnr": 2,
-    "psnr_std": 2,
-    "psnr_defended": 2,
-    "psnr_sensitive": 2,
-    "mse": 4,
-    "mse_sensitive": 4,
-    "lpips": 3,
-    "seconds": 1,
-}
 
 
 @dataclass(frozen=True)
@@ -52,7 +42,7 @@ def joined_rows(records: list[CellRecord]) -> tuple[list[Row], dict[str, float]]
         metrics = {k: v for k, v in r.metrics.items() if isinstance(v, int | float)}
         util = utility.get((r.model, r.defense, r.seed), {})
         clean = utility.get((r.model, "none", r.seed), {}).get("accuracy")
-        metrics.update({k: v for k, v in util.items() if k in UTILITY_METRICS})
+        metrics.update({k: v for k, v in util.items() if k in UTILITY_COLUMNS})
         if clean and "accuracy" in util:
             metrics["adr"] = (clean - util["accuracy"]) / clean
         coords = {
@@ -71,7 +61,7 @@ def format_value(metric: str, values: list[float]) -> str:
     finite = [v for v in values if v is not None and math.isfinite(v)]
     if not finite:
         return "n/a"
-    digits = PRECISION.get(metric, 3)
+    digits = METRICS.precision(metric)
     mean = statistics.fmean(finite)
     if len(finite) > 1:
         return f"{mean:.{digits}f} ± {statistics.stdev(finite):.{digits}f}"

@@ -21,103 +21,32 @@ import copy
 import fnmatch
 import math
 import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Literal
+from collections.abc import Sequence
 
-import numpy as np
-import pydantic
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call
-from tqdm.auto import tqdm
 
 from leakshield.attacks.base import Attack, Reconstruction
+from leakshield.attacks.inversion.loops import lr_scheduler, optimize_many, optimize_one
 from leakshield.attacks.inversion.objectives import (
     DISTANCES,
     BatchNormStatistics,
     image_norm,
-    task_loss,
     total_variation,
 )
+from leakshield.attacks.inversion.params import GradientInversionParams
+from leakshield.attacks.inversion.replay import dummy_update
+from leakshield.attacks.inversion.starts import initial_images, load_image_file
 from leakshield.attacks.inversion.vectorized import VectorizedObjective
-from leakshield.attacks.labels import classifier_weight_name, infer_labels
+from leakshield.attacks.labels import resolve_labels
+from leakshield.data.types import DatasetInfo
 from leakshield.errors import ConfigError
-from leakshield.fl.loss import training_loss
 from leakshield.fl.types import ServerView
 from leakshield.models.base import is_stochastic
 from leakshield.registry import Params
-from leakshield.schedules import ig_step_schedule
 
-
-class GradientInversionParams(Params):
-    """Parameters of :class:`GradientInversion`.
-
-    Matching — distance: ``l2`` (DLG), ``l1`` or ``cosine`` (IG, global over the matched layers).
-    parameters: glob patterns of the parameter names to match (default: all). layer_weights: glob
-    pattern → weight of the matching layers (first matching pattern wins, default 1; 0 drops a layer).
-    Optimization — optimizer: ``lbfgs``, ``adam`` or ``sgd`` (with ``momentum``). lr: step size.
-    iterations: steps (L-BFGS: outer steps of up to ``lbfgs_max_iter`` evaluations, strong-Wolfe line
-    search unless ``lbfgs_line_search: none`` as in the DLG reference). lr_schedule: ``milestones`` decays
-    the lr by 10 at 3/8, 5/8 and 7/8 of the budget (IG's schedule scaled to it), ``cosine`` decays to 0
-    after ``warmup`` linear warm-up steps. signed: step on the sign of the image gradient (IG).
-    boxed: clamp to the valid pixel range after every step.
-    Priors — tv (total variation), image_norm (mean squared normalized pixel), bn_stats (BatchNorm
-    statistics matching), task_loss (cross-entropy of the dummy batch, CPL): weights, 0 = off.
-    Start — init: ``randn``, ``uniform`` (in normalized space), ``patterned`` (CPL: a random
-    half-size patch tiled 2×2), ``constant`` (mid-grey) or ``image`` (``init_image``: a .png or .npy
-    file, or images handed to the attack in code). labels: ``known`` (the threat model must grant them),
-    ``infer`` (iDLG rule; batch rule for larger batches), ``bias`` (FedSGD, batch 1: no label at all —
-    the loss gradient w.r.t. the logits is read off the classifier's bias gradient, so soft and mixed
-    labels (MixUp, InstaHide) are matched exactly), ``joint`` (optimized as soft labels with the
-    images, DLG), ``auto`` (known if granted, else inferred). restarts: independent runs, the one with
-    the lowest final gradient distance kept; diverging (NaN/Inf) runs are dropped. tolerance: stop when
-    the gradient distance falls below it.
-    Adaptive parts — match_released: compare only the entries the client released (non-zero in the
-    observed update; against pruning). dropout_samples: average the dummy gradient over that many draws
-    of the model's stochastic layers (expectation over dropout masks or PRECODE's bottleneck samples).
-    Speed — vectorize: attack independent victims of one round together in one vmapped step (Adam/SGD,
-    FedSGD, eval-mode model, no BN prior, no joint labels; else one by one). compile: also compile that
-    step with torch.compile (checked against eager on the first step; falls back when it fails).
-    """
-
-    distance: Literal["l2", "l1", "cosine"] = "l2"
-    parameters: list[str] | None = None
-    layer_weights: dict[str, pydantic.NonNegativeFloat] = pydantic.Field(default_factory=dict)
-    optimizer: Literal["lbfgs", "adam", "sgd"] = "lbfgs"
-    lr: float = pydantic.Field(default=1.0, gt=0)
-    momentum: float = pydantic.Field(default=0.0, ge=0, lt=1)
-    iterations: int = pydantic.Field(default=300, ge=1)
-    lr_schedule: Literal["none", "milestones", "cosine"] = "none"
-    warmup: int = pydantic.Field(default=0, ge=0)
-    signed: bool = False
-    boxed: bool = False
-    tv: float = pydantic.Field(default=0.0, ge=0)
-    image_norm: float = pydantic.Field(default=0.0, ge=0)
-    bn_stats: float = pydantic.Field(default=0.0, ge=0)
-    task_loss: float = pydantic.Field(default=0.0, ge=0)
-    init: Literal["randn", "uniform", "patterned", "constant", "image"] = "randn"
-    init_image: str | None = None
-    labels: Literal["auto", "known", "infer", "bias", "joint"] = "auto"
-    restarts: int = pydantic.Field(default=1, ge=1)
-    tolerance: float = pydantic.Field(default=1e-6, ge=0)
-    lbfgs_max_iter: int = pydantic.Field(default=20, ge=1)
-    lbfgs_history: int = pydantic.Field(default=100, ge=1)
-    lbfgs_line_search: Literal["strong_wolfe", "none"] = "strong_wolfe"
-    match_released: bool = False
-    dropout_samples: int = pydantic.Field(default=1, ge=1)
-    vectorize: bool = True
-    compile: bool = False
-
-    @pydantic.model_validator(mode="after")
-    def _image_init_needs_a_file(self) -> GradientInversionParams:
-        if self.init_image is not None and not Path(self.init_image).expanduser().is_file():
-            raise ValueError(f"init_image: no file {self.init_image}")
-        return self
-
-
-Objective = Callable[[torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, torch.Tensor]]
+__all__ = ["GradientInversion", "GradientInversionParams", "load_image_file"]
 
 
 class GradientInversion(Attack):
@@ -188,7 +117,7 @@ class GradientInversion(Attack):
                     logits0 = None
                     if labels is None:  # joint optimization of soft labels (DLG)
                         logits0 = torch.randn(n, info.num_classes, generator=gen).to(device)
-                    x, logits, score = self._optimize(x0, logits0, objective, lo, hi)
+                    x, logits, score = optimize_one(p, x0, logits0, objective, lo, hi)
                     if not math.isfinite(score):
                         diverged += 1
                     elif score < best[2]:
@@ -274,7 +203,7 @@ class GradientInversion(Attack):
                 x0 = torch.max(torch.min(x0, hi), lo)
             if p.compile and restart == 0:
                 compiled = objective.compile(x0, labels, targets)
-            x, score = self._optimize_many(x0, objective, labels, targets, lo, hi, progress)
+            x, score = optimize_many(p, x0, objective, labels, targets, lo, hi, progress)
             finite = torch.isfinite(score)
             diverged += (~finite).float().cpu()
             better = finite & (score < best_score)
@@ -303,63 +232,7 @@ class GradientInversion(Attack):
             )
         return results
 
-    def _optimize_many(self, x0, objective: VectorizedObjective, labels, targets, lo, hi, progress):
-        """One restart for every victim at once; per victim, the iterate with the lowest objective."""
-        p = self.params
-        x = x0.clone().requires_grad_(True)
-        if p.optimizer == "adam":
-            opt: torch.optim.Optimizer = torch.optim.Adam([x], lr=p.lr)
-        else:
-            opt = torch.optim.SGD([x], lr=p.lr, momentum=p.momentum)
-        sched = self._scheduler(opt)
-        best_x = x.detach().clone()
-        best_loss = torch.full((len(x),), math.inf, device=x.device)
-        best_score = best_loss.clone()
-
-        def track(loss: torch.Tensor, score: torch.Tensor) -> None:
-            better = torch.isfinite(loss) & (loss < best_loss)
-            best_x[better] = x.detach()[better]
-            best_loss[better], best_score[better] = loss[better], score[better]
-
-        for _ in tqdm(range(p.iterations), desc="vectorized attack", disable=not progress, leave=False):
-            # a detached input: torch.func computes the image gradient itself, and an input that requires
-            # grad would make autograd record a needless outer graph around the whole step
-            grad_x, (loss, score) = objective.step(x.detach(), labels, *targets)
-            track(loss, score)
-            if not torch.isfinite(loss).any() or bool((best_score < p.tolerance).all()):
-                break
-            x.grad = grad_x.sign() if p.signed else grad_x
-            opt.step()
-            if sched is not None:
-                sched.step()
-            if p.boxed:
-                with torch.no_grad():
-                    x.copy_(torch.max(torch.min(x, hi), lo))
-        track(*objective.step(x.detach(), labels, *targets)[1])
-        return best_x, best_score
-
     # -- parts -------------------------------------------------------------------------------------
-    def _labels(self, view: ServerView, device: torch.device) -> tuple[torch.Tensor | None, str]:
-        mode = self.params.labels
-        if mode == "joint":
-            return None, "joint"
-        if mode == "bias":
-            facts = view.update.protocol
-            if facts.algorithm != "fedsgd" or view.batch_size != 1:
-                raise ConfigError("labels: 'bias' needs a FedSGD gradient of a single image")
-            bias = classifier_weight_name(view).removesuffix("weight") + "bias"
-            if bias not in view.update.delta:
-                raise ConfigError("labels: 'bias' needs a classifier with a bias")
-            return view.update.delta[bias].to(device).reshape(1, -1), "bias"
-        if mode == "known" and view.labels is None:
-            raise ValueError("labels='known' but the threat model does not grant the labels")
-        if mode in ("known", "auto") and view.labels is not None:
-            return view.labels.to(device), "known"
-        weight = view.update.delta[classifier_weight_name(view)]
-        if view.update.protocol.algorithm == "fedavg":
-            weight = -weight  # Δθ ≈ −lr·Σ g: the sign flips, the ranking does not
-        return infer_labels(weight, view.batch_size).to(device), "inferred"
-
     def _matched_names(self, model: nn.Module, view: ServerView) -> list[str]:
         names = [name for name, _ in model.named_parameters() if name in view.update.delta]
         patterns = self.params.parameters
@@ -376,181 +249,15 @@ class GradientInversion(Attack):
                 return float(weight)
         return 1.0
 
-    def _init(self, n: int, info, gen: torch.Generator) -> torch.Tensor:
-        shape = info.shape
-        kind = self.params.init
-        if kind == "uniform":
-            return torch.rand(n, *shape, generator=gen) * 2 - 1
-        if kind == "patterned":  # CPL: a random patch of half the size tiled 2×2
-            c, h, w = shape
-            patch = torch.rand(n, c, (h + 1) // 2, (w + 1) // 2, generator=gen)
-            return info.normalize(patch.repeat(1, 1, 2, 2)[:, :, :h, :w])
-        if kind == "constant":
-            return info.normalize(torch.full((n, *shape), 0.5))
-        if kind == "image":
-            return info.normalize(self._start_images(n, shape))
-        return torch.randn(n, *shape, generator=gen)
+    def _labels(self, view: ServerView, device: torch.device) -> tuple[torch.Tensor | None, str]:
+        return resolve_labels(view, self.params.labels, device)
 
-    def _start_images(self, n: int, shape: tuple[int, int, int]) -> torch.Tensor:
-        images = self.init_images
-        if images is None:
-            if self.params.init_image is None:
-                raise ConfigError("init: 'image' needs init_image (a .png or .npy file) or init_images")
-            images = load_image_file(Path(self.params.init_image).expanduser(), shape)
-        images = images.float()
-        if images.ndim == 3:
-            images = images.unsqueeze(0)
-        images = F.interpolate(images, size=shape[1:], mode="bilinear", align_corners=False)
-        if images.shape[1] != shape[0]:
-            images = images.mean(dim=1, keepdim=True).expand(-1, shape[0], -1, -1)
-        return images.clamp(0, 1).repeat(math.ceil(n / len(images)), 1, 1, 1)[:n]
-
-    @staticmethod
-    def _dummy_update(
-        model: nn.Module,
-        names: list[str],
-        x: torch.Tensor,
-        labels: torch.Tensor,
-        view: ServerView,
-        samples: int = 1,
-        *,
-        logit_gradient: bool = False,
-    ) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """The update the dummy batch would produce (differentiable w.r.t. ``x``) and its first task
-        loss; with ``samples`` > 1 (FedSGD) the mean over that many draws of the stochastic layers.
-        ``logit_gradient``: ``labels`` is the loss gradient w.r.t. the logits, ∂L/∂z (labels 'bias'), and
-        the dummy gradient is the vector–Jacobian product ∂z/∂θᵀ·∂L/∂z."""
-        facts = view.update.protocol
-        params = dict(model.named_parameters())
-        if facts.algorithm == "fedsgd":
-            total: list[torch.Tensor] | None = None
-            for _ in range(samples):
-                loss = task_loss(model, model(x), labels, logit_gradient)
-                grads = torch.autograd.grad(loss, [params[k] for k in names], create_graph=True)
-                total = list(grads) if total is None else [t + g for t, g in zip(total, grads, strict=True)]
-            assert total is not None
-            return [t / samples for t in total], loss
-        current = dict(params)
-        buffers = dict(model.named_buffers())
-        velocity = {k: torch.zeros_like(v) for k, v in params.items()}
-        batches = math.ceil(len(x) / facts.batch_size)
-        first_loss = None
-        for _ in range(facts.local_epochs):
-            for b in range(batches):
-                sl = slice(b * facts.batch_size, (b + 1) * facts.batch_size)
-                logits = functional_call(model, {**current, **buffers}, (x[sl],))
-                loss = training_loss(model, logits, labels[sl])
-                first_loss = loss if first_loss is None else first_loss
-                grads = torch.autograd.grad(loss, list(current.values()), create_graph=True)
-                for (k, v), g in zip(list(current.items()), grads, strict=True):
-                    velocity[k] = facts.momentum * velocity[k] + g
-                    current[k] = v - facts.local_lr * velocity[k]
-        assert first_loss is not None
-        return [current[k] - params[k] for k in names], first_loss
+    def _init(self, n: int, info: DatasetInfo, gen: torch.Generator) -> torch.Tensor:
+        p = self.params
+        return initial_images(p.init, n, info, gen, images=self.init_images, image_file=p.init_image)
 
     def _scheduler(self, opt: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler | None:
-        p = self.params
-        if p.lr_schedule == "milestones":
-            return ig_step_schedule(opt, p.iterations)
-        if p.lr_schedule == "cosine":
-            total, warm = p.iterations, min(p.warmup, p.iterations - 1)
+        return lr_scheduler(opt, self.params)
 
-            def factor(step: int) -> float:
-                if step < warm:
-                    return (step + 1) / warm
-                return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(total - warm, 1)))
-
-            return torch.optim.lr_scheduler.LambdaLR(opt, factor)
-        return None
-
-    def _optimize(self, x0, logits0, objective: Objective, lo, hi):
-        """Run one restart. Returns the iterate with the lowest objective seen (distance + priors, the
-        quantity being minimized) as (image, label logits, its gradient distance); restarts are then
-        compared on that gradient distance."""
-        p = self.params
-        x = x0.clone().requires_grad_(True)
-        logits = logits0.clone().requires_grad_(True) if logits0 is not None else None
-        variables = [x] if logits is None else [x, logits]
-        best: list = [x.detach().clone(), None if logits is None else logits.detach().clone(), math.inf]
-        best_loss = math.inf
-
-        def remember(loss: torch.Tensor, grad_distance: torch.Tensor) -> None:
-            nonlocal best_loss
-            value = float(loss.detach())
-            if math.isfinite(value) and value < best_loss:
-                best_loss = value
-                best[:] = [
-                    x.detach().clone(),
-                    None if logits is None else logits.detach().clone(),
-                    float(grad_distance.detach()),
-                ]
-
-        def box() -> None:
-            if p.boxed:
-                with torch.no_grad():
-                    x.copy_(torch.max(torch.min(x, hi), lo))
-
-        def evaluate() -> torch.Tensor:
-            loss, grad_distance = objective(x, logits)
-            grads = torch.autograd.grad(loss, variables)
-            x.grad = grads[0].sign() if p.signed and p.optimizer != "lbfgs" else grads[0]
-            if logits is not None:
-                logits.grad = grads[1]
-            remember(loss, grad_distance)
-            return loss
-
-        if p.optimizer == "lbfgs":
-            line_search = None if p.lbfgs_line_search == "none" else p.lbfgs_line_search
-            opt: torch.optim.Optimizer = torch.optim.LBFGS(
-                variables,
-                lr=p.lr,
-                max_iter=p.lbfgs_max_iter,
-                history_size=p.lbfgs_history,
-                line_search_fn=line_search,
-            )
-            for _ in range(p.iterations):
-                loss = opt.step(evaluate)
-                if not torch.isfinite(loss) or not torch.isfinite(x).all() or best[2] < p.tolerance:
-                    break
-                box()
-            return tuple(best)
-
-        if p.optimizer == "adam":
-            opt = torch.optim.Adam(variables, lr=p.lr)
-        else:
-            opt = torch.optim.SGD(variables, lr=p.lr, momentum=p.momentum)
-        sched = self._scheduler(opt)
-        for _ in range(p.iterations):
-            loss = evaluate()
-            if not torch.isfinite(loss):
-                break
-            opt.step()
-            if sched is not None:
-                sched.step()
-            box()
-            if best[2] < p.tolerance:
-                break
-        if torch.isfinite(x).all():
-            remember(*objective(x, logits))
-        return tuple(best)
-
-
-def load_image_file(path: Path, shape: tuple[int, int, int]) -> torch.Tensor:
-    """Images in [0, 1] (N×C×H×W) from a .npy file (uint8 or float, N×H×W×C or N×C×H×W) or a picture."""
-    if path.suffix == ".npy":
-        array = np.load(path, allow_pickle=False)
-        tensor = torch.from_numpy(np.array(array, dtype=np.float32))
-        if array.dtype == np.uint8:
-            tensor = tensor / 255.0
-        if tensor.ndim == 3:
-            tensor = tensor.unsqueeze(0)
-        if tensor.shape[-1] in (1, 3) and tensor.shape[1] not in (1, 3):
-            tensor = tensor.permute(0, 3, 1, 2)
-        return tensor
-    from PIL import Image
-
-    with Image.open(path) as img:
-        mode = "L" if shape[0] == 1 else "RGB"
-        array = np.asarray(img.convert(mode), dtype=np.float32) / 255.0
-    tensor = torch.from_numpy(array)
-    return tensor.unsqueeze(0).unsqueeze(0) if tensor.ndim == 2 else tensor.permute(2, 0, 1).unsqueeze(0)
+    #: the update a dummy batch would produce (see :func:`~leakshield.attacks.inversion.replay.dummy_update`)
+    _dummy_update = staticmethod(dummy_update)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from leakshield.fl.loss import cross_entropy
+from leakshield.loss import cross_entropy
 from leakshield.models.base import auxiliary_loss
 
 

@@ -1,9 +1,12 @@
-"""Which of a client's samples are sensitive (DCS², Wu et al., AAAI 2024: the user decides; the defense
-protects those only). A rule is shared by the DCS² defense and by the report's accuracy on sensitive
-samples, so every row of a comparison scores the same samples."""
+"""Which of a client's samples are sensitive (DCS², Wu et al., AAAI 2024: the user decides; a defense
+may protect those only). A rule is shared by the defenses that use one, by the victim draw
+(``victims.sensitive``) and by the accuracy on sensitive samples (``metrics.sensitive``), so every row
+of a comparison scores the same samples. Applying a rule is a pure function of the minibatch and the
+client's whole dataset (the fraction rule ranks it): nothing is bound between calls."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import pydantic
@@ -43,21 +46,22 @@ def content_scores(x: torch.Tensor, seed: int) -> torch.Tensor:
 
 
 class SensitiveSamples:
-    """Applies a :class:`SensitivityRule`: :meth:`bind` the client's dataset once (the fraction rule
-    ranks its samples), then :meth:`mask` any of its minibatches."""
+    """Applies a :class:`SensitivityRule` to minibatches of one client's dataset."""
 
     def __init__(self, rule: SensitivityRule) -> None:
         self.rule = rule
-        self._threshold: float | None = None
 
-    def bind(self, data: ImageSet) -> None:
-        if self.rule.sensitive == "fraction" and len(data):
-            scores = content_scores(data.x, self.rule.seed)
-            k = max(1, round(self.rule.fraction * len(data)))
-            self._threshold = float(scores.sort().values[k - 1])
+    def threshold(self, dataset: ImageSet) -> float | None:
+        """The fraction rule's score threshold over the client's ``dataset`` (None for other rules)."""
+        if self.rule.sensitive != "fraction" or not len(dataset):
+            return None
+        scores = content_scores(dataset.x, self.rule.seed)
+        k = max(1, round(self.rule.fraction * len(dataset)))
+        return float(scores.sort().values[k - 1])
 
-    def mask(self, batch: ImageSet) -> torch.Tensor:
-        """Which samples of ``batch`` are sensitive (bool, on the labels' device)."""
+    def mask(self, batch: ImageSet, dataset: ImageSet | None = None) -> torch.Tensor:
+        """Which samples of ``batch`` (a minibatch of the client's ``dataset``, default: the batch itself)
+        are sensitive (bool, on the labels' device)."""
         rule = self.rule
         n, device = len(batch), batch.y.device
         if rule.sensitive == "all":
@@ -72,12 +76,33 @@ class SensitiveSamples:
             if batch.sensitive is None:
                 raise ConfigError("sensitive: 'flagged' but the client's data carries no flags")
             return batch.sensitive.to(device=device, dtype=torch.bool)
-        if self._threshold is None:
-            self.bind(batch)
-        assert self._threshold is not None
-        return content_scores(batch.x, rule.seed).to(device) <= self._threshold
+        threshold = self.threshold(dataset if dataset is not None else batch)
+        if threshold is None:
+            return torch.zeros(n, dtype=torch.bool, device=device)
+        return content_scores(batch.x, rule.seed).to(device) <= threshold
 
     def of_dataset(self, data: ImageSet) -> torch.Tensor:
-        """The mask of a whole client dataset (bound as the client's)."""
-        self.bind(data)
-        return self.mask(data)
+        """The mask of a whole client dataset."""
+        return self.mask(data, data)
+
+
+def sensitive_subset(
+    datasets: Sequence[ImageSet],
+    rule: SensitivityRule | None,
+    fallback: Callable[[ImageSet], torch.Tensor | None] | None = None,
+) -> ImageSet | None:
+    """The sensitive samples of ``datasets`` (each a client's dataset) pooled: by ``rule``, else by
+    ``fallback`` (a defense's own rule, e.g. DCS²'s); None when neither defines them for every dataset.
+    The accuracy on these samples is DCS² Table 1's "accuracy on sensitive samples"."""
+    parts = []
+    for data in datasets:
+        if rule is not None:
+            mask = SensitiveSamples(rule).of_dataset(data)
+        else:
+            mask = fallback(data) if fallback is not None else None
+        if mask is None:
+            return None
+        parts.append(data.subset(mask.nonzero().flatten()))
+    if not parts:
+        return None
+    return ImageSet(torch.cat([p.x for p in parts]), torch.cat([p.y for p in parts]))

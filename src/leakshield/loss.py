@@ -21,16 +21,3 @@ def training_loss(model: nn.Module, logits: torch.Tensor, targets: torch.Tensor)
     """The loss a client differentiates: :func:`cross_entropy` of ``logits`` (the output of the forward
     of ``model`` just run) plus the auxiliary losses that forward left (PRECODE Eq. 3: CE + β·KL)."""
     return cross_entropy(logits, targets) + auxiliary_loss(model)
-
-
-def parameter_gradients(
-    model: nn.Module, loss: torch.Tensor, *, retain_graph: bool = False
-) -> dict[str, torch.Tensor]:
-    """∇θ ``loss`` for every named parameter of ``model``, detached; zeros for parameters the loss does
-    not reach."""
-    names, params = zip(*model.named_parameters(), strict=True)
-    grads = torch.autograd.grad(loss, params, retain_graph=retain_graph, allow_unused=True)
-    return {
-        n: (g.detach() if g is not None else torch.zeros_like(p))
-        for n, p, g in zip(names, params, grads, strict=True)
-    }

@@ -1,0 +1,74 @@
+"""``leakshield fit CONFIG``: compute every fitted artifact a config's grid needs, ahead of the run and
+with progress bars, so that ``leakshield run`` (here or on other machines sharing the cache folder)
+does no fitting work."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from leakshield.artifacts import ArtifactCache
+from leakshield.attacks.base import ATTACKS, create_attack
+from leakshield.data import load_dataset, partition_indices
+from leakshield.defenses.base import DEFENSES
+from leakshield.experiment.config import ExperimentConfig
+from leakshield.experiment.fitting import FitSetting, fit_attack
+from leakshield.experiment.training import TrainedModels
+
+
+@dataclass(frozen=True)
+class FitSummary:
+    artifacts: int
+    fitted: int
+    reused: int
+    cache: Path
+
+
+def needs_fitting(config: ExperimentConfig) -> bool:
+    """Whether any defense or attack of ``config`` declares a fit."""
+    defenses = [e["name"] for d in config.defenses for e in d.entries]
+    return any(_fits(DEFENSES.get(n).factory) for n in defenses) or any(
+        _fits(ATTACKS.get(a.name).factory) for a in config.attacks
+    )
+
+
+def _fits(factory: object) -> bool:
+    return getattr(factory, "fit_scope", None) is not None
+
+
+def fit_config(
+    config: ExperimentConfig, device: torch.device, cache: ArtifactCache, *, progress: bool = True
+) -> FitSummary:
+    """Fit (or find in ``cache``) every artifact of ``config``: per seed, model and defense setting the
+    defenses' public and client fits, per seed and model the attacks' public fits."""
+    before = len(cache.fitted)
+    ds = config.dataset
+    data = load_dataset(ds.name, ds.params, root=ds.root)
+    parts = partition_indices(data.train.y, config.fl.clients, config.fl.partition, config.partition_seed)
+    clients = [data.train.subset(p).to(device) for p in parts]
+    models = TrainedModels(config, data, clients, data.public.to(device), device, cache, progress)
+    jobs = [(s, m, d) for s in config.seeds for m in config.models for d in config.defenses]
+    for seed, model, defense in tqdm(jobs, desc="fitting defenses", disable=not progress, unit="setting"):
+        models.fresh(model, defense, seed)
+    fitted_attacks = [a for a in config.attacks if _fits(ATTACKS.get(a.name).factory)]
+    attack_jobs = [(s, m, a) for s in config.seeds for m in config.models for a in fitted_attacks]
+    for seed, model, entry in tqdm(attack_jobs, desc="fitting attacks", disable=not progress, unit="setting"):
+        net, _ = models.fresh(model, config.defenses[0], seed)
+        setting = FitSetting(
+            data.info,
+            data.public,
+            clients,
+            config.fl,
+            net,
+            {"name": model.name, **model.params},
+            seed,
+            device,
+            progress,
+        )
+        _, used = fit_attack(create_attack(entry.name, entry.params), setting, cache)
+        models.used.extend(u for u in used if u not in models.used)
+    fitted = len(cache.fitted) - before
+    return FitSummary(len(models.used), fitted, len(models.used) - fitted, cache.root)

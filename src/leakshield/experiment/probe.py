@@ -1,0 +1,94 @@
+"""A quick probe, outside a grid: one attack on a few victims under one defense stack, scored. Tests and
+benchmarks use it to check what a paper says a defense or an attack does, on small real cases, through
+the same :func:`~leakshield.fl.observation.observe_victim` as the runner."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from leakshield.attacks import create_attack
+from leakshield.data.types import DatasetSplits
+from leakshield.defenses import DefensePipeline
+from leakshield.fl import HonestClient, LocalTraining, ServerKnowledge, ThreatModel, observe_victim
+from leakshield.metrics import match_reconstructions, ssim
+from leakshield.models import create_model
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Per-victim mean SSIM of the matched reconstructions against the private images, and against the
+    defended inputs x' (empty when the defense keeps no per-image input)."""
+
+    private: list[float]
+    defended: list[float]
+
+    @property
+    def ssim(self) -> float:
+        return statistics.fmean(self.private)
+
+    @property
+    def ssim_defended(self) -> float | None:
+        return statistics.fmean(self.defended) if self.defended else None
+
+
+def probe_attack(
+    data: DatasetSplits,
+    defenses: Sequence[tuple[str, Mapping[str, Any]]],
+    attack: str,
+    attack_params: Mapping[str, Any] | None = None,
+    *,
+    model: str = "lenet",
+    model_params: Mapping[str, Any] | None = None,
+    victims: Sequence[int] = (0, 7),
+    pool: int = 60,
+    seed: int = 0,
+    labels_known: bool = True,
+) -> ProbeResult:
+    """Each training image in ``victims`` is a FedSGD batch of one of client 0, which holds the first
+    ``pool`` training images; the untrained ``model`` (initialized with seed 0, eval mode) runs the
+    ``defenses`` stack; ``attack`` reconstructs every victim. ``seed`` draws the defenses' randomness
+    and the attack's starts (victim k uses 1000·seed + k)."""
+    info = data.info
+    pipeline = DefensePipeline.from_config([{"name": n, "params": dict(p)} for n, p in defenses])
+    net = create_model(
+        model, dict(model_params or {}), in_shape=info.shape, num_classes=info.num_classes, seed=0
+    )
+    net = pipeline.model_hook(net).eval()
+    client = HonestClient(
+        0,
+        data.train.subset(list(range(pool))),
+        LocalTraining(),
+        pipeline,
+        info,
+        public=data.public,
+        model_mode="eval",
+    )
+    adversary = create_attack(attack, dict(attack_params or {}))
+    knowledge = ServerKnowledge(info, data.public)
+    batches = [data.train.subset([i]) for i in victims]
+    seeds = [1000 * seed + k for k in range(len(batches))]
+    observations = [
+        observe_victim(
+            [net],
+            batch,
+            client,
+            threat=ThreatModel(labels_known),
+            server=adversary,
+            knowledge=knowledge,
+            generators=[torch.Generator().manual_seed(s)],
+        )
+        for batch, s in zip(batches, seeds, strict=True)
+    ]
+    recs = adversary.reconstruct_many([o.views[0] for o in observations], seeds=seeds)
+    private, defended = [], []
+    for rec, batch, observation in zip(recs, batches, observations, strict=True):
+        matched = rec.images[match_reconstructions(rec.images, batch.x)]
+        private.append(float(ssim(matched, batch.x).mean()))
+        if observation.trace.defended_x is not None:
+            defended.append(float(ssim(matched, observation.trace.defended_x.clamp(0, 1)).mean()))
+    return ProbeResult(private, defended)

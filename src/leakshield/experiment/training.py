@@ -1,0 +1,99 @@
+"""FL training for a grid: the global model of (model, defense setting, seed) after any number of rounds,
+continuing from the latest cached round (the simulation is seeded per round), with the defenses' fitted
+artifacts and the clients' privacy accounting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from leakshield.artifacts import ArtifactCache
+from leakshield.data.types import DatasetSplits, ImageSet
+from leakshield.defenses.base import DefensePipeline
+from leakshield.experiment.config import Component, DefenseSetting, ExperimentConfig
+from leakshield.experiment.fitting import ArtifactUse, FitSetting, fit_defenses
+from leakshield.fl import FederatedSimulation
+from leakshield.models import create_model
+
+
+@dataclass
+class TrainedModel:
+    """A global model after ``rounds`` rounds, the (fitted) defense pipeline it was trained under, and
+    each defended client's (local steps, sampling rate) so far."""
+
+    model: nn.Module
+    pipeline: DefensePipeline
+    client_steps: dict[int, tuple[int, float]]
+    rounds: int
+
+
+@dataclass
+class TrainedModels:
+    """Trains and caches the global models of a grid (see the module docstring)."""
+
+    config: ExperimentConfig
+    data: DatasetSplits
+    #: the clients' datasets and the public split, on ``device``
+    clients: list[ImageSet]
+    public: ImageSet
+    device: torch.device
+    cache: ArtifactCache
+    progress: bool = False
+    used: list[ArtifactUse] = field(default_factory=list)
+    _states: dict[tuple, tuple[dict[str, torch.Tensor], DefensePipeline, dict]] = field(default_factory=dict)
+
+    def fresh(
+        self, model: Component, defense: DefenseSetting, seed: int
+    ) -> tuple[nn.Module, DefensePipeline]:
+        """The untrained model the server builds for the cell (with the defenses' model stage) and the
+        pipeline with its fitted artifacts."""
+        info = self.data.info
+        pipeline = DefensePipeline.from_config(defense.entries)
+        net = create_model(
+            model.name, model.params, in_shape=info.shape, num_classes=info.num_classes, seed=seed
+        )
+        net = pipeline.model_hook(net, seed=seed).to(self.device)
+        setting = FitSetting(
+            info=info,
+            public=self.data.public,
+            clients=self.clients,
+            fl=self.config.fl,
+            model=net,
+            model_id={"name": model.name, **model.params},
+            seed=seed,
+            device=self.device,
+            progress=self.progress,
+        )
+        pipeline, used = fit_defenses(pipeline, setting, self.cache)
+        self.used.extend(u for u in used if u not in self.used)
+        return net, pipeline
+
+    def at_round(self, model: Component, defense: DefenseSetting, seed: int, rounds: int) -> TrainedModel:
+        base_key = (model.display, defense.display, seed)
+        cached = [key[3] for key in self._states if key[:3] == base_key and key[3] <= rounds]
+        start = 0
+        client_steps: dict[int, tuple[int, float]] = {}
+        if cached:
+            start = max(cached)
+            state, pipeline, client_steps = self._states[(*base_key, start)]
+            info = self.data.info
+            net = create_model(
+                model.name, model.params, in_shape=info.shape, num_classes=info.num_classes, seed=seed
+            )
+            net = pipeline.model_hook(net, seed=seed).to(self.device)
+            net.load_state_dict(state)
+        else:
+            net, pipeline = self.fresh(model, defense, seed)
+        if rounds > start:
+            sim = FederatedSimulation.honest(
+                net, self.clients, self.config.fl, pipeline, self.data.info, public=self.public, seed=seed
+            )
+            sim.round = start
+            sim.client_steps = dict(client_steps)
+            sim.run(rounds - start, progress=self.progress, desc=f"FL rounds {start}→{rounds}")
+            client_steps = sim.client_steps
+        state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        self._states[(*base_key, rounds)] = (state, pipeline, dict(client_steps))
+        return TrainedModel(net, pipeline, dict(client_steps), rounds)

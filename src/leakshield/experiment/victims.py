@@ -1,0 +1,51 @@
+"""The fixed victims of a run: ``victims.count`` batches of ``victims.batch_size`` images drawn with
+``victims.seed`` from one client's training data, the same for every model, defense, attack and seed.
+With ``victims.sensitive: k`` each batch holds k of the client's sensitive samples (by
+``metrics.sensitive``), put last and flagged."""
+
+from __future__ import annotations
+
+import torch
+
+from leakshield.data.types import ImageSet
+from leakshield.errors import LeakshieldError
+from leakshield.experiment.config import ExperimentConfig
+from leakshield.metrics.sensitivity import SensitiveSamples
+
+
+def draw_victims(config: ExperimentConfig, clients: list[ImageSet]) -> list[ImageSet]:
+    """The victim batches of ``config`` from the victim client's dataset in ``clients``."""
+    v = config.victims
+    if v.client >= len(clients):
+        raise LeakshieldError(f"victims.client: {v.client} but there are {len(clients)} clients")
+    pool = clients[v.client]
+    need = v.count * v.batch_size
+    if need > len(pool):
+        raise LeakshieldError(
+            f"victims: {v.count} batches × {v.batch_size} images = {need} exceed the "
+            f"{len(pool)} training images of client {v.client}"
+        )
+    gen = torch.Generator().manual_seed(v.seed)
+    if v.sensitive is None:
+        order = torch.randperm(len(pool), generator=gen)[:need]
+        return [pool.subset(order[i * v.batch_size : (i + 1) * v.batch_size]) for i in range(v.count)]
+    assert config.metrics.sensitive is not None
+    mask = SensitiveSamples(config.metrics.sensitive).of_dataset(pool)
+    sensitive, other = mask.nonzero().flatten(), (~mask).nonzero().flatten()
+    k = v.sensitive
+    if v.count * k > len(sensitive) or v.count * (v.batch_size - k) > len(other):
+        raise LeakshieldError(
+            f"victims: {v.count} batches with {k} sensitive images each need {v.count * k} sensitive "
+            f"and {v.count * (v.batch_size - k)} other images; client {v.client} has "
+            f"{len(sensitive)} and {len(other)}"
+        )
+    sensitive = sensitive[torch.randperm(len(sensitive), generator=gen)]
+    other = other[torch.randperm(len(other), generator=gen)]
+    batches = []
+    for i in range(v.count):
+        rest = other[i * (v.batch_size - k) : (i + 1) * (v.batch_size - k)]
+        idx = torch.cat([rest, sensitive[i * k : (i + 1) * k]])  # sensitive last
+        flags = torch.arange(v.batch_size) >= v.batch_size - k
+        batch = pool.subset(idx)
+        batches.append(ImageSet(batch.x, batch.y, flags))
+    return batches
