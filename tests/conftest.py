@@ -50,4 +50,12 @@ def _artifact_cache_in_tmp(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _few_threads():
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    """Two threads (or ``LEAKSHIELD_TEST_THREADS``; CI reruns the determinism tests at another count)."""
+    torch.set_num_threads(int(os.environ.get("LEAKSHIELD_TEST_THREADS", min(2, os.cpu_count() or 1))))
+
+
+def pytest_collection_modifyitems(config, items):
+    """``LEAKSHIELD_REVERSE_TESTS=1`` runs the tests in reverse order: no test may depend on another
+    having run first."""
+    if os.environ.get("LEAKSHIELD_REVERSE_TESTS") == "1":
+        items.reverse()

@@ -71,18 +71,28 @@ def test_pruning_strength_orders_the_leakage(digits3, undefended):
 
 
 def test_pruning_aware_attack_recovers_what_pruning_hid(digits3):
+    """Measured over 6 seeds (benchmarks/adaptive_spread.py): adaptive − plain = +0.146 ± 0.008 SSIM,
+    never below +0.135; the margin 0.1 is 4σ below the smallest."""
     plain, _ = attack_under(digits3, [("pruning", {"ratio": 0.9})])
     adaptive, _ = attack_under(digits3, [("pruning", {"ratio": 0.9})], attack="pruning-aware")
     assert adaptive > plain + 0.1, (plain, adaptive)
 
 
-def test_noise_aware_attack_is_at_least_as_good_under_laplacian_noise(digits3):
+def test_noise_aware_attack_is_on_par_with_ig_under_laplacian_noise(digits3):
+    """A finding, not the paper's claim: under Laplacian noise b = 0.01 the Bayes-optimal L1 likelihood
+    (Balunović et al.) gains nothing over IG's cosine at 500 steps here. Over 6 seeds
+    (benchmarks/adaptive_spread.py) adaptive − plain = −0.009 ± 0.021 SSIM, from −0.052 (seed 0, the
+    0.556 vs 0.608 a fresh clone once failed on with a 0.05 margin) to +0.005. The claim the spread
+    supports: the two are within 0.1 of each other (the mean ± 4σ)."""
     plain, _ = attack_under(digits3, [("laplacian-noise", {"scale": 0.01})])
     adaptive, _ = attack_under(digits3, [("laplacian-noise", {"scale": 0.01})], attack="noise-aware")
-    assert adaptive >= plain - 0.05, (plain, adaptive)
+    assert abs(adaptive - plain) < 0.1, (plain, adaptive)
+    assert adaptive > 0.45  # and both still leak: the no-information baseline is ≈ 0.3
 
 
 def test_soteria_lowers_ig_and_the_bypass_recovers(digits3):
+    """Over 6 seeds: IG 0.617 under Soteria (spread < 0.001), the bypass 1.000: the margins below are far
+    from any spread."""
     none, _ = attack_under(digits3, [("none", {})])
     soteria, _ = attack_under(digits3, [("soteria", {})])
     bypass, _ = attack_under(digits3, [("soteria", {})], attack="soteria-bypass")
@@ -90,15 +100,20 @@ def test_soteria_lowers_ig_and_the_bypass_recovers(digits3):
     assert bypass - soteria >= (none - soteria) / 2, (none, soteria, bypass)
 
 
-def test_dropout_expectation_attack_beats_the_plain_one(digits3):
+def test_dropout_expectation_attack_beats_the_plain_one_by_a_little(digits3):
+    """Averaging the dummy gradient over 4 masks helps, but little: over 6 seeds
+    (benchmarks/adaptive_spread.py) adaptive − plain = +0.014 ± 0.007 SSIM, never below +0.007 (seed 0:
+    +0.026), and both stay near the no-information baseline (≈ 0.3). The margin 0.005 is below every
+    seed's gain; reading the mask off the update (``dropout-mask``) is what breaks dropout."""
     plain, _ = attack_under(digits3, [("dropout", {})])
     adaptive, _ = attack_under(
         digits3, [("dropout", {})], attack="dropout-expectation", params={"dropout_samples": 4}
     )
-    assert adaptive > plain, (plain, adaptive)
+    assert adaptive > plain + 0.005, (plain, adaptive)
 
 
 def test_dropout_mask_attack_undoes_dropout(digits3, undefended):
+    """Over 6 seeds adaptive − plain = +0.677 ± 0.024 SSIM (min +0.650); the adaptive SSIM 0.977 ± 0.006."""
     plain, _ = attack_under(digits3, [("dropout", {})])
     adaptive, _ = attack_under(digits3, [("dropout", {})], attack="dropout-mask")
     assert adaptive > max(plain + 0.3, undefended - 0.1), (plain, adaptive)

@@ -58,6 +58,10 @@ def test_fingerprint_ignores_report_layout_and_data_location():
     )
     c = parse_config(tiny_config(seeds=[1]))
     assert a.fingerprint() == b.fingerprint() != c.fingerprint()
+    # a field added later counts only off its default, so earlier run directories still match
+    fl = tiny_config()["fl"]
+    assert parse_config(tiny_config(fl={**fl, "aggregator": "mean"})).fingerprint() == a.fingerprint()
+    assert parse_config(tiny_config(fl={**fl, "aggregator": "median"})).fingerprint() != a.fingerprint()
 
 
 def test_run_stores_every_cell_once_and_rerun_does_nothing(tmp_path):
@@ -221,9 +225,13 @@ def test_model_cache_continues_training_deterministically(tmp_path):
     cfg = parse_config(tiny_config(attack={"rounds": [1, 2], "update": {"algorithm": "fedsgd"}}))
     ctx = ExperimentContext(cfg, torch.device("cpu"))
     model, defense = cfg.models[0], cfg.defenses[0]
-    ctx.model_at_round(model, defense, 0, 1)
-    continued = {k: v.clone() for k, v in ctx.model_at_round(model, defense, 0, 2)[0].state_dict().items()}
-    fresh = ExperimentContext(cfg, torch.device("cpu")).model_at_round(model, defense, 0, 2)[0].state_dict()
+    ctx.models.at_round(model, defense, 0, 1)
+    continued = {
+        k: v.clone() for k, v in ctx.models.at_round(model, defense, 0, 2).model.state_dict().items()
+    }
+    fresh = (
+        ExperimentContext(cfg, torch.device("cpu")).models.at_round(model, defense, 0, 2).model.state_dict()
+    )
     assert all(torch.equal(continued[k], fresh[k]) for k in fresh)
     assert json.dumps(sorted(continued)) == json.dumps(sorted(fresh))
 

@@ -82,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="folder with the dataset's files (overrides dataset.root)",
     )
     run.add_argument("--retry-failed", action="store_true", help="recompute cells stored as failed")
+    run.add_argument(
+        "--repair",
+        action="store_true",
+        help="if results.sqlite is damaged: move it aside, keep every readable finished cell and "
+        "recompute the rest",
+    )
     run.add_argument("--no-report", action="store_true", help="do not write the report afterwards")
     common(run)
 
@@ -159,7 +165,12 @@ def _run(config, out: Path, args: argparse.Namespace) -> int:
     runner = ExperimentRunner(
         config, out, device=args.device, progress=not args.quiet, cache_dir=args.cache_dir
     )
-    summary = runner.run(retry_failed=getattr(args, "retry_failed", False))
+    summary = runner.run(
+        retry_failed=getattr(args, "retry_failed", False), repair=getattr(args, "repair", False)
+    )
+    if summary.repaired is not None:
+        kept, aside = summary.repaired
+        print(f"repaired: kept {kept} readable cells; the damaged store is at {aside}")
     print(
         f"{summary.total} cells: {summary.computed} computed, {summary.skipped} already stored, "
         f"{summary.failed} failed → {summary.out}"

@@ -12,7 +12,7 @@ import torch
 
 from leakshield.data.transforms import convert_channels, resize_images
 from leakshield.data.types import DatasetInfo, DatasetSplits, ImageSet
-from leakshield.errors import ConfigError
+from leakshield.errors import ConfigError, DataFileMissingError
 from leakshield.registry import Params, Registry
 
 
@@ -73,7 +73,10 @@ def load_dataset(
     entry = DATASETS.get(name)
     validated = DATASETS.validate(name, params)
     assert isinstance(validated, DatasetParams)
-    raw = entry.factory(validated, root=Path(root).expanduser() if root is not None else None)
+    folder = Path(root).expanduser() if root is not None else None
+    if folder is not None and folder.exists() and not folder.is_dir():
+        raise DataFileMissingError(f"data root {folder} is a file, not a folder holding the {name} files")
+    raw = entry.factory(validated, root=folder)
 
     def convert(data: ImageSet) -> ImageSet:
         x = convert_channels(resize_images(data.x, validated.size), validated.channels)

@@ -25,6 +25,9 @@ from leakshield.metrics.sensitivity import SensitivityRule
 from leakshield.models import MODELS
 from leakshield.registry import Registry, format_validation_error
 
+#: (section, field, default) of fields added to the config after 0.1.0 runs were stored
+ADDED_FIELDS = (("fl", "aggregator", "mean"),)
+
 
 class Section(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
@@ -268,6 +271,11 @@ class ExperimentConfig(Section):
         dataset's files are excluded: moving the data does not change the numbers)."""
         payload = self.model_dump(mode="json", exclude={"report"})
         payload["dataset"].pop("root", None)
+        # fields added after runs were stored count only when set off their default, so that a run
+        # directory of an earlier version still matches its config
+        for section, name, default in ADDED_FIELDS:
+            if payload[section].get(name) == default:
+                payload[section].pop(name)
         blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -288,9 +296,17 @@ def load_config(path: str | Path) -> ExperimentConfig:
     """Read and validate a YAML experiment config."""
     path = Path(path)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    if b"\x00" in raw[:4096]:
+        raise ConfigError(f"{path} is a binary file, not a YAML config")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {exc.start}); a config is a YAML text file"
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

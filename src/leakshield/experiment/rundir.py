@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 
 import yaml
 
 from leakshield.errors import RunDirectoryError
 from leakshield.experiment.config import ExperimentConfig
+from leakshield.experiment.lock import LOCK_FILE
 from leakshield.experiment.store import atomic_write_bytes
 
 CONFIG_FILE = "config.json"
@@ -33,11 +36,30 @@ def check_run_dir(config: ExperimentConfig, out: Path) -> bool:
                 f"{stored.get('fingerprint')} ≠ {config.fingerprint()}); choose another --out or delete it"
             )
         return True
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and not out.is_dir():
+        raise RunDirectoryError(f"{out} is a file, not a run directory; choose another --out")
+    if not out.exists():
+        _check_creatable(out)
+    if out.exists() and any(p.name != LOCK_FILE for p in out.iterdir()):
         raise RunDirectoryError(
             f"{out} exists, is not empty and is not a leakshield run; choose another --out"
         )
     return False
+
+
+def _check_creatable(out: Path) -> None:
+    """Refuse an --out that cannot be created: under a file, or in a folder this process cannot write
+    (probed with a temporary folder that is removed at once, so nothing is left behind)."""
+    ancestor = out.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise RunDirectoryError(f"{out}: {ancestor} is a file, so the run directory cannot be created there")
+    try:
+        probe = tempfile.mkdtemp(prefix=".leakshield-probe-", dir=ancestor)
+    except OSError as exc:
+        raise RunDirectoryError(f"{out}: cannot create it in {ancestor} ({exc.strerror or exc})") from None
+    os.rmdir(probe)
 
 
 def prepare_run_dir(config: ExperimentConfig, out: Path) -> None:

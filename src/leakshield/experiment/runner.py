@@ -11,13 +11,21 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from leakshield import __version__
 from leakshield.artifacts import ArtifactCache
 from leakshield.experiment.cells import Cell, expand_grid
 from leakshield.experiment.config import ExperimentConfig
 from leakshield.experiment.fitting import ArtifactUse
+from leakshield.experiment.lock import RunLock
 from leakshield.experiment.pipeline import ExperimentContext, resolve_device
 from leakshield.experiment.rundir import ARTIFACTS_FILE, STORE_FILE, check_run_dir, prepare_run_dir
-from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
+from leakshield.experiment.store import (
+    CellRecord,
+    CorruptStoreError,
+    ResultStore,
+    atomic_write_bytes,
+    repair_store,
+)
 from leakshield.report.grids import image_grid, png_bytes
 
 
@@ -28,6 +36,8 @@ class RunSummary:
     skipped: int
     failed: int
     out: Path
+    #: (cells kept, where the damaged store went) when ``--repair`` repaired the store
+    repaired: tuple[int, Path] | None = None
 
 
 class ExperimentRunner:
@@ -51,47 +61,73 @@ class ExperimentRunner:
         self.progress = progress
         self.cache = ArtifactCache(cache_dir)
 
+    @property
+    def environment(self) -> dict[str, object]:
+        """What a cell's float results may depend on beyond config and seed (reduction order)."""
+        return {
+            "leakshield": __version__,
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "device": str(self.device),
+        }
+
     def cells(self) -> list[Cell]:
         return expand_grid(self.config)
 
-    def run(self, *, retry_failed: bool = False) -> RunSummary:
+    def run(self, *, retry_failed: bool = False, repair: bool = False) -> RunSummary:
+        """Compute the cells not yet stored. ``retry_failed``: recompute cells stored as failed.
+        ``repair``: if the store is damaged, move it aside, keep its readable cells, recompute the rest
+        (without it a damaged store is a :class:`CorruptStoreError`)."""
         exists = check_run_dir(self.config, self.out)
-        done: set[str] = set()
-        if exists and (self.out / STORE_FILE).exists():
-            done = ResultStore(self.out / STORE_FILE).finished_keys(include_failed=not retry_failed)
+        store_path = self.out / STORE_FILE
         cells = self.cells()
+        done: set[str] = set()
+        if exists and store_path.exists() and not repair:
+            done = ResultStore(store_path).finished_keys(include_failed=not retry_failed)
         todo = [c for c in cells if c.key not in done]
-        failed = 0
+        failed, repaired = 0, None
         if todo:
             # loading data and checking victims may fail on bad input: do it before writing anything
             context = ExperimentContext(self.config, self.device, progress=self.progress, cache=self.cache)
-            prepare_run_dir(self.config, self.out)
-            store = ResultStore(self.out / STORE_FILE)
-            if retry_failed:
-                store.drop_failed()
-            bar = tqdm(todo, desc=self.config.name, unit="cell", disable=not self.progress)
-            for cell in bar:
-                bar.set_postfix_str(cell.describe()[:60])
-                record = self._run_cell(context, cell)
-                failed += record.status == "failed"
-                store.put(record)
-                record_artifacts(self.out, context.artifacts_used)
+            with RunLock(self.out):
+                prepare_run_dir(self.config, self.out)
+                if repair and store_path.exists():
+                    repaired = _repair_if_damaged(store_path)
+                store = ResultStore(store_path)
+                if retry_failed:
+                    store.drop_failed()
+                done = store.finished_keys(include_failed=not retry_failed)
+                todo = [c for c in cells if c.key not in done]
+                bar = tqdm(todo, desc=self.config.name, unit="cell", disable=not self.progress)
+                for cell in bar:
+                    bar.set_postfix_str(cell.describe()[:60])
+                    record = self._run_cell(context, cell)
+                    failed += record.status == "failed"
+                    store.put(record)
+                    record_artifacts(self.out, context.artifacts_used)
         elif exists:  # nothing to compute: refresh the stored config so a new report layout takes effect
-            prepare_run_dir(self.config, self.out)
+            with RunLock(self.out):
+                prepare_run_dir(self.config, self.out)
         return RunSummary(
-            total=len(cells), computed=len(todo), skipped=len(cells) - len(todo), failed=failed, out=self.out
+            total=len(cells),
+            computed=len(todo),
+            skipped=len(cells) - len(todo),
+            failed=failed,
+            out=self.out,
+            repaired=repaired,
         )
 
     def _run_cell(self, context: ExperimentContext, cell: Cell) -> CellRecord:
         start = time.time()
         coords = cell.coordinates
-        status, error, metrics, victims, image_path = "ok", None, {}, [], None
+        status, error, metrics, victims, image_path, png = "ok", None, {}, [], None, None
         try:
             output = context.run(cell)
             metrics, victims = output.metrics, output.victims
             if output.grid_rows:
                 image_path = f"images/{cell.slug}.png"
-                atomic_write_bytes(self.out / image_path, png_bytes(image_grid(output.grid_rows)))
+                png = png_bytes(image_grid(output.grid_rows))
+                atomic_write_bytes(self.out / image_path, png)
         except (Exception, torch.OutOfMemoryError) as exc:  # a failing cell must not stop the grid
             status = "failed"
             error = f"{type(exc).__name__}: {exc}"
@@ -113,7 +149,17 @@ class ExperimentRunner:
             images=image_path,
             seconds=time.time() - start,
             finished=time.time(),
+            environment=self.environment,
+            image_png=png,
         )
+
+
+def _repair_if_damaged(path: Path) -> tuple[int, Path] | None:
+    try:
+        ResultStore(path)
+    except CorruptStoreError:
+        return repair_store(path)
+    return None
 
 
 def record_artifacts(out: Path, used: list[ArtifactUse]) -> None:

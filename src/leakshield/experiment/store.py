@@ -13,9 +13,11 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from leakshield.errors import LeakshieldError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS cells (
@@ -28,9 +30,17 @@ CREATE TABLE IF NOT EXISTS cells (
     error TEXT,
     images TEXT,
     seconds REAL,
-    finished REAL NOT NULL
+    finished REAL NOT NULL,
+    environment TEXT,
+    image_png BLOB
 );
 """
+#: columns added after the first release: (name, type), added to older stores when they are opened
+ADDED_COLUMNS = (("environment", "TEXT"), ("image_png", "BLOB"))
+COLUMNS = (
+    "key, kind, model, defense, attack, round, seed, status, metrics, victims, error, images, seconds, "
+    "finished, environment, image_png"
+)
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,10 @@ class CellRecord:
     images: str | None
     seconds: float
     finished: float
+    #: where and how the cell was computed (versions, threads, device): float reductions depend on them
+    environment: dict[str, Any] = field(default_factory=dict)
+    #: the cell's image grid (PNG), from which ``report`` regenerates a missing image file
+    image_png: bytes | None = None
 
 
 def _json_safe(value: Any) -> Any:
@@ -64,13 +78,32 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+class CorruptStoreError(LeakshieldError):
+    """The result store cannot be read; the message says how to recover."""
+
+
 class ResultStore:
-    """SQLite-backed store at ``run_dir/results.sqlite``."""
+    """SQLite-backed store at ``run_dir/results.sqlite``. Opening a damaged file raises
+    :class:`CorruptStoreError` (never a traceback, never silently); :func:`repair_store` salvages it."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        with self._connect() as db:
-            db.executescript(SCHEMA)
+        try:
+            with self._connect() as db:
+                verdict = db.execute("PRAGMA quick_check").fetchone()[0]
+                if verdict != "ok":
+                    raise sqlite3.DatabaseError(verdict)
+                db.executescript(SCHEMA)
+                present = {row[1] for row in db.execute("PRAGMA table_info(cells)")}
+                for name, kind in ADDED_COLUMNS:
+                    if name not in present:
+                        db.execute(f"ALTER TABLE cells ADD COLUMN {name} {kind}")
+                db.execute("SELECT key, status FROM cells").fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise CorruptStoreError(
+                f"{self.path} is damaged ({exc}); rerun with --repair to move it aside, keep every "
+                "readable finished cell and recompute the rest"
+            ) from None
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -94,7 +127,7 @@ class ResultStore:
         """Insert a finished cell in one transaction (an existing key is an error: never twice)."""
         with self._connect() as db:
             db.execute(
-                "INSERT INTO cells VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT INTO cells ({COLUMNS}) VALUES ({','.join('?' * 16)})",
                 (
                     record.key,
                     record.kind,
@@ -110,14 +143,21 @@ class ResultStore:
                     record.images,
                     record.seconds,
                     record.finished or time.time(),
+                    json.dumps(record.environment),
+                    record.image_png,
                 ),
             )
 
     def records(self) -> list[CellRecord]:
         with self._connect() as db:
-            rows = db.execute("SELECT * FROM cells ORDER BY rowid").fetchall()
+            rows = db.execute(f"SELECT {COLUMNS} FROM cells ORDER BY rowid").fetchall()
         # columns are in CellRecord's field order
-        return [CellRecord(*r[:8], json.loads(r[8]), json.loads(r[9]), *r[10:]) for r in rows]
+        return [
+            CellRecord(
+                *r[:8], json.loads(r[8]), json.loads(r[9]), *r[10:14], json.loads(r[14] or "{}"), r[15]
+            )
+            for r in rows
+        ]
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -126,3 +166,47 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+def repair_store(path: Path) -> tuple[int, Path]:
+    """Move a damaged store aside (``results.sqlite.corrupt-<time>``) and start a new one holding every
+    cell row that can still be read from it, row by row. Returns (rows kept, where the old file went)."""
+    path = Path(path)
+    aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.replace(path, aside)
+    rows = []
+    try:
+        old = sqlite3.connect(f"file:{aside}?mode=ro", uri=True)
+        try:
+            last = _last_rowid(old)
+            for rowid in range(1, last + 1):
+                try:
+                    row = old.execute("SELECT * FROM cells WHERE rowid = ?", (rowid,)).fetchone()
+                except sqlite3.DatabaseError:
+                    continue
+                if row is not None and len(row) in (14, 16):
+                    rows.append(tuple(row) + (None, None) * (len(row) == 14))
+        finally:
+            old.close()
+    except sqlite3.DatabaseError:
+        rows = []
+    store = ResultStore(path)
+    kept = 0
+    with store._connect() as db:
+        for row in rows:
+            try:
+                json.loads(row[8]), json.loads(row[9])
+                db.execute(f"INSERT OR IGNORE INTO cells ({COLUMNS}) VALUES ({','.join('?' * 16)})", row)
+                kept += 1
+            except (ValueError, TypeError, sqlite3.DatabaseError):
+                continue
+    return kept, aside
+
+
+def _last_rowid(db: sqlite3.Connection) -> int:
+    """The largest rowid of ``cells``, or a probe of the first ids when the table's index is damaged."""
+    try:
+        value = db.execute("SELECT max(rowid) FROM cells").fetchone()[0]
+        return int(value or 0)
+    except sqlite3.DatabaseError:
+        return 100_000

@@ -35,11 +35,23 @@ def _img(data: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
 
 
+def restore_missing_images(run_dir: Path, records: list) -> int:
+    """Rewrite the image files of stored cells that are missing (deleted, not copied along) from the
+    PNG each row keeps; returns how many were restored."""
+    restored = 0
+    for record in records:
+        if record.images and record.image_png and not (run_dir / record.images).is_file():
+            atomic_write_bytes(run_dir / record.images, record.image_png)
+            restored += 1
+    return restored
+
+
 def build_report(run_dir: str | Path) -> ReportFiles:
     """Write ``results.csv``, ``table.md`` and ``report.html`` into ``run_dir`` from its stored cells."""
     run_dir = Path(run_dir)
     config = load_run_config(run_dir)
     records = ResultStore(run_dir / STORE_FILE).records()
+    restore_missing_images(run_dir, records)
     rows, baseline = joined_rows(records)
     layout = config.report
     table = pivot(
