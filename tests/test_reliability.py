@@ -89,6 +89,7 @@ def _bad_inputs(tmp_path):
         (["run", str(good), "--out", str(a_file)], "is a file, not a run directory"),
         (["run", str(good), "--out", str(a_file / "run")], "is a file, so the run directory cannot be"),
         (["run", str(good), "--data-root", str(a_file)], "is a file, not a folder"),
+        (["run", str(good), "--out", "/proc/leakshield-run"], "cannot create it in /proc"),
         (["run", str(good), "--threads", "0"], "must be at least 1"),
         (["fit", str(binary)], "is a binary file"),
     ]

@@ -13,6 +13,7 @@ The cache folder is ``--cache-dir``, else ``$LEAKSHIELD_CACHE_DIR``, else ``$XDG
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, Self
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -60,6 +61,27 @@ class FitData:
     seed: int
     device: torch.device
     progress: bool = False
+
+
+class Fittable:
+    """What defenses and attacks share for one-off preparation: ``fit_scope`` (None: no fit; ``public``:
+    the fit sees the public split only; ``client``: one client's data only), :meth:`fit`, and
+    :meth:`with_artifact`, which hands the result over explicitly."""
+
+    name: str
+    fit_scope: ClassVar[FitScope | None] = None
+    #: the fitted artifact this component was given (:meth:`with_artifact`)
+    artifact: Artifact | None = None
+
+    def fit(self, data: FitData) -> Artifact:
+        """One-off preparation from ``data`` only (``fit_scope`` says which data); returns an artifact."""
+        raise NotImplementedError(f"{self.name} declares fit_scope {self.fit_scope!r} but no fit()")
+
+    def with_artifact(self, artifact: Artifact) -> Self:
+        """A copy holding ``artifact``."""
+        other = copy.copy(self)
+        other.artifact = artifact
+        return other
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ No attack signature accepts the private batch (DESIGN.md principle 1): the evalu
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
@@ -14,7 +13,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from leakshield.artifacts import Artifact, FitData
+from leakshield.artifacts import Fittable
 from leakshield.fl.types import PreparedModel, ServerKnowledge, ServerView
 from leakshield.registry import Params, Registry
 
@@ -34,7 +33,7 @@ class Reconstruction:
     normalized: torch.Tensor | None = None
 
 
-class Attack:
+class Attack(Fittable):
     """Base class of every attack. Subclasses implement :meth:`reconstruct`.
 
     An attack that watches the victim over several consecutive rounds (e.g. Carlini et al.'s attack on
@@ -49,18 +48,6 @@ class Attack:
 
     def __init__(self, params: Params) -> None:
         self.params = params
-        #: the fitted artifact this attack was given (:meth:`with_artifact`)
-        self.artifact: Artifact | None = None
-
-    def fit(self, data: FitData) -> Artifact:
-        """One-off preparation on the public split only; returns an artifact (cached by the runner)."""
-        raise NotImplementedError(f"{self.name} declares fit_scope {self.fit_scope!r} but no fit()")
-
-    def with_artifact(self, artifact: Artifact) -> Attack:
-        """A copy of this attack holding its fitted ``artifact``."""
-        other = copy.copy(self)
-        other.artifact = artifact
-        return other
 
     @property
     def rounds_observed(self) -> int:

@@ -1,5 +1,6 @@
 """Defenses (registry) and the staged client pipeline they plug into."""
 
+from leakshield.artifacts import FitData
 from leakshield.defenses import (  # noqa: F401  (register defenses)
     augmentation,
     clipping,
@@ -19,7 +20,6 @@ from leakshield.defenses.base import (
     ClientContext,
     Defense,
     DefensePipeline,
-    FitData,
     create_defense,
 )
 

@@ -25,7 +25,6 @@ coefficients) never leave the client.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from leakshield.artifacts import Artifact, FitData, FitScope
+from leakshield.artifacts import Artifact, FitScope, Fittable
 from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.gradients import plain_gradient
 from leakshield.registry import Params, Registry
@@ -72,7 +71,7 @@ class PublicDefense:
     params: Params
 
 
-class Defense:
+class Defense(Fittable):
     """Base class of every defense; see the module docstring for the stages."""
 
     name: str = "defense"
@@ -83,19 +82,6 @@ class Defense:
 
     def __init__(self, params: Params) -> None:
         self.params = params
-        #: the public-scope artifact this defense was given (:meth:`with_artifact`)
-        self.artifact: Artifact | None = None
-
-    # -- preparation ---------------------------------------------------------------------------------
-    def fit(self, data: FitData) -> Artifact:
-        """One-off preparation from ``data`` only (``fit_scope`` says which data); returns an artifact."""
-        raise NotImplementedError(f"{self.name} declares fit_scope {self.fit_scope!r} but no fit()")
-
-    def with_artifact(self, artifact: Artifact) -> Defense:
-        """A copy of this defense holding its public-scope ``artifact``."""
-        other = copy.copy(self)
-        other.artifact = artifact
-        return other
 
     # -- stages --------------------------------------------------------------------------------------
     def model_hook(self, model: nn.Module) -> nn.Module:
