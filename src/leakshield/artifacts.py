@@ -53,7 +53,7 @@ class FitData:
     """What a fit may see: the dataset's public ``info``, ``data`` (the public split for a public fit,
     the one client's dataset for a client fit), the ``model`` the server built for the cell (after the
     defenses' model stage; a fit may train copies of it, never the original), the ``seed``, the
-    ``device`` and whether to show progress bars."""
+    ``device``, whether to show progress bars and the run's ``cache``."""
 
     info: DatasetInfo
     data: ImageSet
@@ -61,6 +61,8 @@ class FitData:
     seed: int
     device: torch.device
     progress: bool = False
+    #: the run's artifact cache, for fits that cache their own intermediate results (ATS's scores)
+    cache: ArtifactCache | None = None
 
 
 class Fittable:

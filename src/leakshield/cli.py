@@ -1,4 +1,4 @@
-"""The ``leakshield`` command line: run, fit, report, list, demo.
+"""The ``leakshield`` command line: run, fit, report, list, demo, ats (``cli_ats``).
 
 Bad input (unknown names, wrong types, invalid values, missing data files, unreadable configs) ends
 with exit status 2 and one line on stderr, without a traceback and without writing over a run.
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import yaml
 
-from leakshield import __version__
+from leakshield import __version__, cli_ats
 from leakshield.errors import LeakshieldError
 
-LISTABLE = ("datasets", "models", "defenses", "attacks", "aggregators", "metrics")
+LISTABLE = ("datasets", "models", "defenses", "attacks", "aggregators", "metrics", "transformations")
 EXIT_USAGE = 2
 
 
@@ -143,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--print-config", action="store_true", help="print the demo's config and exit")
     common(demo)
+    cli_ats.add_parser(sub, common)
     return parser
 
 
@@ -261,6 +262,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         close = difflib.get_close_matches(what, LISTABLE, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise LeakshieldError(f"cannot list {what!r}{hint}; allowed: {', '.join(LISTABLE)}")
+    if what == "transformations":
+        from leakshield.defenses.ats import describe_library
+
+        print("ATS's library (Gao et al., Table 1): index operation(magnitude level: value)")
+        print("\n".join(describe_library()))
+        return 0
     if what == "metrics":
         from leakshield.metrics import METRICS
 
@@ -306,7 +313,18 @@ def _registry(what: str):
     return ATTACKS
 
 
-COMMANDS = {"run": cmd_run, "fit": cmd_fit, "report": cmd_report, "list": cmd_list, "demo": cmd_demo}
+def cmd_ats(args: argparse.Namespace) -> int:
+    return cli_ats.cmd_ats(args, _set_threads)
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "fit": cmd_fit,
+    "report": cmd_report,
+    "list": cmd_list,
+    "demo": cmd_demo,
+    "ats": cmd_ats,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

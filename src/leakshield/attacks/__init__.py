@@ -3,6 +3,7 @@
 from leakshield.attacks import (  # noqa: F401  (register attacks)
     adaptive,
     analytic,
+    ats_adaptive,
     carlini,
     dcs2_adaptive,
     imprint,

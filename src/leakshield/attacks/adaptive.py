@@ -19,6 +19,8 @@ dcs2-extra               dcs2                   one image more per sensitive sam
 (dcs2_adaptive.py)                              scored
 dcs2-prior               dcs2                   starts from the public class-average image
 carlini (carlini.py)     mixup, instahide       many rounds, clustering, regression (LODA Eq. 3)
+ats-pinned               ats                    the pixels the public policy set fixes (black
+(ats_adaptive.py)                               borders) are pinned; best candidate kept
 =======================  =====================  ===================================================
 
 References: Balunović et al., *Bayesian Framework for Gradient Leakage*, ICLR 2022 (noise-aware,

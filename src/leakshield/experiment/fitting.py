@@ -98,6 +98,7 @@ def fit_defenses(
                 setting.seed,
                 setting.device,
                 setting.progress,
+                cache,
             )
             artifact = cache.get_or_fit(key, lambda d=defense, f=fit_data: d.fit(f))
             if client is None:
@@ -131,6 +132,7 @@ def fit_attack(attack: Attack, setting: FitSetting, cache: ArtifactCache) -> tup
         setting.seed,
         setting.device,
         setting.progress,
+        cache,
     )
     artifact = cache.get_or_fit(key, lambda: attack.fit(data))
     use = ArtifactUse(

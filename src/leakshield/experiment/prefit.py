@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 from leakshield.artifacts import ArtifactCache
 from leakshield.attacks.base import ATTACKS, create_attack
 from leakshield.data import load_dataset, partition_indices
-from leakshield.defenses.base import DEFENSES
+from leakshield.defenses.base import create_defense
 from leakshield.experiment.config import ExperimentConfig
 from leakshield.experiment.fitting import FitSetting, fit_attack
 from leakshield.experiment.training import TrainedModels
@@ -28,9 +28,10 @@ class FitSummary:
 
 
 def needs_fitting(config: ExperimentConfig) -> bool:
-    """Whether any defense or attack of ``config`` declares a fit."""
-    defenses = [e["name"] for d in config.defenses for e in d.entries]
-    return any(_fits(DEFENSES.get(n).factory) for n in defenses) or any(
+    """Whether any defense or attack of ``config`` declares a fit (a defense may decide by its
+    parameters, e.g. ATS fits only when it searches its policies)."""
+    defenses = [e for d in config.defenses for e in d.entries]
+    return any(create_defense(e["name"], e.get("params")).fit_scope is not None for e in defenses) or any(
         _fits(ATTACKS.get(a.name).factory) for a in config.attacks
     )
 

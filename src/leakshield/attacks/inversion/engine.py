@@ -78,7 +78,7 @@ class GradientInversion(Attack):
         weights = [self._layer_weight(name) for name in names]
         target = [view.update.delta[name].to(device) for name in names]
         distance = DISTANCES[p.distance]
-        lo, hi = info.normalized_bounds(torch.zeros(1, *info.shape, device=device))
+        lo, hi = self._bounds(info, device)
         gen = torch.Generator(device="cpu").manual_seed(seed)
 
         masks = [t != 0 for t in target] if p.match_released else None
@@ -251,6 +251,11 @@ class GradientInversion(Attack):
 
     def _labels(self, view: ServerView, device: torch.device) -> tuple[torch.Tensor | None, str]:
         return resolve_labels(view, self.params.labels, device)
+
+    def _bounds(self, info: DatasetInfo, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The box a boxed attack keeps its images in (normalized space): the valid pixel range; an
+        adaptive attack may narrow it per pixel (ATS's known black borders)."""
+        return info.normalized_bounds(torch.zeros(1, *info.shape, device=device))
 
     def _init(self, n: int, info: DatasetInfo, gen: torch.Generator) -> torch.Tensor:
         p = self.params
