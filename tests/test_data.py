@@ -140,7 +140,9 @@ def test_imagefolder_reads_and_resizes(tmp_path):
     assert len(s.test) == 4 and len(s.train) + len(s.public) == 12
 
 
-@pytest.mark.parametrize("name", ["mnist", "fashion-mnist", "cifar10", "cifar100", "imagefolder"])
+@pytest.mark.parametrize(
+    "name", ["mnist", "fashion-mnist", "cifar10", "cifar100", "imagefolder", "svhn", "tinyimagenet", "celeba"]
+)
 def test_missing_files_name_what_is_expected(tmp_path, name):
     with pytest.raises(DataFileMissingError) as err:
         load_dataset(name, root=tmp_path / "nowhere")
@@ -154,7 +156,17 @@ def test_missing_root_for_real_dataset():
 
 
 def test_every_registered_dataset_is_listed():
-    assert set(list_datasets()) == {"digits", "mnist", "fashion-mnist", "cifar10", "cifar100", "imagefolder"}
+    assert set(list_datasets()) == {
+        "digits",
+        "mnist",
+        "fashion-mnist",
+        "cifar10",
+        "cifar100",
+        "imagefolder",
+        "svhn",
+        "tinyimagenet",
+        "celeba",
+    }
 
 
 def test_partitions_cover_disjointly():

@@ -285,6 +285,9 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"{'':<{width}}  ↳ {entry.reference}")
         if entry.targets:
             print(f"{'':<{width}}  ↳ adaptive: meets {', '.join(entry.targets)} in a grid")
+        if args.verbose and what == "datasets" and entry.factory.__doc__:
+            for line in entry.factory.__doc__.strip().splitlines():
+                print(f"{'':<{width}}  {line.strip()}")
         if args.verbose:
             for field, info in entry.params.model_fields.items():
                 print(f"{'':<{width}}    {field} = {info.default!r}")

@@ -1,0 +1,206 @@
+"""The seeds' datasets from files written here in their real formats: SVHN (.mat via SciPy), Tiny
+ImageNet, CelebA and Medical MNIST (real JPEG folders and the real text files), ImageNet-style folders;
+shapes, labels, splits, the public split, one-line errors, and a config that runs on each."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from PIL import Image
+from scipy.io import savemat
+
+from leakshield.data import load_dataset
+from leakshield.errors import DataFileMissingError
+
+ATTRIBUTES = ["5_o_Clock_Shadow", "Male", "Smiling"]
+
+
+def _jpeg(path, size, value, grey=False):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    w, h = size
+    rng = np.random.default_rng(value)
+    array = (rng.integers(0, 60, (h, w, 3)) + value * 25).clip(0, 255).astype(np.uint8)
+    Image.fromarray(array[..., 0] if grey else array).save(path, quality=95)
+
+
+def write_svhn(root, n_train=30, n_test=10, extra=0):
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for name, n in (("train", n_train), ("test", n_test), ("extra", extra)):
+        if n:
+            x = rng.integers(0, 256, (32, 32, 3, n), dtype=np.uint8)
+            y = (np.arange(n) % 10 + 1).reshape(-1, 1).astype(np.uint8)  # 1..10, 10 is the digit 0
+            savemat(root / f"{name}_32x32.mat", {"X": x, "y": y})
+    return root
+
+
+def write_tinyimagenet(root, wnids=("n01443537", "n01629819", "n01641577"), per_class=6, val=2):
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "wnids.txt").write_text("\n".join(wnids) + "\n")
+    (root / "words.txt").write_text(
+        "\n".join(f"{w}\tclass {k}, synonym" for k, w in enumerate(wnids)) + "\nn99999999\tother\n"
+    )
+    lines = []
+    for k, wnid in enumerate(wnids):
+        for i in range(per_class):
+            _jpeg(root / "train" / wnid / "images" / f"{wnid}_{i}.JPEG", (64, 64), k)
+        for i in range(val):
+            name = f"val_{k * val + i}.JPEG"
+            _jpeg(root / "val" / "images" / name, (64, 64), k)
+            lines.append(f"{name}\t{wnid}\t0\t0\t63\t63")
+    (root / "val" / "val_annotations.txt").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def write_celeba(root, n=24):
+    root.mkdir(parents=True, exist_ok=True)
+    identities = [1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 5]
+    identities += [6] * (n - len(identities))
+    partition, identity, attrs = [], [], [f"{n}", " ".join(ATTRIBUTES)]
+    for i in range(n):
+        name = f"{i + 1:06d}.jpg"
+        _jpeg(root / "img_align_celeba" / name, (178, 218), i % 7)
+        partition.append(f"{name} {2 if i % 4 == 3 else (1 if i % 8 == 5 else 0)}")
+        identity.append(f"{name} {identities[i]}")
+        bits = [(-1) ** (i % 2), (-1) ** (i // 2 % 2), 1]
+        attrs.append(f"{name}  " + " ".join(f"{b:2d}" for b in bits))
+    (root / "list_eval_partition.txt").write_text("\n".join(partition) + "\n")
+    (root / "identity_CelebA.txt").write_text("\n".join(identity) + "\n")
+    (root / "list_attr_celeba.txt").write_text("\n".join(attrs) + "\n")
+    return root
+
+
+def write_class_folders(root, classes, per_class, size=(64, 64), grey=False):
+    for k, cls in enumerate(classes):
+        for i in range(per_class):
+            _jpeg(root / cls / f"{cls}_{i:03d}.jpeg", size, k, grey=grey)
+    return root
+
+
+def test_svhn_reads_the_mat_files_and_maps_label_10_to_0(tmp_path):
+    write_svhn(tmp_path, extra=5)
+    data = load_dataset("svhn", {"public_fraction": 0.2}, root=tmp_path)
+    assert data.info.shape == (3, 32, 32) and data.info.num_classes == 10
+    assert len(data.train) + len(data.public) == 30 and len(data.public) == 6 and len(data.test) == 10
+    assert sorted(data.test.y.tolist()) == list(range(10))  # labels 1..10 → 1..9, 0
+    more = load_dataset("svhn", {"extra": True, "public_fraction": 0.2}, root=tmp_path)
+    assert len(more.train) + len(more.public) == 35
+
+
+def test_svhn_missing_or_damaged_files_are_one_line_errors(tmp_path):
+    write_svhn(tmp_path)
+    (tmp_path / "test_32x32.mat").unlink()
+    with pytest.raises(DataFileMissingError, match=r"test_32x32\.mat") as info:
+        load_dataset("svhn", root=tmp_path)
+    assert "\n" not in str(info.value)
+    (tmp_path / "test_32x32.mat").write_bytes(b"not a mat file")
+    with pytest.raises(DataFileMissingError, match=r"test_32x32\.mat: not a readable SVHN \.mat file"):
+        load_dataset("svhn", root=tmp_path)
+
+
+def test_tinyimagenet_official_layout(tmp_path):
+    write_tinyimagenet(tmp_path)
+    data = load_dataset("tinyimagenet", {"public_fraction": 0.0001}, root=tmp_path)
+    assert data.info.shape == (3, 64, 64) and data.info.num_classes == 3
+    assert data.info.class_names == ("class 0", "class 1", "class 2")
+    assert len(data.train) + len(data.public) == 18 and len(data.test) == 6
+    assert data.test.y.tolist() == [0, 0, 1, 1, 2, 2]
+    small = load_dataset("tinyimagenet", {"size": 32, "max_per_class": 2}, root=tmp_path)
+    assert small.info.shape == (3, 32, 32) and len(small.train) + len(small.public) == 6
+
+
+def test_tinyimagenet_partial_folder_and_unreadable_image(tmp_path):
+    write_tinyimagenet(tmp_path)
+    (tmp_path / "val" / "val_annotations.txt").unlink()
+    with pytest.raises(DataFileMissingError, match=r"val_annotations\.txt"):
+        load_dataset("tinyimagenet", root=tmp_path)
+    write_tinyimagenet(tmp_path)
+    bad = tmp_path / "train" / "n01443537" / "images" / "n01443537_0.JPEG"
+    bad.write_text("this is no JPEG")
+    with pytest.raises(DataFileMissingError, match=f"{bad}: not a readable image") as info:
+        load_dataset("tinyimagenet", root=tmp_path)
+    assert "\n" not in str(info.value)
+
+
+def test_celeba_identity_labels_are_the_most_frequent_identities(tmp_path):
+    write_celeba(tmp_path)
+    data = load_dataset("celeba", {"identities": 3, "public_fraction": 0.0001}, root=tmp_path)
+    assert data.info.shape == (3, 64, 64) and data.info.num_classes == 3
+    assert data.info.class_names == ("identity 1", "identity 6", "identity 2")  # 6 images (tie: by id), 6, 5
+    everything = torch.cat([data.train.y, data.public.y, data.test.y])
+    assert sorted(set(everything.tolist())) == [0, 1, 2]
+    kept = 6 + 6 + 5  # images of the top 3 identities; the validation partition (1) is dropped
+    with_val = load_dataset(
+        "celeba", {"identities": 3, "validation": "train", "public_fraction": 0.0001}, root=tmp_path
+    )
+    assert len(everything) < len(with_val.train) + len(with_val.public) + len(with_val.test) == kept
+
+
+def test_celeba_attribute_labels(tmp_path):
+    write_celeba(tmp_path)
+    one = load_dataset("celeba", {"labels": "Male", "size": 32}, root=tmp_path)
+    assert one.info.num_classes == 2 and one.info.shape == (3, 32, 32)
+    two = load_dataset("celeba", {"labels": ["5_o_Clock_Shadow", "Male"]}, root=tmp_path)
+    assert two.info.num_classes == 4 and two.info.class_names[3] == "5_o_Clock_Shadow=1,Male=1"
+    assert set(torch.cat([two.train.y, two.public.y, two.test.y]).tolist()) == {0, 1, 2, 3}
+    with pytest.raises(DataFileMissingError, match="unknown attributes \\['Bald'\\]; allowed: 5_o_Clock"):
+        load_dataset("celeba", {"labels": "Bald"}, root=tmp_path)
+    (tmp_path / "list_eval_partition.txt").unlink()
+    with pytest.raises(DataFileMissingError, match=r"missing list_eval_partition\.txt"):
+        load_dataset("celeba", root=tmp_path)
+
+
+def test_medical_mnist_is_a_grey_64px_image_folder(tmp_path):
+    classes = ["AbdomenCT", "BreastMRI", "CXR", "ChestCT", "Hand", "HeadCT"]
+    write_class_folders(tmp_path, classes, 4, grey=True)
+    data = load_dataset("medical-mnist", root=tmp_path)
+    assert data.info.shape == (1, 64, 64) and data.info.num_classes == 6
+    assert data.info.class_names == tuple(classes)
+    assert len(data.train) + len(data.public) + len(data.test) == 24
+
+
+def test_imagefolder_imagenet_layout_cap_and_unreadable_file(tmp_path):
+    write_class_folders(tmp_path / "train", ["n01", "n02"], 5, size=(40, 30))
+    write_class_folders(tmp_path / "val", ["n01", "n02"], 2, size=(40, 30))
+    data = load_dataset("imagefolder", {"max_per_class": 3, "public_fraction": 0.0001}, root=tmp_path)
+    assert len(data.train) + len(data.public) == 6 and len(data.test) == 4  # val/ is the test split
+    (tmp_path / "train" / "n02" / "broken.png").write_bytes(b"\x89PNG broken")
+    with pytest.raises(DataFileMissingError, match=r"broken\.png: not a readable image"):
+        load_dataset("imagefolder", root=tmp_path)
+
+
+WRITERS = {
+    "svhn": lambda root: write_svhn(root, n_train=40),
+    "tinyimagenet": lambda root: write_tinyimagenet(root, per_class=10),
+    "celeba": lambda root: write_celeba(root, n=48),
+    "medical-mnist": lambda root: write_class_folders(root, ["CXR", "Hand", "HeadCT"], 12, grey=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRITERS))
+def test_a_shipped_config_runs_unchanged_on_each_dataset(name, tmp_path):
+    """The demo config with only dataset.name and --data-root changed (and the quick demo's budgets)."""
+    root = WRITERS[name](tmp_path / "data")
+    printed = subprocess.run(
+        [sys.executable, "-m", "leakshield", "demo", "--print-config"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    config = yaml.safe_load(printed)
+    config["dataset"]["name"] = name
+    config.update(name=f"demo-{name}", victims={**config["victims"], "count": 1}, utility={"rounds": 1})
+    config["fl"]["clients"] = 2
+    config["attacks"] = [{"name": "idlg", "iterations": 2}, {"name": "ig", "iterations": 5}]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run = subprocess.run(
+        [sys.executable, "-m", "leakshield", "run", str(path), "--data-root", str(root), "--out",
+         str(tmp_path / "run"), "--quiet", "--threads", "1", "--no-report"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "0 failed" in run.stdout
