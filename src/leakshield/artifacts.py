@@ -63,6 +63,9 @@ class FitData:
     progress: bool = False
     #: the run's artifact cache, for fits that cache their own intermediate results (ATS's scores)
     cache: ArtifactCache | None = None
+    #: the dataset's public split, which every client may hold too (LODA's starting images); for a
+    #: client fit, ``data`` is still that one client's data only
+    public: ImageSet | None = None
 
 
 class Fittable:

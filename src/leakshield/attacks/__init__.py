@@ -8,6 +8,7 @@ from leakshield.attacks import (  # noqa: F401  (register attacks)
     dcs2_adaptive,
     imprint,
     inversion,
+    loda_adaptive,
     precode_analytic,
 )
 from leakshield.attacks.base import ATTACKS, Attack, Reconstruction, ServerKnowledge, create_attack

@@ -8,6 +8,7 @@ from leakshield.defenses import (  # noqa: F401  (register defenses)
     dcs2,
     dpsgd,
     dropout,
+    loda,
     mixing,
     noise,
     none,

@@ -79,7 +79,8 @@ def score_victim(
 
 
 def aggregate(victims: list[VictimScore], asr_threshold: float) -> dict[str, float]:
-    """Means over every image of every victim batch (and the spread of PSNR/SSIM), plus ASR."""
+    """Means over every image of every victim batch (and the spread of PSNR/SSIM, their best image and
+    LPIPS's: the worst case for privacy, LODA's Max PSNR / Min LPIPS), plus ASR."""
     out: dict[str, float] = {}
     keys = sorted({k for v in victims for k in v.per_image})
     columns = {
@@ -91,6 +92,11 @@ def aggregate(victims: list[VictimScore], asr_threshold: float) -> dict[str, flo
         out[key] = mean_finite(values)
         if key in ("psnr", "ssim") and len(values) > 1:
             out[f"{key}_std"] = float(values.std())
+        finite = values[torch.isfinite(values)]
+        if key in ("psnr", "ssim") and len(finite):
+            out[f"{key}_max"] = float(finite.max())
+        if key == "lpips" and len(finite):
+            out["lpips_min"] = float(finite.min())
     ssims = columns["ssim"]
     out["asr"] = attack_success_rate(ssims, asr_threshold)
     if "ssim_defended" in columns:

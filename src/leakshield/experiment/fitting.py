@@ -99,6 +99,7 @@ def fit_defenses(
                 setting.device,
                 setting.progress,
                 cache,
+                setting.public,
             )
             artifact = cache.get_or_fit(key, lambda d=defense, f=fit_data: d.fit(f))
             if client is None:

@@ -3,8 +3,10 @@
 (``privacy``) or an FL training cell (``utility``). The evaluator reads it to match reconstructions
 and the report to format and join tables; ``leakshield list metrics`` prints it.
 
-Derived columns resolve to their base metric: ``psnr_std`` (spread over images), ``ssim_sensitive``
-(the sensitive images' own mean), ``psnr_defended`` (scored against the defended input x')."""
+Derived columns resolve to their base metric: ``psnr_std`` (spread over images), ``psnr_max`` /
+``ssim_max`` / ``lpips_min`` (the best reconstruction of the cell, the worst case for privacy: LODA's
+Max PSNR and Min LPIPS), ``ssim_sensitive`` (the sensitive images' own mean), ``psnr_defended`` (scored
+against the defended input x')."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Literal
 from leakshield.errors import UnknownNameError
 
 MetricKind = Literal["privacy", "utility", "diagnostic"]
-DERIVED_SUFFIXES = ("_std", "_sensitive", "_defended")
+DERIVED_SUFFIXES = ("_std", "_sensitive", "_defended", "_max", "_min")
 
 
 @dataclass(frozen=True)
