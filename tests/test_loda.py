@@ -116,7 +116,7 @@ def test_loda_needs_the_public_split(digits):
     assert defense.params.layers == "all" and defense.params.c == 30.0
     with pytest.raises(ConfigError, match="public split"):
         defense.fit(FitData(digits.info, digits.train, None, 0, CPU, public=None))
-    with pytest.raises(ConfigError, match="weights: .*no file"):
+    with pytest.raises(ConfigError, match=r"weights: .*no file"):
         create_defense("loda", {"weights": "/nowhere.safetensors"})
 
 
