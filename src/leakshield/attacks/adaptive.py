@@ -21,6 +21,8 @@ dcs2-prior               dcs2                   starts from the public class-ave
 carlini (carlini.py)     mixup, instahide       many rounds, clustering, regression (LODA Eq. 3)
 ats-pinned               ats                    the pixels the public policy set fixes (black
 (ats_adaptive.py)                               borders) are pinned; best candidate kept
+loda-inverse             loda                   IG, then Eq. 6 (the encoder's stationarity) solved
+(loda_adaptive.py)                              with the public extractor
 =======================  =====================  ===================================================
 
 References: Balunović et al., *Bayesian Framework for Gradient Leakage*, ICLR 2022 (noise-aware,
