@@ -159,3 +159,20 @@ def test_an_attack_that_keeps_the_model_it_sent_learns_nothing_from_it(digits8):
     ).views[0]
     assert spy.sent.classifier[0].last_mu is None and view.model.classifier[0].last_mu is None
     assert view.update.delta["classifier.0.encoder.weight"].abs().sum() > 0  # yet the client did compute
+
+
+def test_an_attack_that_overrides_reconstruct_also_overrides_the_vectorized_path():
+    """The grid calls ``reconstruct_many``; GradientInversion's vectorized version never calls
+    ``reconstruct``, so a subclass that changes ``reconstruct`` must change ``reconstruct_many`` too
+    (LODA's inverse attack once returned plain IG in a grid)."""
+    from leakshield.attacks import ATTACKS
+    from leakshield.attacks.inversion.engine import GradientInversion
+
+    for entry in ATTACKS:
+        cls = entry.factory
+        if not (isinstance(cls, type) and issubclass(cls, GradientInversion)) or cls is GradientInversion:
+            continue
+        chain = cls.__mro__[: cls.__mro__.index(GradientInversion)]
+        overrides = [c for c in chain if "reconstruct" in vars(c)]
+        if overrides:
+            assert any("reconstruct_many" in vars(c) for c in chain), entry.name

@@ -143,6 +143,10 @@ def test_loda_inverse_inverts_after_ig(digits, tmp_path):
     attack = attack.with_artifact(attack.fit(FitData(digits.info, digits.public, None, 0, CPU, cache=cache)))
     rec = attack.reconstruct(view)
     assert rec.stats["inverted"] == 1.0 and rec.images.shape == (1, *digits.info.shape)
+    other = server_view_of(model, pool.subset([4]), digits.info, defenses=pipe, labels_known=True, pool=pool,
+                           public=digits.public)  # fmt: skip
+    many = attack.reconstruct_many([view, other], seeds=[0, 1])  # the grid's path: IG vectorized, then Eq. 6
+    assert [r.stats["inverted"] for r in many] == [1.0, 1.0] and many[0].stats.get("vectorized") == 1.0
     assert rec.images.min() >= 0 and rec.images.max() <= 1
     plain = server_view_of(model, pool.subset([2]), digits.info, labels_known=True)
     assert attack.reconstruct(plain).stats["inverted"] == 0.0

@@ -10,6 +10,7 @@ public configuration names (the same content-addressed artifact the clients use)
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Literal
 
 import pydantic
@@ -57,10 +58,23 @@ class LodaInverse(GradientInversion):
         )
 
     def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction:
-        base = GradientInversionParams(
-            **self.params.model_dump(include=set(GradientInversionParams.model_fields))
+        return self.reconstruct_many([view], seeds=[seed])[0]
+
+    def reconstruct_many(
+        self, views: Sequence[ServerView], *, seeds: Sequence[int], progress: bool = False
+    ) -> list[Reconstruction]:
+        """IG on every view (vectorized where it can be), then Eq. 6 on each reconstruction."""
+        base = GradientInversion(
+            GradientInversionParams(
+                **self.params.model_dump(include=set(GradientInversionParams.model_fields))
+            )
         )
-        obscured = GradientInversion(base).reconstruct(view, seed=seed)
+        base.name = self.name
+        obscured = base.reconstruct_many(views, seeds=seeds, progress=progress)
+        return [self._invert(v, rec, s) for v, rec, s in zip(views, obscured, seeds, strict=True)]
+
+    def _invert(self, view: ServerView, obscured: Reconstruction, seed: int) -> Reconstruction:
+        """x* from the reconstructed obscured image x′ (Eq. 6); unchanged without LODA in the view."""
         loda = find_defense(view.defenses, "loda")
         if loda is None:
             obscured.stats["inverted"] = 0.0
@@ -77,8 +91,8 @@ class LodaInverse(GradientInversion):
             net.load_state_dict({k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)})
         else:
             public = ImageSet(tensors["public.x"].to(device), tensors["public.y"].to(device))
-            seed = int(self.artifact.metadata.get("seed", 0))
-            net = fitted_extractor(settings, info, public, seed, None, device)
+            fit_seed = int(self.artifact.metadata.get("seed", 0))
+            net = fitted_extractor(settings, info, public, fit_seed, None, device)
         g = feature_map(net.eval(), settings)
         x_prime = obscured.images.to(device)
         if self.params.inverse_init == "uniform":
