@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 import leakshield.fl.client as client_module
+from leakshield.artifacts import FitData
 from leakshield.attacks import ATTACKS, create_attack
 from leakshield.data import ImageSet, load_dataset
 from leakshield.defenses import DefensePipeline
@@ -24,7 +25,10 @@ SMALL = {"iterations": 2, "restarts": 1}
 SPECIAL = {
     "carlini": {"rounds": 2, "steps": 3, "coefficient_samples": 20, "inner_params": {"iterations": 2}},
     "imprint": {"bins": 8},
+    "loda-inverse": {"iterations": 2, "restarts": 1, "inverse_steps": 2},
 }
+#: target defenses with one-off fits, at the smallest budget
+DEFENSE_PARAMS = {"loda": {"steps": 2, "epochs": 1}}
 
 
 @pytest.fixture(scope="module")
@@ -70,12 +74,19 @@ def _scenario(name: str, digits8, monkeypatch):
     reconstruction, the attack, the views and the objects the client trained on."""
     entry = ATTACKS.get(name)
     defense = entry.targets[0] if entry.targets else "none"
-    pipeline = DefensePipeline.from_config([{"name": defense, "params": {}}])
+    pipeline = DefensePipeline.from_config([{"name": defense, "params": DEFENSE_PARAMS.get(defense, {})}])
     info = digits8.info
     model = create_model("mlp", {"width": 16}, in_shape=info.shape, num_classes=10, seed=0)
     model = pipeline.model_hook(model).eval()
     batch = ImageSet(digits8.train.x[:1].clone(), digits8.train.y[:1].clone())
     dataset = ImageSet(digits8.train.x[:20].clone(), digits8.train.y[:20].clone())
+    cpu = torch.device("cpu")
+    client_fits = {
+        (0, i): d.fit(FitData(info, dataset, None, 0, cpu, public=digits8.public))
+        for i, d in enumerate(pipeline.defenses)
+        if d.fit_scope == "client"
+    }
+    pipeline = pipeline.with_artifacts({}, client_fits) if client_fits else pipeline
     client = HonestClient(
         0, dataset, LocalTraining(), pipeline, info, public=digits8.public, model_mode="eval"
     )
@@ -89,6 +100,8 @@ def _scenario(name: str, digits8, monkeypatch):
 
     monkeypatch.setattr(client_module, "private_copy", recording_copy)
     attack = create_attack(name, _params(name))
+    if attack.fit_scope == "public":
+        attack = attack.with_artifact(attack.fit(FitData(info, digits8.public, model, 0, cpu)))
     rounds = attack.rounds_observed
     observation = observe_victim(
         [model] * rounds,
