@@ -109,6 +109,35 @@ for _spec in (
     MetricSpec(
         "asr", "attack success rate: share of images with SSIM ≥ threshold (default 0.6)", "privacy", True
     ),
+    MetricSpec(
+        "class_ssim",
+        "class-level SSIM (Anti-GAN Eq. 5): each generated image's mean SSIM to every private image of its "
+        "class, averaged; uniform 8×8 window, valid positions, population covariance, data range 1",
+        "privacy",
+        True,
+        range=(-1.0, 1.0),
+    ),
+    MetricSpec(
+        "class_ssim_public",
+        "class-level SSIM of the public split's real images of the attacked classes (a perfect generator)",
+        "diagnostic",
+        True,
+        range=(-1.0, 1.0),
+    ),
+    MetricSpec(
+        "accuracy_attacked",
+        "test accuracy of the global model after the rounds with the participant attacker",
+        "diagnostic",
+        True,
+    ),
+    MetricSpec(
+        "samples",
+        "generated images scored by class-level SSIM",
+        "diagnostic",
+        True,
+        range=(0.0, math.inf),
+        precision=0,
+    ),
     MetricSpec("label_acc", "share of labels the attack recovered (matched images)", "privacy", True),
     MetricSpec("accuracy", "test accuracy after FL training under the defense", "utility", True),
     MetricSpec("accuracy_train", "training-split accuracy after FL training", "utility", True),
@@ -122,6 +151,13 @@ for _spec in (
     MetricSpec(
         "epsilon",
         "ε of (ε, δ)-DP spent by the most-used client (DP-SGD)",
+        "utility",
+        False,
+        range=(0.0, math.inf),
+    ),
+    MetricSpec(
+        "epsilon_target",
+        "the ε budget DP-SGD's σ was set for (target_epsilon over target_steps local steps)",
         "utility",
         False,
         range=(0.0, math.inf),
