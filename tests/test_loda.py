@@ -9,6 +9,7 @@ import torch
 from leakshield.artifacts import ArtifactCache, FitData
 from leakshield.attacks import create_attack
 from leakshield.data import load_dataset
+from leakshield.data.lookup import find_rows
 from leakshield.defenses import DefensePipeline, create_defense
 from leakshield.defenses.loda import (
     ExtractorParams,
@@ -18,7 +19,6 @@ from leakshield.defenses.loda import (
     obscure_one_by_one,
     stationarity_residual,
 )
-from leakshield.defenses.loda.defense import find_rows
 from leakshield.errors import ConfigError
 from leakshield.experiment import ExperimentRunner, ResultStore, parse_config
 from leakshield.fl import server_view_of

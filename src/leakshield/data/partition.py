@@ -27,7 +27,9 @@ class DirichletPartition(Params):
 
 
 class ByClassPartition(Params):
-    """Client i gets exactly the samples of ``classes[i]`` (e.g. the GAN attack's two-client split)."""
+    """Client i gets the samples of ``classes[i]`` (e.g. the GAN attack's two-client split). Clients
+    that list the same classes share those samples, dealt evenly and disjointly (Anti-GAN Table 2: two
+    groups of clients, each group holding one half of the classes)."""
 
     kind: Literal["by-class"]
     classes: list[list[int]]
@@ -70,7 +72,14 @@ def partition_indices(
             raise ConfigError(
                 f"partition.classes: {len(config.classes)} class lists for {num_clients} clients"
             )
-        parts = [rng.permutation(np.flatnonzero(np.isin(y, cls))) for cls in config.classes]
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for client, cls in enumerate(config.classes):
+            groups.setdefault(tuple(sorted(set(cls))), []).append(client)
+        parts = [np.empty(0, dtype=np.int64)] * num_clients
+        for cls, members in groups.items():
+            dealt = np.array_split(rng.permutation(np.flatnonzero(np.isin(y, cls))), len(members))
+            for client, share in zip(members, dealt, strict=True):
+                parts[client] = share
     elif isinstance(config, DirichletPartition):
         parts = _dirichlet(y, num_clients, config, rng)
     else:  # pragma: no cover - the union above is exhaustive

@@ -2,6 +2,7 @@
 
 from leakshield.artifacts import FitData
 from leakshield.defenses import (  # noqa: F401  (register defenses)
+    antigan,
     ats,
     augmentation,
     clipping,

@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from leakshield.artifacts import Artifact, FitData, FitKey, FitScope, data_fingerprint
+from leakshield.data.lookup import find_rows
 from leakshield.defenses.base import DEFENSES, ClientContext, Defense
 from leakshield.defenses.loda.encoder import obscure
 from leakshield.defenses.loda.extractor import ExtractorParams, feature_map, fitted_extractor
@@ -108,18 +109,3 @@ class Loda(Defense):
         return obscure(
             feature_map(net, p), images, starts, context.info, c=p.c, steps=p.steps, lr=p.step_size
         )
-
-
-def find_rows(dataset: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
-    """The row of ``dataset`` equal to each of ``images`` (−1 where none is): candidates by a random
-    projection, confirmed by exact comparison."""
-    if not len(dataset):
-        return torch.full((len(images),), -1, dtype=torch.long)
-    probe = torch.randn(dataset[0].numel(), generator=torch.Generator().manual_seed(0)).to(dataset)
-    keys, wanted = dataset.flatten(1) @ probe, images.flatten(1) @ probe
-    rows = []
-    for image, key in zip(images, wanted, strict=True):
-        candidates = (keys - key).abs().le(1e-4 * (1 + key.abs())).nonzero().flatten()
-        row = next((int(i) for i in candidates if torch.equal(dataset[i], image)), -1)
-        rows.append(row)
-    return torch.tensor(rows, dtype=torch.long, device=images.device)

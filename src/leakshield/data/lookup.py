@@ -1,0 +1,21 @@
+"""Finding a client's own images again: data-stage defenses that precompute a per-image replacement
+(LODA's obscured images, Anti-GAN's mixed images) look up each minibatch image in the client's dataset."""
+
+from __future__ import annotations
+
+import torch
+
+
+def find_rows(dataset: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+    """The row of ``dataset`` equal to each of ``images`` (−1 where none is): candidates by a random
+    projection, confirmed by exact comparison."""
+    if not len(dataset):
+        return torch.full((len(images),), -1, dtype=torch.long)
+    probe = torch.randn(dataset[0].numel(), generator=torch.Generator().manual_seed(0)).to(dataset)
+    keys, wanted = dataset.flatten(1) @ probe, images.flatten(1) @ probe
+    rows = []
+    for image, key in zip(images, wanted, strict=True):
+        candidates = (keys - key).abs().le(1e-4 * (1 + key.abs())).nonzero().flatten()
+        row = next((int(i) for i in candidates if torch.equal(dataset[i], image)), -1)
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.long, device=images.device)
