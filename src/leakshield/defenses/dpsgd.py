@@ -16,6 +16,7 @@ network; its utility row reflects that).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 import pydantic
@@ -29,11 +30,39 @@ from leakshield.registry import Params
 
 class DPSGDParams(Params):
     """noise_multiplier: σ (noise std = σ·C). clip: C, the per-sample gradient norm bound. delta: the δ at
-    which ε is reported."""
+    which ε is reported. target_epsilon with target_steps: instead of σ, the ε a client may spend over
+    ``target_steps`` local steps (all rounds together); each client's σ is then the smallest that keeps
+    it within that budget at its sampling rate (Opacus's ``get_noise_multiplier``, RDP accountant), and
+    the utility row reports ``epsilon_target`` next to the ε actually spent."""
 
     noise_multiplier: float = pydantic.Field(default=1.1, ge=0)
     clip: float = pydantic.Field(default=1.0, gt=0)
     delta: float = pydantic.Field(default=1e-5, gt=0, lt=1)
+    target_epsilon: float | None = pydantic.Field(default=None, gt=0)
+    target_steps: int | None = pydantic.Field(default=None, ge=1)
+
+    @pydantic.model_validator(mode="after")
+    def _target_needs_steps(self) -> DPSGDParams:
+        if (self.target_epsilon is None) != (self.target_steps is None):
+            raise ValueError(
+                "target_epsilon and target_steps go together (the budget and the steps it covers)"
+            )
+        return self
+
+    def sigma(self, sample_rate: float) -> float:
+        """σ of a client sampling minibatches at ``sample_rate``."""
+        if self.target_epsilon is None or self.target_steps is None:
+            return self.noise_multiplier
+        return noise_for_budget(self.target_epsilon, self.delta, round(sample_rate, 12), self.target_steps)
+
+
+@functools.lru_cache(maxsize=256)
+def noise_for_budget(epsilon: float, delta: float, sample_rate: float, steps: int) -> float:
+    """The σ that spends ``epsilon`` at ``delta`` in ``steps`` subsampled Gaussian steps (Opacus, RDP)."""
+    from opacus.accountants.utils import get_noise_multiplier
+
+    return float(get_noise_multiplier(target_epsilon=epsilon, target_delta=delta, sample_rate=sample_rate,
+                                      steps=steps, accountant="rdp"))  # fmt: skip
 
 
 def dp_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float) -> float:
@@ -75,20 +104,22 @@ class DPSGD(Defense):
         self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, context: ClientContext
     ) -> dict[str, torch.Tensor]:
         p = self.params
+        sigma = p.sigma(min(1.0, len(x) / max(len(context.dataset), 1)))
         samples = per_sample_gradients(model, x, y)
         norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(dim=1) for g in samples.values()))  # type: ignore[arg-type]
         factor = (p.clip / (norms + 1e-6)).clamp(max=1.0)
         out = {}
         for k, g in samples.items():
             total = torch.einsum("b,b...->...", factor, g)
-            noise = torch.randn(total.shape, device=total.device, dtype=total.dtype) * (
-                p.noise_multiplier * p.clip
-            )
+            noise = torch.randn(total.shape, device=total.device, dtype=total.dtype) * (sigma * p.clip)
             out[k] = (total + noise) / len(x)
         return out
 
     def privacy_spent(self, client_steps: Mapping[int, tuple[int, float]]) -> dict[str, float]:
         """ε per client from (local steps over all rounds, sampling rate); reports the largest."""
         p = self.params
-        eps = [dp_epsilon(p.noise_multiplier, q, steps, p.delta) for steps, q in client_steps.values()]
-        return {"epsilon": max(eps, default=0.0), "delta": p.delta}
+        eps = [dp_epsilon(p.sigma(q), q, steps, p.delta) for steps, q in client_steps.values()]
+        spent = {"epsilon": max(eps, default=0.0), "delta": p.delta}
+        if p.target_epsilon is not None:
+            spent["epsilon_target"] = p.target_epsilon
+        return spent
