@@ -350,7 +350,12 @@ def test_adaptive_attacks_meet_only_their_targets_unless_against_says_otherwise(
 def test_every_defense_runs_through_the_pipeline_and_dp_epsilon_reaches_the_table(tmp_path):
     from leakshield.defenses import DEFENSES
 
-    cheap = {"soteria": {"score_samples": 1}, "dcs2": {"steps": 3}, "loda": {"steps": 3, "epochs": 1}}
+    cheap = {
+        "soteria": {"score_samples": 1},
+        "dcs2": {"steps": 3},
+        "loda": {"steps": 3, "epochs": 1},
+        "antigan": {"cgan_steps": 2, "finetune_steps": 1, "width": 8, "batch_size": 8, "extractor_epochs": 1},
+    }
     defenses = [{"name": n, **cheap[n]} if n in cheap else n for n in DEFENSES.names()] + [
         {"stack": ["mixup", "gaussian-noise"]}
     ]
@@ -384,7 +389,10 @@ def test_every_defense_runs_through_the_pipeline_and_dp_epsilon_reaches_the_tabl
     )
     ExperimentRunner(cfg2, out, device="cpu", progress=False).run()
     assert (
-        build_report(out).markdown.read_text().splitlines()[1].startswith("| metric | ats | augmentation |")
+        build_report(out)
+        .markdown.read_text()
+        .splitlines()[1]
+        .startswith("| metric | antigan | ats | augmentation |")
     )
 
 

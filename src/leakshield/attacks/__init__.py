@@ -6,6 +6,7 @@ from leakshield.attacks import (  # noqa: F401  (register attacks)
     ats_adaptive,
     carlini,
     dcs2_adaptive,
+    gan,
     imprint,
     inversion,
     loda_adaptive,

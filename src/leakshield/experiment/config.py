@@ -177,6 +177,16 @@ class MetricSection(Section):
 Dimension = Literal["model", "defense", "attack", "round", "seed", "metric"]
 
 
+class SweepPlot(Section):
+    """A line plot of ``metrics`` against a defense parameter (e.g. Anti-GAN's Fig. 4): ``points`` maps
+    defense labels to the parameter's value; privacy metrics get one line per attack."""
+
+    title: str
+    parameter: str
+    points: dict[str, float] = pydantic.Field(min_length=2)
+    metrics: list[str] = pydantic.Field(default=["ssim", "adr"], min_length=1)
+
+
 class ReportSection(Section):
     """Layout of the tables: cells grouped by ``rows`` × ``columns`` (any of model, defense, attack,
     round, seed, metric), showing the mean of each metric in ``values`` over the unlisted dimensions.
@@ -186,6 +196,7 @@ class ReportSection(Section):
     columns: list[Dimension] = ["attack"]
     values: list[str] = pydantic.Field(default=["psnr", "ssim", "asr", "accuracy"], min_length=1)
     scatter: Literal["psnr", "ssim"] = "ssim"
+    sweeps: list[SweepPlot] = []
 
     @pydantic.model_validator(mode="after")
     def _distinct(self) -> ReportSection:
@@ -251,6 +262,11 @@ class ExperimentConfig(Section):
                     DEFENSES.validate(entry["name"], entry["params"])
                 except LeakshieldError as exc:
                     raise ConfigError(f"{where}: {exc}") from None
+        for i, sweep in enumerate(self.report.sweeps):
+            unknown = sorted(set(sweep.points) - set(defense_labels))
+            if unknown:
+                raise ConfigError(f"report.sweeps[{i}].points: unknown defense labels {unknown}; "
+                                  f"the defenses are {defense_labels}")  # fmt: skip
         for section, items in (
             ("models", self.models),
             ("defenses", self.defenses),

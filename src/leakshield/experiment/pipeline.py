@@ -12,11 +12,13 @@ import torch
 
 from leakshield.artifacts import ArtifactCache
 from leakshield.attacks.base import Reconstruction, create_attack
+from leakshield.attacks.gan.hitaj import HitajGAN
 from leakshield.data import ImageSet, load_dataset, partition_indices
 from leakshield.errors import LeakshieldError
 from leakshield.experiment.cells import Cell
 from leakshield.experiment.config import ExperimentConfig
 from leakshield.experiment.evaluation import VictimScore, aggregate, load_cell_lpips, score_victim
+from leakshield.experiment.feature_inference import run_feature_inference
 from leakshield.experiment.fitting import ArtifactUse, FitSetting, fit_attack
 from leakshield.experiment.training import TrainedModels
 from leakshield.experiment.victims import draw_victims
@@ -125,6 +127,8 @@ class ExperimentContext:
         assert cell.model and cell.defense and cell.attack and cell.round is not None
         assert cell.seed is not None
         attack = create_attack(cell.attack.name, cell.attack.params)
+        if isinstance(attack, HitajGAN):
+            return run_feature_inference(self, cell, attack)
         if attack.fit_scope is not None:
             net, _ = self.models.fresh(cell.model, cell.defense, cell.seed)
             setting = FitSetting(

@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from leakshield.metrics.registry import METRICS
 from leakshield.report.tables import Row
 
 
@@ -52,6 +53,42 @@ def privacy_utility_png(rows: list[Row], baseline: dict[str, float], metric: str
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def sweep_png(
+    rows: list[Row], title: str, parameter: str, points: dict[str, float], metrics: list[str]
+) -> bytes | None:
+    """One panel per metric against the parameter value of each defense in ``points`` (means over the
+    other dimensions); privacy metrics draw one line per attack. None when no row has the numbers."""
+    kinds = {m: (METRICS.find(m).kind if METRICS.find(m) else "privacy") for m in metrics}
+    panels = []
+    for metric in metrics:
+        lines: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for r in rows:
+            label = r.coords["defense"]
+            if label in points and metric in r.metrics:
+                line = str(r.coords["attack"]) if kinds[metric] != "utility" else "defense"
+                lines[line][points[label]].append(r.metrics[metric])
+        if lines:
+            panels.append((metric, lines))
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), dpi=110, squeeze=False)
+    for ax, (metric, lines) in zip(axes[0], panels, strict=True):
+        for name, values in sorted(lines.items()):
+            xs = sorted(values)
+            ax.plot(xs, [statistics.fmean(values[x]) for x in xs], marker="o", label=name)
+        ax.set_xlabel(parameter)
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3)
+        if len(lines) > 1 or kinds[metric] != "utility":
+            ax.legend(fontsize=8)
+    fig.suptitle(title)
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from leakshield.experiment.rundir import STORE_FILE, load_run_config
 from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
-from leakshield.report.figures import privacy_utility_png
+from leakshield.report.figures import privacy_utility_png, sweep_png
 from leakshield.report.tables import joined_rows, pivot, results_csv
 
 CONVENTIONS = (
@@ -21,6 +21,13 @@ CONVENTIONS = (
     "no-information baseline scores the mean image of the public split as every reconstruction: an "
     "attack that does not beat it learned nothing about the victims. Values are means over victims "
     "(± std over seeds or other unlisted dimensions)."
+)
+CLASS_SSIM_CONVENTION = (
+    " Class-level SSIM (Anti-GAN Eq. 5, GAN attacks): each generated image's mean SSIM to every private "
+    "image of its class, averaged over {samples} generated images spread evenly over the attacked classes; "
+    "uniform 8×8 window at every valid position, K1 0.01, K2 0.03, population covariances, data range 1 "
+    "(no scikit-image equivalent: it takes odd windows only). class_ssim_public scores the public split's "
+    "real images of the same classes: what a generator that learned the class distribution would reach."
 )
 
 
@@ -64,6 +71,9 @@ def build_report(run_dir: str | Path) -> ReportFiles:
     conventions = CONVENTIONS.format(
         match_on=config.metrics.match_on, asr=config.metrics.asr_threshold, rounds=config.utility.rounds
     )
+    sizes = sorted({int(r.metrics["samples"]) for r in records if "samples" in r.metrics})
+    if sizes:
+        conventions += CLASS_SSIM_CONVENTION.format(samples=" / ".join(map(str, sizes)))
     lpips_note = next((r.metrics.get("lpips_note") for r in records if r.metrics.get("lpips_note")), None)
     failed = [r for r in records if r.status == "failed"]
 
@@ -88,6 +98,7 @@ def build_report(run_dir: str | Path) -> ReportFiles:
             records,
             run_dir,
             config.report.scatter,
+            config.report.sweeps,
         ).encode(),
     )
     return files
@@ -103,6 +114,7 @@ def _html(
     records: list[CellRecord],
     run_dir: Path,
     scatter_metric: str,
+    sweeps: list = (),
 ) -> str:
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
@@ -126,9 +138,14 @@ def _html(
         if plot
         else "<p>No cell has both an attack score and an accuracy (utility.rounds = 0?).</p>"
     )
+    for sweep in sweeps:
+        png = sweep_png(rows, sweep.title, sweep.parameter, sweep.points, sweep.metrics)
+        parts.append(f"<h2>{html.escape(sweep.title)}</h2>")
+        parts.append(_img(png, sweep.title) if png else "<p>No finished cell has these numbers yet.</p>")
     parts.append(
         "<h2>Reconstructions</h2><p>Rows: true images, defended inputs (when the defense "
-        "changed them), reconstructions matched to the truth.</p>"
+        "changed them), reconstructions matched to the truth. GAN attacks: per attacked class, a row of "
+        "private images and a row of the attacker's samples.</p>"
     )
     for r in records:
         if r.images and (run_dir / r.images).is_file():
@@ -139,6 +156,10 @@ def _html(
             )
             psnr, ssim = r.metrics.get("psnr", float("nan")), r.metrics.get("ssim", float("nan"))
             stats = f"PSNR {psnr:.2f} dB, SSIM {ssim:.3f}"
+            if "class_ssim" in r.metrics:
+                stats = (
+                    f"class-level SSIM {r.metrics['class_ssim']:.3f} ({int(r.metrics['samples'])} samples)"
+                )
             parts.append(
                 f"<figure>{_img((run_dir / r.images).read_bytes(), caption)}"
                 f"<figcaption>{html.escape(caption)}<br>{stats}</figcaption></figure>"
