@@ -221,3 +221,16 @@ def test_a_gan_cell_scores_class_level_ssim_and_draws_the_grid(tmp_path):
 
     report = build_report(tmp_path / "run").html.read_text()
     assert "class-level SSIM" in report
+
+
+def test_clients_listing_the_same_classes_share_them_disjointly():
+    """Anti-GAN Table 2's split: two groups of clients, each group dealt one half of the classes."""
+    from leakshield.data.partition import ByClassPartition, partition_indices
+
+    labels = torch.arange(200) % 10
+    halves = [[0, 1, 2, 3, 4]] * 2 + [[5, 6, 7, 8, 9]] * 2
+    parts = partition_indices(labels, 4, ByClassPartition(kind="by-class", classes=halves), seed=0)
+    assert [len(p) for p in parts] == [50, 50, 50, 50]
+    assert not set(parts[0].tolist()) & set(parts[1].tolist())
+    assert set(labels[torch.cat(parts[:2])].tolist()) == {0, 1, 2, 3, 4}
+    assert set(labels[torch.cat(parts[2:])].tolist()) == {5, 6, 7, 8, 9}

@@ -6,6 +6,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -427,3 +428,21 @@ def test_sensitive_victims_and_one_defended_client_reach_the_table(tmp_path):
         assert 0 <= metrics["accuracy_sensitive"] <= 1
     with pytest.raises(ConfigError, match=r"victims\.sensitive needs metrics\.sensitive"):
         parse_config(tiny_config(victims={"count": 1, "batch_size": 1, "sensitive": 1}))
+
+
+SHIPPED = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", [p for p in SHIPPED if p.name != "ats-search.yaml"], ids=lambda p: p.name)
+def test_every_shipped_experiment_config_is_valid(path):
+    """(ats-search.yaml is a search config: the next test.)"""
+    from leakshield.experiment import load_config
+    from leakshield.experiment.cells import expand_grid
+
+    assert expand_grid(load_config(path))
+
+
+def test_the_shipped_search_config_is_valid():
+    from leakshield.cli_ats import load_search_config
+
+    assert load_search_config(Path(__file__).parent.parent / "configs" / "ats-search.yaml")
