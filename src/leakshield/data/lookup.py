@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 
@@ -19,3 +21,19 @@ def find_rows(dataset: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
         row = next((int(i) for i in candidates if torch.equal(dataset[i], image)), -1)
         rows.append(row)
     return torch.tensor(rows, dtype=torch.long, device=images.device)
+
+
+def swap_in(
+    dataset: torch.Tensor,
+    replacements: torch.Tensor,
+    images: torch.Tensor,
+    fresh: Callable[[torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """Each of ``images`` replaced by the row of ``replacements`` of its row in ``dataset``; the images
+    found nowhere get ``fresh(positions)`` (their positions in ``images``)."""
+    rows = find_rows(dataset.to(images.device), images)
+    out = replacements.to(images.device)[rows.clamp_min(0)]
+    missing = (rows < 0).nonzero().flatten()
+    if len(missing):
+        out[missing] = fresh(missing)
+    return out

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from leakshield.artifacts import Artifact, FitData, FitKey, FitScope, data_fingerprint
-from leakshield.data.lookup import find_rows
+from leakshield.data.lookup import swap_in
 from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.defenses.antigan.obfuscation import revised_mixup, window_variance_loss
 from leakshield.defenses.base import DEFENSES, ClientContext, Defense
@@ -160,13 +160,8 @@ class AntiGan(Defense):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if context.artifact is None:
             raise RuntimeError("antigan needs the client's fitted artifact (its mixed dataset)")
-        mixed = context.artifact.tensors["mixed"].to(x.device)
-        rows = find_rows(context.dataset.x.to(x.device), x)
-        out = mixed[rows.clamp_min(0)]
-        missing = (rows < 0).nonzero().flatten()
-        if len(missing):
-            out[missing] = self._mix_fresh(x[missing], y[missing], context)
-        return out, y
+        mixed = context.artifact.tensors["mixed"]
+        return swap_in(context.dataset.x, mixed, x, lambda i: self._mix_fresh(x[i], y[i], context)), y
 
     def _mix_fresh(self, x: torch.Tensor, y: torch.Tensor, context: ClientContext) -> torch.Tensor:
         """Images outside the client's dataset: mixed with the client's generator, seeded by the pixels."""

@@ -17,7 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from leakshield.artifacts import Artifact, FitData, FitKey, FitScope, data_fingerprint
-from leakshield.data.lookup import find_rows
+from leakshield.data.lookup import swap_in
 from leakshield.defenses.base import DEFENSES, ClientContext, Defense
 from leakshield.defenses.loda.encoder import obscure
 from leakshield.defenses.loda.extractor import ExtractorParams, feature_map, fitted_extractor
@@ -87,13 +87,8 @@ class Loda(Defense):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if context.artifact is None:
             raise RuntimeError("loda needs the client's fitted artifact (its obscured dataset)")
-        obscured = context.artifact.tensors["obscured"].to(x.device)
-        rows = find_rows(context.dataset.x.to(x.device), x)
-        out = obscured[rows.clamp_min(0)]
-        missing = (rows < 0).nonzero().flatten()
-        if len(missing):
-            out[missing] = self._encode_fresh(x[missing], context)
-        return out, y
+        obscured = context.artifact.tensors["obscured"]
+        return swap_in(context.dataset.x, obscured, x, lambda i: self._encode_fresh(x[i], context)), y
 
     def _encode_fresh(self, images: torch.Tensor, context: ClientContext) -> torch.Tensor:
         """Encode images outside the client's dataset (seeded by their pixels)."""
