@@ -234,3 +234,27 @@ def test_clients_listing_the_same_classes_share_them_disjointly():
     assert not set(parts[0].tolist()) & set(parts[1].tolist())
     assert set(labels[torch.cat(parts[:2])].tolist()) == {0, 1, 2, 3, 4}
     assert set(labels[torch.cat(parts[2:])].tolist()) == {5, 6, 7, 8, 9}
+
+
+def test_the_passive_attacker_replies_like_an_honest_client(digits):
+    """Anti-GAN Table 1's passive variant: the generator still trains, the reply is the honest one."""
+    from leakshield.defenses import DefensePipeline
+    from leakshield.fl import HonestClient
+
+    mine = digits.train.subset((digits.train.y >= 5).nonzero().flatten().tolist()[:40])
+    local = LocalTraining(algorithm="fedavg", batch_size=16)
+    attack = create_attack("hitaj-passive", {"width": 8, "generator_steps": 2, "head_steps": 1})
+    attacker = attack.participant(1, mine, local, digits.info, seed=0)
+    model = create_model("antigan-cnn", in_shape=digits.info.shape, num_classes=10)
+    before = {k: v.clone() for k, v in attacker.generator.state_dict().items()}
+    update = attacker.fit(model, 0)
+    honest = HonestClient(1, mine, local, DefensePipeline(), digits.info).fit(model, 0)
+    assert all(torch.equal(update.delta[k], honest.delta[k]) for k in honest.delta)
+    assert any(not torch.equal(v, attacker.generator.state_dict()[k]) for k, v in before.items())
+
+
+def test_a_report_shows_n_a_for_a_score_that_was_not_finite():
+    """A federation the attack made diverge leaves non-finite samples; their score is stored as null."""
+    from leakshield.report.html import _number
+
+    assert _number(None, ".3f") == "n/a" and _number(0.25, ".3f") == "0.250"

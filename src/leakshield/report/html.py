@@ -42,6 +42,11 @@ def _img(data: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
 
 
+def _number(value: object, spec: str) -> str:
+    """``value`` formatted, or n/a where it is missing or was not finite (stored as null)."""
+    return format(value, spec) if isinstance(value, int | float) else "n/a"
+
+
 def restore_missing_images(run_dir: Path, records: list) -> int:
     """Rewrite the image files of stored cells that are missing (deleted, not copied along) from the
     PNG each row keeps; returns how many were restored."""
@@ -154,12 +159,11 @@ def _html(
                 if r.kind == "baseline"
                 else f"{r.model} · {r.defense} · {r.attack} · round {r.round} · seed {r.seed}"
             )
-            psnr, ssim = r.metrics.get("psnr", float("nan")), r.metrics.get("ssim", float("nan"))
-            stats = f"PSNR {psnr:.2f} dB, SSIM {ssim:.3f}"
+            psnr, ssim = _number(r.metrics.get("psnr"), ".2f"), _number(r.metrics.get("ssim"), ".3f")
+            stats = f"PSNR {psnr} dB, SSIM {ssim}"
             if "class_ssim" in r.metrics:
-                stats = (
-                    f"class-level SSIM {r.metrics['class_ssim']:.3f} ({int(r.metrics['samples'])} samples)"
-                )
+                samples = _number(r.metrics.get("samples"), ".0f")
+                stats = f"class-level SSIM {_number(r.metrics['class_ssim'], '.3f')} ({samples} samples)"
             parts.append(
                 f"<figure>{_img((run_dir / r.images).read_bytes(), caption)}"
                 f"<figcaption>{html.escape(caption)}<br>{stats}</figcaption></figure>"
