@@ -26,6 +26,8 @@ SPECIAL = {
     "carlini": {"rounds": 2, "steps": 3, "coefficient_samples": 20, "inner_params": {"iterations": 2}},
     "imprint": {"bins": 8},
     "loda-inverse": {"iterations": 2, "restarts": 1, "inverse_steps": 2},
+    "ggl": {"iterations": 2, "generator_steps": 2, "generator_width": 8},
+    "ggl-adaptive": {"iterations": 2, "generator_steps": 2, "generator_width": 8},
 }
 #: target defenses with one-off fits, at the smallest budget
 DEFENSE_PARAMS = {"loda": {"steps": 2, "epochs": 1}}

@@ -7,6 +7,7 @@ from leakshield.attacks import (  # noqa: F401  (register attacks)
     carlini,
     dcs2_adaptive,
     gan,
+    ggl,
     imprint,
     inversion,
     loda_adaptive,

@@ -92,30 +92,7 @@ class NoiseAwareInversion(AdaptiveInversion):
     cosine distance and the TV weight keeps the meaning it has in IG."""
 
     def adaptation(self, view: ServerView) -> dict[str, Any]:
-        weights = dict(self.params.layer_weights)
-        entries = sum(v.numel() for v in view.update.delta.values())
-        gaussian = find_defense(view.defenses, "gaussian-noise")
-        laplacian = find_defense(view.defenses, "laplacian-noise")
-        dp = find_defense(view.defenses, "dp-sgd")
-        if gaussian is not None or dp is not None:
-            if gaussian is not None:
-                std = float(gaussian.params.sigma)  # type: ignore[attr-defined]
-            else:
-                assert dp is not None
-                std = (
-                    float(dp.params.noise_multiplier)  # type: ignore[attr-defined]
-                    * float(dp.params.clip)  # type: ignore[attr-defined]
-                    / max(view.update.protocol.batch_size, 1)
-                )
-            scale = 1 / (2 * std**2 * entries) if std > 0 else 1.0
-            return {"distance": "l2", "layer_weights": {**weights, "*": scale}}
-        if laplacian is not None:
-            b = float(laplacian.params.scale)  # type: ignore[attr-defined]
-            scale = 1 / (b * entries) if b > 0 else 1.0
-            return {"distance": "l1", "layer_weights": {**weights, "*": scale}}
-        if find_defense(view.defenses, "clipping") is not None:
-            return {"distance": "cosine"}
-        return {}
+        return noise_adaptation(view, self.params.layer_weights)
 
 
 class SoteriaBypass(AdaptiveInversion):
@@ -124,11 +101,46 @@ class SoteriaBypass(AdaptiveInversion):
     configuration names, else the one it defends by default (the last ``nn.Linear``)."""
 
     def adaptation(self, view: ServerView) -> dict[str, Any]:
-        soteria = find_defense(view.defenses, "soteria")
-        layer = getattr(soteria.params, "layer", None) if soteria is not None else None
-        module, _ = defended_linear(view.model, layer)
-        weight = f"{module}.weight" if module else "weight"
-        return {"layer_weights": {weight: 0.0, **self.params.layer_weights}}
+        return soteria_adaptation(view, self.params.layer_weights)
+
+
+def noise_adaptation(view: ServerView, layer_weights: dict[str, float]) -> dict[str, Any]:
+    """The parameter changes of :class:`NoiseAwareInversion` for ``view`` (none without a noise,
+    DP-SGD or clipping defense in it); shared by every attack that adapts to noise (GGL's too)."""
+    weights = dict(layer_weights)
+    entries = sum(v.numel() for v in view.update.delta.values())
+    gaussian = find_defense(view.defenses, "gaussian-noise")
+    laplacian = find_defense(view.defenses, "laplacian-noise")
+    dp = find_defense(view.defenses, "dp-sgd")
+    if gaussian is not None or dp is not None:
+        if gaussian is not None:
+            std = float(gaussian.params.sigma)  # type: ignore[attr-defined]
+        else:
+            assert dp is not None
+            std = (
+                float(dp.params.noise_multiplier)  # type: ignore[attr-defined]
+                * float(dp.params.clip)  # type: ignore[attr-defined]
+                / max(view.update.protocol.batch_size, 1)
+            )
+        scale = 1 / (2 * std**2 * entries) if std > 0 else 1.0
+        return {"distance": "l2", "layer_weights": {**weights, "*": scale}}
+    if laplacian is not None:
+        b = float(laplacian.params.scale)  # type: ignore[attr-defined]
+        scale = 1 / (b * entries) if b > 0 else 1.0
+        return {"distance": "l1", "layer_weights": {**weights, "*": scale}}
+    if find_defense(view.defenses, "clipping") is not None:
+        return {"distance": "cosine"}
+    return {}
+
+
+def soteria_adaptation(view: ServerView, layer_weights: dict[str, float]) -> dict[str, Any]:
+    """The parameter changes of :class:`SoteriaBypass`: Soteria's defended layer (the one its public
+    configuration names, else the last ``nn.Linear``) gets weight 0, ahead of the other patterns."""
+    soteria = find_defense(view.defenses, "soteria")
+    layer = getattr(soteria.params, "layer", None) if soteria is not None else None
+    module, _ = defended_linear(view.model, layer)
+    weight = f"{module}.weight" if module else "weight"
+    return {"layer_weights": {weight: 0.0, **layer_weights}}
 
 
 class DropoutMaskInference(AdaptiveInversion):

@@ -148,17 +148,7 @@ class GradientInversion(Attack):
         p = self.params
         if not p.vectorize or len(views) < 2 or p.optimizer == "lbfgs" or p.labels == "joint" or p.bn_stats:
             return False
-        first = views[0]
-        if is_stochastic(first.model):
-            return False
-        if any(v.update.protocol.algorithm != "fedsgd" or v.model.training for v in views):
-            return False
-        if any(v.batch_size != first.batch_size for v in views):
-            return False
-        reference = first.model.state_dict()
-        return all(
-            all(torch.equal(t, reference[k]) for k, t in v.model.state_dict().items()) for v in views[1:]
-        )
+        return one_fedsgd_round(views)
 
     def reconstruct_many(
         self, views: Sequence[ServerView], *, seeds: Sequence[int], progress: bool = False
@@ -234,20 +224,10 @@ class GradientInversion(Attack):
 
     # -- parts -------------------------------------------------------------------------------------
     def _matched_names(self, model: nn.Module, view: ServerView) -> list[str]:
-        names = [name for name, _ in model.named_parameters() if name in view.update.delta]
-        patterns = self.params.parameters
-        if patterns is not None:
-            names = [n for n in names if any(fnmatch.fnmatchcase(n, pat) for pat in patterns)]
-        names = [n for n in names if self._layer_weight(n) > 0]
-        if not names:
-            raise ConfigError("parameters/layer_weights: no parameter of the model is left to match")
-        return names
+        return matched_names(model, view, self.params.parameters, self.params.layer_weights)
 
     def _layer_weight(self, name: str) -> float:
-        for pattern, weight in self.params.layer_weights.items():
-            if fnmatch.fnmatchcase(name, pattern):
-                return float(weight)
-        return 1.0
+        return layer_weight(name, self.params.layer_weights)
 
     def _labels(self, view: ServerView, device: torch.device) -> tuple[torch.Tensor | None, str]:
         return resolve_labels(view, self.params.labels, device)
@@ -266,3 +246,38 @@ class GradientInversion(Attack):
 
     #: the update a dummy batch would produce (see :func:`~leakshield.attacks.inversion.replay.dummy_update`)
     _dummy_update = staticmethod(dummy_update)
+
+
+def one_fedsgd_round(views: Sequence[ServerView]) -> bool:
+    """Whether ``views`` are FedSGD gradients of equal batch size on one deterministic eval-mode model
+    (the same weights): the condition for advancing their attacks in one vectorized step."""
+    first = views[0]
+    if is_stochastic(first.model):
+        return False
+    if any(v.update.protocol.algorithm != "fedsgd" or v.model.training for v in views):
+        return False
+    if any(v.batch_size != first.batch_size for v in views):
+        return False
+    reference = first.model.state_dict()
+    return all(all(torch.equal(t, reference[k]) for k, t in v.model.state_dict().items()) for v in views[1:])
+
+
+def layer_weight(name: str, weights: dict[str, float]) -> float:
+    """The matching weight of parameter ``name``: the first glob pattern of ``weights`` it matches, else 1."""
+    for pattern, weight in weights.items():
+        if fnmatch.fnmatchcase(name, pattern):
+            return float(weight)
+    return 1.0
+
+
+def matched_names(
+    model: nn.Module, view: ServerView, patterns: list[str] | None, weights: dict[str, float]
+) -> list[str]:
+    """The parameters an attack matches: in the update, selected by ``patterns`` (all if None), weight > 0."""
+    names = [name for name, _ in model.named_parameters() if name in view.update.delta]
+    if patterns is not None:
+        names = [n for n in names if any(fnmatch.fnmatchcase(n, pat) for pat in patterns)]
+    names = [n for n in names if layer_weight(n, weights) > 0]
+    if not names:
+        raise ConfigError("parameters/layer_weights: no parameter of the model is left to match")
+    return names
