@@ -1,11 +1,11 @@
 """GGL against Inverting Gradients at the same step budget, in one run (measurements, never asserted):
 time per victim, SSIM, and how often the reconstruction shows the right digit.
 
-The setting of configs/ggl.yaml: FedSGD gradients of single digits (32×32 grey) of the untrained ConvNet,
-labels known, ``--victims`` training images (seeded). The generator prior is trained on the public split
-(timed, or loaded from the artifact cache when ``leakshield run configs/ggl.yaml`` already trained it).
-"Right digit": the class a LeNet trained on the public split assigns to the reconstruction equals the
-victim's label; the same classifier's accuracy on the victims themselves is printed as the ceiling.
+The setting of configs/ggl.yaml: FedSGD gradients of single digits (16×16 grey) of the untrained ConvNet
+(width 32), labels known, ``--victims`` training images (seeded). The generator prior is trained on the
+public split (timed, or loaded from the artifact cache when ``leakshield run configs/ggl.yaml`` already
+trained it). "Right digit": the class a LeNet trained on the public split assigns to the reconstruction
+equals the victim's label; the same classifier's accuracy on the victims themselves is printed as the ceiling.
 
     python benchmarks/ggl_cost.py [--steps 200] [--victims 8] [--cma-generations 20] [--device cpu|cuda]
 """
@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     device = torch.device(args.device)
-    data = load_dataset("digits", {"channels": 1, "size": 32})
+    data = load_dataset("digits", {"channels": 1, "size": 16})
     info = data.info
     name = (
         torch.cuda.get_device_name(device)
@@ -55,7 +55,8 @@ def main() -> None:
         else f"CPU, {torch.get_num_threads()} threads"
     )
     print(f"device: {name}; {args.victims} victims, {args.steps} steps per attack")
-    model = create_model("convnet", in_shape=info.shape, num_classes=10, seed=0).to(device).eval()
+    model = create_model("convnet", {"width": 32}, in_shape=info.shape, num_classes=10, seed=0)
+    model = model.to(device).eval()
     gen = torch.Generator().manual_seed(0)
     picks = torch.randperm(len(data.train), generator=gen)[: args.victims].tolist()
     victims = [data.train.subset([i]).to(device) for i in picks]
