@@ -6,6 +6,7 @@ from leakshield.defenses import (  # noqa: F401  (register defenses)
     ats,
     augmentation,
     clipping,
+    condensation,
     dcs2,
     dpsgd,
     dropout,
