@@ -162,3 +162,43 @@ def test_params_name_the_field():
         create_defense("dc", {"ipc": 0})
     with pytest.raises(ConfigError, match="epsilon"):
         create_defense("dp-merf", {"epsilon": -1})
+
+
+def test_gs_wgan_sanitizes_each_generated_images_gradient():
+    from leakshield.defenses.condensation.gswgan import SanitizedGradient
+
+    x = torch.zeros(3, 1, 2, 2, requires_grad=True)
+    weights = torch.tensor([10.0, 0.1, 0.0]).view(3, 1, 1, 1)
+    no_noise = torch.zeros(3, 1, 2, 2)
+    (SanitizedGradient.apply(x, 1.0, 1.07, no_noise) * weights).sum().backward()
+    norms = x.grad.flatten(1).norm(dim=1)
+    assert norms.tolist() == pytest.approx([1.0, 0.2, 0.0], abs=1e-6)  # clipped to C = 1, small ones kept
+    x.grad = None
+    noise = torch.ones(3, 1, 2, 2)
+    (SanitizedGradient.apply(x, 2.0, 0.5, noise) * 0).sum().backward()
+    assert torch.allclose(x.grad, torch.ones_like(x) * 0.5 * 2.0)  # N(0, (σC)²) per sample
+
+
+def test_gs_wgan_takes_as_many_steps_as_its_budget_allows():
+    from leakshield.defenses.condensation.defense import GSWGANParams
+    from leakshield.defenses.condensation.gswgan import subsampled_epsilon
+
+    p = GSWGANParams(target_epsilon=4.0, shards=50)
+    steps = p.steps()
+    assert (
+        subsampled_epsilon(p.sigma, 1 / 50, steps, p.delta)
+        <= 4.0
+        < subsampled_epsilon(p.sigma, 1 / 50, steps + 1, p.delta)
+    )
+    capped = GSWGANParams(target_epsilon=4.0, shards=50, max_steps=100)
+    assert capped.steps() == 100 and capped.epsilon() < 4.0
+
+
+def test_gs_wgan_fits_and_reports_its_epsilon(digits, client):
+    params = {"ipc": 2, "shards": 5, "pretrain_steps": 1, "max_steps": 3, "width": 8, "critic_widths": [8]}
+    artifact = fit("gs-wgan", client, digits.info, **params)
+    assert artifact.tensors["x"].shape == (20, *digits.info.shape)
+    defense = create_defense("gs-wgan", params)
+    assert defense.privacy_spent({})["epsilon"] == pytest.approx(artifact.metadata["epsilon"])
+    with pytest.raises(ConfigError, match="shards"):
+        fit("gs-wgan", client.subset([0, 1, 2]), digits.info, **params)
