@@ -356,6 +356,11 @@ def test_every_defense_runs_through_the_pipeline_and_dp_epsilon_reaches_the_tabl
         "dcs2": {"steps": 3},
         "loda": {"steps": 3, "epochs": 1},
         "antigan": {"cgan_steps": 2, "finetune_steps": 1, "width": 8, "batch_size": 8, "extractor_epochs": 1},
+        "dc": {"ipc": 2, "iterations": 1, "width": 8, "outer_loop": 2, "inner_loop": 1},
+        "dsa": {"ipc": 2, "iterations": 1, "width": 8, "outer_loop": 2, "inner_loop": 1},
+        "dm": {"ipc": 2, "iterations": 2, "width": 8},
+        "dp-merf": {"ipc": 2, "steps": 3, "features": 64},
+        "gs-wgan": {"ipc": 2, "shards": 2, "pretrain_steps": 1, "max_steps": 2, "width": 8, "critic_widths": [8]},
     }
     defenses = [{"name": n, **cheap[n]} if n in cheap else n for n in DEFENSES.names()] + [
         {"stack": ["mixup", "gaussian-noise"]}
