@@ -360,7 +360,14 @@ def test_every_defense_runs_through_the_pipeline_and_dp_epsilon_reaches_the_tabl
         "dsa": {"ipc": 2, "iterations": 1, "width": 8, "outer_loop": 2, "inner_loop": 1},
         "dm": {"ipc": 2, "iterations": 2, "width": 8},
         "dp-merf": {"ipc": 2, "steps": 3, "features": 64},
-        "gs-wgan": {"ipc": 2, "shards": 2, "pretrain_steps": 1, "max_steps": 2, "width": 8, "critic_widths": [8]},
+        "gs-wgan": {
+            "ipc": 2,
+            "shards": 2,
+            "pretrain_steps": 1,
+            "max_steps": 2,
+            "width": 8,
+            "critic_widths": [8],
+        },
     }
     defenses = [{"name": n, **cheap[n]} if n in cheap else n for n in DEFENSES.names()] + [
         {"stack": ["mixup", "gaussian-noise"]}
