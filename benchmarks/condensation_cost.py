@@ -3,7 +3,8 @@ fit of DC, DSA, DM, DP-MERF and GS-WGAN at the budgets of configs/condensation.y
 them) on one client of that config (half the digits training split, 16×16 grey), each timed from scratch
 (no cache), with the time per iteration so the papers' full budgets can be extrapolated.
 
-    python benchmarks/condensation_cost.py [--scale 1.0] [--device cpu|cuda]
+    python benchmarks/condensation_cost.py [--scale 1.0] [--methods dc dsa dm dp-merf gs-wgan]
+        [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ METHODS = (
     ("dc", {"ipc": 10, "width": 32, "iterations": 20}, "iterations", 1000),
     ("dsa", {"ipc": 10, "width": 32, "iterations": 20}, "iterations", 1000),
     ("dm", {"ipc": 10, "width": 32, "iterations": 1000}, "iterations", 20000),
-    ("dp-merf", {"ipc": 10}, "steps", 2000),
+    ("dp-merf", {"ipc": 10, "steps": 2000}, "steps", 2000),
     ("gs-wgan", {"ipc": 10, "pretrain_steps": 50, "max_steps": 600}, "max_steps", None),
 )
 
@@ -34,6 +35,7 @@ def main() -> None:
     parser.add_argument(
         "--scale", type=float, default=1.0, help="multiply every budget (e.g. 0.1 for a quick look)"
     )
+    parser.add_argument("--methods", nargs="+", default=[m[0] for m in METHODS], help="a subset to time")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -46,6 +48,8 @@ def main() -> None:
     )
     print(f"device: {name}; one client of {len(client)} images")
     for method, params, field, paper in METHODS:
+        if method not in args.methods:
+            continue
         budget = max(1, round(params[field] * args.scale))
         defense = create_defense(method, {**params, field: budget})
         begin = time.perf_counter()

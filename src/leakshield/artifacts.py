@@ -21,7 +21,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Self
 
@@ -223,3 +223,34 @@ class ArtifactCache:
         artifact = self.save(key, fit())
         self.fitted.append(artifact.key)
         return artifact
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """Checkpoints of one long loop (a GAN's training, a condensation) in an artifact cache: the artifact
+    of ``key`` with the step added to its context, one every ``every`` steps; None cache: no checkpoints."""
+
+    cache: ArtifactCache | None
+    key: FitKey
+    every: int
+
+    def at(self, step: int) -> FitKey:
+        return replace(self.key, context={**self.key.context, "checkpoint_step": step})
+
+    def latest(self, steps: int) -> tuple[int, dict[str, torch.Tensor]] | None:
+        if self.cache is None:
+            return None
+        for step in sorted({*range(self.every, steps + 1, self.every), steps}, reverse=True):
+            try:
+                found = self.cache.load(self.at(step))
+            except CorruptArtifactError:
+                found = None
+            if found is not None:
+                return step, dict(found.tensors)
+        return None
+
+    def save(self, step: int, tensors: dict[str, torch.Tensor]) -> None:
+        if self.cache is not None:
+            self.cache.save(
+                self.at(step), Artifact({k: v.detach().cpu().clone() for k, v in tensors.items()})
+            )

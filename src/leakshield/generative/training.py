@@ -11,7 +11,6 @@ separate all-real and all-fake batches for D, one-sided label smoothing (real ta
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-from leakshield.artifacts import Artifact, ArtifactCache, CorruptArtifactError, FitKey
+from leakshield.artifacts import Artifact, ArtifactCache, Checkpoints, FitKey
 from leakshield.data.types import ImageSet
 from leakshield.generative.networks import ConditionalDiscriminator, ConditionalGenerator
 
@@ -97,19 +96,12 @@ class CheckpointStore:
     samples: Path | None = None
 
     def at(self, step: int) -> FitKey:
-        return dataclasses.replace(self.key, context={**self.key.context, "checkpoint_step": step})
+        return Checkpoints(self.cache, self.key, 1).at(step)
 
     def latest(self, steps: int, every: int) -> dict[str, torch.Tensor] | None:
         """The tensors of the latest stored checkpoint at or before ``steps`` (None if there is none)."""
-        marks = sorted({*range(every, steps + 1, every), steps}, reverse=True)
-        for step in marks:
-            try:
-                found = self.cache.load(self.at(step))
-            except CorruptArtifactError:
-                found = None
-            if found is not None:
-                return dict(found.tensors)
-        return None
+        found = Checkpoints(self.cache, self.key, every).latest(steps)
+        return found[1] if found is not None else None
 
     def save(self, state: GANState) -> None:
         self.cache.save(self.at(state.step), _artifact(state))

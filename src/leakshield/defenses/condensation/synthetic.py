@@ -8,14 +8,13 @@ linear classifier; a fresh random initialization per outer iteration.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from leakshield.artifacts import Artifact, ArtifactCache, CorruptArtifactError, FitKey
+from leakshield.artifacts import Checkpoints
 from leakshield.data.types import DatasetInfo, ImageSet
 
 
@@ -61,36 +60,6 @@ def class_indices(y: torch.Tensor) -> dict[int, torch.Tensor]:
 def sample(indices: torch.Tensor, count: int, gen: torch.Generator) -> torch.Tensor:
     """``count`` of ``indices`` drawn without replacement (all of them, shuffled, if fewer)."""
     return indices[torch.randperm(len(indices), generator=gen)[:count].to(indices.device)]
-
-
-@dataclasses.dataclass(frozen=True)
-class Checkpoints:
-    """Checkpoints of one loop in an artifact cache (the key with the iteration in its context)."""
-
-    cache: ArtifactCache | None
-    key: FitKey
-    every: int
-
-    def at(self, step: int) -> FitKey:
-        return dataclasses.replace(self.key, context={**self.key.context, "checkpoint_step": step})
-
-    def latest(self, steps: int) -> tuple[int, dict[str, torch.Tensor]] | None:
-        if self.cache is None:
-            return None
-        for step in sorted({*range(self.every, steps + 1, self.every), steps}, reverse=True):
-            try:
-                found = self.cache.load(self.at(step))
-            except CorruptArtifactError:
-                found = None
-            if found is not None:
-                return step, dict(found.tensors)
-        return None
-
-    def save(self, step: int, tensors: dict[str, torch.Tensor]) -> None:
-        if self.cache is not None:
-            self.cache.save(
-                self.at(step), Artifact({k: v.detach().cpu().clone() for k, v in tensors.items()})
-            )
 
 
 def resumable(
