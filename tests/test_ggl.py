@@ -258,9 +258,16 @@ def test_a_grid_runs_ggl_with_its_fitted_prior(tmp_path):
                 {"name": "ggl-adaptive", "iterations": 3, **TINY_PRIOR},
             ],
             victims={"count": 2, "batch_size": 1, "seed": 0},
+            utility={"rounds": 0},
         )
     )
     summary = ExperimentRunner(cfg, tmp_path / "run", device="cpu", progress=False).run()
+    # a privacy-only grid: the report says accuracy was not measured instead of "after 0 rounds"
+    from leakshield.report import build_report
+
+    assert (
+        "Accuracy: not measured (utility.rounds is 0)." in build_report(tmp_path / "run").markdown.read_text()
+    )
     assert summary.failed == 0
     records = [r for r in ResultStore(tmp_path / "run" / "results.sqlite").records() if r.kind == "attack"]
     # ggl on both defenses; the adaptive variant meets only the defense it targets

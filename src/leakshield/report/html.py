@@ -16,8 +16,7 @@ CONVENTIONS = (
     "Images are compared in [0, 1] pixel space after Hungarian matching of reconstructions to the "
     "true images (on {match_on}). PSNR: per image, images clamped to [0, 1], data range 1, capped at "
     "100 dB. SSIM: 11×11 Gaussian window (σ 1.5), K1 0.01, K2 0.03, mean over the valid region "
-    "(scikit-image's convention). ASR: share of images with SSIM ≥ {asr}. Accuracy: test accuracy "
-    "after {rounds} FL rounds under the defense; ADR = (acc_none − acc_defense) / acc_none. The "
+    "(scikit-image's convention). ASR: share of images with SSIM ≥ {asr}. {accuracy} The "
     "no-information baseline scores the mean image of the public split as every reconstruction: an "
     "attack that does not beat it learned nothing about the victims. Values are means over victims "
     "(± std over seeds or other unlisted dimensions)."
@@ -73,8 +72,15 @@ def build_report(run_dir: str | Path) -> ReportFiles:
         column_dims=list(layout.columns),
         values=list(layout.values),
     )
+    rounds = config.utility.rounds
+    accuracy = (
+        f"Accuracy: test accuracy after {rounds} FL rounds under the defense; ADR = (acc_none − "
+        "acc_defense) / acc_none."
+        if rounds
+        else "Accuracy: not measured (utility.rounds is 0)."
+    )
     conventions = CONVENTIONS.format(
-        match_on=config.metrics.match_on, asr=config.metrics.asr_threshold, rounds=config.utility.rounds
+        match_on=config.metrics.match_on, asr=config.metrics.asr_threshold, accuracy=accuracy
     )
     sizes = sorted({int(r.metrics["samples"]) for r in records if "samples" in r.metrics})
     if sizes:
