@@ -4,4 +4,5 @@ import sys
 
 from leakshield.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # worker processes (spawn) import this module again
+    sys.exit(main())

@@ -89,6 +89,30 @@ def build_parser() -> argparse.ArgumentParser:
         "recompute the rest",
     )
     run.add_argument("--no-report", action="store_true", help="do not write the report afterwards")
+    run.add_argument(
+        "--workers",
+        type=_threads,
+        default=1,
+        help="run independent cells in N single-threaded worker processes (one per core; cells of one "
+        "model × defense × seed stay together to share their FL training). Default: 1, in-process",
+    )
+    run.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="local: this machine (default); ray: Ray tasks, one CPU each (pip install 'leakshield[ray]')",
+    )
+    run.add_argument(
+        "--address",
+        default=None,
+        help="with --executor ray: the cluster's address (default: start a local Ray instance)",
+    )
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the cells still to compute and an estimated time per kind of cell (measured on a "
+        "short probe of each kind), then stop",
+    )
     common(run)
 
     fit = sub.add_parser(
@@ -166,8 +190,17 @@ def _run(config, out: Path, args: argparse.Namespace) -> int:
     runner = ExperimentRunner(
         config, out, device=args.device, progress=not args.quiet, cache_dir=args.cache_dir
     )
+    if getattr(args, "dry_run", False):
+        from leakshield.experiment.estimate import print_estimate
+
+        print_estimate(runner, workers=args.workers)
+        return 0
     summary = runner.run(
-        retry_failed=getattr(args, "retry_failed", False), repair=getattr(args, "repair", False)
+        retry_failed=getattr(args, "retry_failed", False),
+        repair=getattr(args, "repair", False),
+        workers=getattr(args, "workers", 1),
+        executor=getattr(args, "executor", "local"),
+        address=getattr(args, "address", None),
     )
     if summary.repaired is not None:
         kept, aside = summary.repaired

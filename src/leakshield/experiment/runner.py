@@ -17,6 +17,7 @@ from leakshield.experiment.cells import Cell, expand_grid
 from leakshield.experiment.config import ExperimentConfig
 from leakshield.experiment.fitting import ArtifactUse
 from leakshield.experiment.lock import RunLock
+from leakshield.experiment.parallel import chains, local_results, ray_results
 from leakshield.experiment.pipeline import ExperimentContext, resolve_device
 from leakshield.experiment.rundir import ARTIFACTS_FILE, STORE_FILE, check_run_dir, prepare_run_dir
 from leakshield.experiment.store import (
@@ -74,10 +75,22 @@ class ExperimentRunner:
     def cells(self) -> list[Cell]:
         return expand_grid(self.config)
 
-    def run(self, *, retry_failed: bool = False, repair: bool = False) -> RunSummary:
+    def run(
+        self,
+        *,
+        retry_failed: bool = False,
+        repair: bool = False,
+        workers: int = 1,
+        executor: str = "local",
+        address: str | None = None,
+    ) -> RunSummary:
         """Compute the cells not yet stored. ``retry_failed``: recompute cells stored as failed.
         ``repair``: if the store is damaged, move it aside, keep its readable cells, recompute the rest
-        (without it a damaged store is a :class:`CorruptStoreError`)."""
+        (without it a damaged store is a :class:`CorruptStoreError`). ``workers`` > 1: that many
+        single-threaded worker processes; ``executor`` ``ray``: Ray tasks on the cluster at ``address``
+        (see :mod:`~leakshield.experiment.parallel`)."""
+        if executor not in ("local", "ray"):
+            raise ValueError(f"executor: {executor!r}; allowed: local, ray")
         exists = check_run_dir(self.config, self.out)
         store_path = self.out / STORE_FILE
         cells = self.cells()
@@ -88,7 +101,10 @@ class ExperimentRunner:
         failed, repaired = 0, None
         if todo:
             # loading data and checking victims may fail on bad input: do it before writing anything
-            context = ExperimentContext(self.config, self.device, progress=self.progress, cache=self.cache)
+            parallel = workers > 1 or executor == "ray"
+            context = ExperimentContext(
+                self.config, self.device, progress=self.progress and not parallel, cache=self.cache
+            )
             with RunLock(self.out):
                 prepare_run_dir(self.config, self.out)
                 if repair and store_path.exists():
@@ -99,12 +115,16 @@ class ExperimentRunner:
                 done = store.finished_keys(include_failed=not retry_failed)
                 todo = [c for c in cells if c.key not in done]
                 bar = tqdm(todo, desc=self.config.name, unit="cell", disable=not self.progress)
-                for cell in bar:
-                    bar.set_postfix_str(cell.describe()[:60])
-                    record = self._run_cell(context, cell)
-                    failed += record.status == "failed"
-                    store.put(record)
-                    record_artifacts(self.out, context.artifacts_used)
+                if parallel:
+                    for record, used in self._parallel(todo, workers, executor, address):
+                        failed += self._store(store, record, used)
+                        bar.update(1)
+                else:
+                    for cell in bar:
+                        bar.set_postfix_str(cell.describe()[:60])
+                        record = self.compute_cell(context, cell)
+                        failed += self._store(store, record, [u.as_json() for u in context.artifacts_used])
+                bar.close()
         elif exists:  # nothing to compute: refresh the stored config so a new report layout takes effect
             with RunLock(self.out):
                 prepare_run_dir(self.config, self.out)
@@ -117,7 +137,30 @@ class ExperimentRunner:
             repaired=repaired,
         )
 
-    def _run_cell(self, context: ExperimentContext, cell: Cell) -> CellRecord:
+    def _parallel(self, todo: list[Cell], workers: int, executor: str, address: str | None):
+        jobs = [[cell.key for cell in chain] for chain in chains(todo)]
+        config_json = json.dumps(self.config.model_dump(mode="json"))
+        cache = str(self.cache.root)
+
+        def task(keys: list[str]) -> tuple:
+            return (config_json, str(self.out), keys, str(self.device), cache)
+
+        if executor == "ray":
+            return ray_results(jobs, address, task)
+        return local_results(jobs, workers, task)
+
+    def _store(self, store: ResultStore, record: CellRecord, used: list[dict]) -> bool:
+        """Write a computed cell (image, then its row) and the artifacts it used; True if it failed."""
+        if record.images and record.image_png is not None:
+            atomic_write_bytes(self.out / record.images, record.image_png)
+        store.put(record)
+        record_artifacts(self.out, used)
+        if record.status == "failed" and self.progress:
+            tqdm.write(f"cell failed ({record.key}): {record.error}")
+        return record.status == "failed"
+
+    def compute_cell(self, context: ExperimentContext, cell: Cell) -> CellRecord:
+        """Compute one cell; its image grid travels in the record (the caller writes it)."""
         start = time.time()
         coords = cell.coordinates
         status, error, metrics, victims, image_path, png = "ok", None, {}, [], None, None
@@ -127,12 +170,9 @@ class ExperimentRunner:
             if output.grid_rows:
                 image_path = f"images/{cell.slug}.png"
                 png = png_bytes(image_grid(output.grid_rows))
-                atomic_write_bytes(self.out / image_path, png)
         except (Exception, torch.OutOfMemoryError) as exc:  # a failing cell must not stop the grid
             status = "failed"
             error = f"{type(exc).__name__}: {exc}"
-            if self.progress:
-                tqdm.write(f"cell failed ({cell.describe()}): {error}")
             victims = [{"traceback": traceback.format_exc(limit=4)}]
         return CellRecord(
             key=cell.key,
@@ -162,7 +202,7 @@ def _repair_if_damaged(path: Path) -> tuple[int, Path] | None:
     return None
 
 
-def record_artifacts(out: Path, used: list[ArtifactUse]) -> None:
+def record_artifacts(out: Path, used: list[ArtifactUse] | list[dict]) -> None:
     """Write ``artifacts.json``: the fitted artifacts the run used (merged with earlier sessions')."""
     if not used:
         return
@@ -174,7 +214,7 @@ def record_artifacts(out: Path, used: list[ArtifactUse]) -> None:
         except (OSError, ValueError, KeyError, TypeError):
             known = []
     for use in used:
-        entry = use.as_json()
+        entry = use if isinstance(use, dict) else use.as_json()
         if entry not in known:
             known.append(entry)
     atomic_write_bytes(path, json.dumps({"artifacts": known}, indent=2).encode())

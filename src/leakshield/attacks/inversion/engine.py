@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from leakshield.attacks.base import Attack, Reconstruction
-from leakshield.attacks.inversion.loops import lr_scheduler, optimize_many, optimize_one
+from leakshield.attacks.inversion.loops import lr_scheduler, optimize_one
+from leakshield.attacks.inversion.many import attack_many
 from leakshield.attacks.inversion.objectives import (
     DISTANCES,
     BatchNormStatistics,
@@ -38,7 +39,6 @@ from leakshield.attacks.inversion.objectives import (
 from leakshield.attacks.inversion.params import GradientInversionParams
 from leakshield.attacks.inversion.replay import dummy_update
 from leakshield.attacks.inversion.starts import initial_images, load_image_file
-from leakshield.attacks.inversion.vectorized import VectorizedObjective
 from leakshield.attacks.labels import resolve_labels
 from leakshield.data.types import DatasetInfo
 from leakshield.errors import ConfigError
@@ -144,83 +144,26 @@ class GradientInversion(Attack):
 
     # -- many victims at once -----------------------------------------------------------------------
     def vectorizable(self, views: Sequence[ServerView]) -> bool:
-        """Whether :meth:`reconstruct_many` can advance these victims in one vectorized step."""
+        """Whether :meth:`reconstruct_many` may advance these victims together (one FedSGD round of one
+        deterministic eval-mode model; no BatchNorm prior; joint labels only with L-BFGS)."""
         p = self.params
-        if not p.vectorize or len(views) < 2 or p.optimizer == "lbfgs" or p.labels == "joint" or p.bn_stats:
+        if p.path == "loop" or len(views) < 2 or p.bn_stats:
+            return False
+        if p.labels == "joint" and p.optimizer != "lbfgs":
             return False
         return one_fedsgd_round(views)
 
     def reconstruct_many(
         self, views: Sequence[ServerView], *, seeds: Sequence[int], progress: bool = False
     ) -> list[Reconstruction]:
-        """Attack independent victims; vectorized over victims when :meth:`vectorizable`, with the same
-        per-victim seeds, starts and (up to float rounding) trajectories as one-by-one attacks."""
+        """Attack independent victims by the fastest measured path (:mod:`.calibration`): together when
+        :meth:`vectorizable`, with the same per-victim seeds, starts and (up to float rounding)
+        trajectories as one-by-one attacks; the path taken is in each reconstruction's stats."""
         if len(views) != len(seeds):
             raise ValueError(f"{len(views)} views but {len(seeds)} seeds")
         if not self.vectorizable(views):
             return super().reconstruct_many(views, seeds=seeds, progress=progress)
-        p = self.params
-        start = time.perf_counter()
-        first = views[0]
-        model, info, n = first.model, first.data_info, first.batch_size
-        device = next(model.parameters()).device
-        resolved = [self._labels(v, device) for v in views]
-        labels = torch.stack([y for y, _ in resolved])
-        names = self._matched_names(model, first)
-        weights = [self._layer_weight(name) for name in names]
-        targets = [torch.stack([v.update.delta[name].to(device) for v in views]) for name in names]
-        objective = VectorizedObjective(
-            model,
-            names,
-            distance=p.distance,
-            weights=weights,
-            tv=p.tv,
-            norm=p.image_norm,
-            task=p.task_loss,
-            match_released=p.match_released,
-            logit_gradient=p.labels == "bias",
-        )
-        lo, hi = info.normalized_bounds(torch.zeros(1, *info.shape, device=device))
-        gens = [torch.Generator(device="cpu").manual_seed(seed) for seed in seeds]
-        victims = len(views)
-        best_x = torch.zeros(victims, n, *info.shape, device=device)
-        best_score = torch.full((victims,), math.inf, device=device)
-        diverged = torch.zeros(victims)
-        compiled = False
-        for restart in range(p.restarts):
-            x0 = torch.stack([self._init(n, info, g) for g in gens]).to(device)
-            if p.boxed:
-                x0 = torch.max(torch.min(x0, hi), lo)
-            if p.compile and restart == 0:
-                compiled = objective.compile(x0, labels, targets)
-            x, score = optimize_many(p, x0, objective, labels, targets, lo, hi, progress)
-            finite = torch.isfinite(score)
-            diverged += (~finite).float().cpu()
-            better = finite & (score < best_score)
-            best_x[better], best_score[better] = x[better], score[better]
-        if not torch.isfinite(best_score).all():
-            lost = (~torch.isfinite(best_score)).nonzero().flatten().tolist()
-            raise FloatingPointError(f"victims {lost}: every one of {p.restarts} restarts diverged (NaN/Inf)")
-        seconds = (time.perf_counter() - start) / victims
-        results = []
-        for i, (y, source) in enumerate(resolved):
-            stats = {
-                "grad_distance": float(best_score[i]),
-                "restarts_diverged": float(diverged[i]),
-                "labels_known": float(source == "known"),
-                "seconds": seconds,
-                "vectorized": 1.0,
-                "compiled": float(compiled),
-            }
-            images = info.denormalize(best_x[i]).clamp(0, 1).cpu()
-            if source == "bias":
-                y = y.argmin(dim=-1)
-            results.append(
-                Reconstruction(
-                    images=images, labels=y.cpu(), stats=stats, normalized=best_x[i].detach().cpu()
-                )
-            )
-        return results
+        return attack_many(self, views, seeds, progress)
 
     # -- parts -------------------------------------------------------------------------------------
     def _matched_names(self, model: nn.Module, view: ServerView) -> list[str]:

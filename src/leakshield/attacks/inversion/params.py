@@ -36,9 +36,13 @@ class GradientInversionParams(Params):
     Adaptive parts — match_released: compare only the entries the client released (non-zero in the
     observed update; against pruning). dropout_samples: average the dummy gradient over that many draws
     of the model's stochastic layers (expectation over dropout masks or PRECODE's bottleneck samples).
-    Speed — vectorize: attack independent victims of one round together in one vmapped step (Adam/SGD,
-    FedSGD, eval-mode model, no BN prior, no joint labels; else one by one). compile: also compile that
-    step with torch.compile (checked against eager on the first step; falls back when it fails).
+    Speed — path: how independent victims of one FedSGD round on one deterministic eval-mode model are
+    attacked: ``auto`` (default) measures and takes the fastest (see
+    :mod:`~leakshield.attacks.inversion.calibration`), ``loop`` one by one, ``vectorized`` one vmapped
+    step for all (batched L-BFGS for L-BFGS), ``compiled`` that step compiled with torch.compile
+    (Adam/SGD; checked against eager on the first step, eager when it fails). The BatchNorm prior and
+    joint labels with Adam/SGD always run one by one. compile_after: with ``auto``, try compiling only
+    when the eager estimate exceeds this many seconds (a compilation takes 10–100 s).
     """
 
     distance: Literal["l2", "l1", "cosine"] = "l2"
@@ -66,8 +70,8 @@ class GradientInversionParams(Params):
     lbfgs_line_search: Literal["strong_wolfe", "none"] = "strong_wolfe"
     match_released: bool = False
     dropout_samples: int = pydantic.Field(default=1, ge=1)
-    vectorize: bool = True
-    compile: bool = False
+    path: Literal["auto", "loop", "vectorized", "compiled"] = "auto"
+    compile_after: float = pydantic.Field(default=120.0, ge=0)
 
     @pydantic.model_validator(mode="after")
     def _image_init_needs_a_file(self) -> GradientInversionParams:

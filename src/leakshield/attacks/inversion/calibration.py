@@ -1,0 +1,225 @@
+"""Which way to run many victims' attacks: measured, not guessed, and remembered.
+
+Candidates: ``loop`` (one victim after another, the one-victim engine), ``vectorized`` (one ``vmap``
+step for all victims; batched L-BFGS for L-BFGS) and ``compiled`` (that step compiled with
+``torch.compile``; Adam/SGD only). A calibration times a few steps of each on the actual model, victims
+and device, and measures the memory one victim's share of the vectorized step takes. The faster path
+wins only by a clear margin (:data:`MARGIN`, so that a near tie does not flip from run to run), and
+compiling is tried only when the eager estimate exceeds ``compile_after`` seconds (a compilation takes
+10–100 s). Victims are then attacked in chunks that fit in half the free memory; if not even one fits
+vectorized, the loop runs.
+
+Decisions are remembered per (model shapes, attack settings, victims, device, threads) for the process
+and in ``calibration.json`` in the cache folder, so a rerun takes the same path and gives the same
+numbers (the paths agree to float rounding only). Small jobs skip calibration: below
+:data:`SMALL_JOB` victim·steps the vectorized path is taken without measuring.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from leakshield.artifacts import default_cache_dir
+
+MARGIN = 1.15
+SMALL_JOB = 4000
+CALIBRATION_FILE = "calibration.json"
+_MEMO: dict[str, PathChoice] = {}
+
+
+@dataclass(frozen=True)
+class PathChoice:
+    """The chosen path, the victims per chunk, and what the calibration measured (seconds per
+    victim·step of each candidate, bytes per victim of the vectorized step; empty when not measured)."""
+
+    path: str
+    chunk: int
+    seconds: dict[str, float] = field(default_factory=dict)
+    bytes_per_victim: float | None = None
+    remembered: bool = False
+
+    def stats(self) -> dict[str, float | str]:
+        out: dict[str, float | str] = {"path": self.path, "chunk": float(self.chunk)}
+        out.update({f"calibration_{k}_s": v for k, v in self.seconds.items()})
+        if self.bytes_per_victim is not None:
+            out["calibration_bytes_per_victim"] = self.bytes_per_victim
+        return out
+
+
+@dataclass
+class Candidates:
+    """Timers the engine hands over: each runs ``steps`` steps and returns nothing; ``compile`` compiles
+    the vectorized step for a chunk of the given size (False when it fails)."""
+
+    loop: Callable[[int], None]
+    vectorized: Callable[[int, int], None]
+    compile: Callable[[int], bool] | None
+
+
+def signature(parts: dict) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def choose_path(
+    key: dict,
+    victims: int,
+    steps: int,
+    candidates: Candidates,
+    device: torch.device,
+    *,
+    requested: str = "auto",
+    compile_after: float = 120.0,
+) -> PathChoice:
+    """The path for ``victims`` victims × ``steps`` steps (see the module docstring)."""
+    if requested == "loop" or victims < 2:
+        return PathChoice("loop", 1)
+    if requested in ("vectorized", "compiled"):
+        chunk, per_victim = _chunk(candidates, victims, device)
+        if chunk == 0:
+            return PathChoice("loop", 1, bytes_per_victim=per_victim)
+        if requested == "compiled" and candidates.compile is not None and candidates.compile(chunk):
+            return PathChoice("compiled", chunk, bytes_per_victim=per_victim)
+        return PathChoice("vectorized", chunk, bytes_per_victim=per_victim)
+    if victims * steps < SMALL_JOB:
+        return PathChoice("vectorized", victims)
+    memo = signature({**key, "victims": victims, "device": str(device), "threads": torch.get_num_threads()})
+    if memo in _MEMO:
+        return _with_compile(_MEMO[memo], candidates)
+    stored = _load(memo)
+    if stored is not None:
+        _MEMO[memo] = stored
+        return _with_compile(stored, candidates)
+    choice = _measure(victims, steps, candidates, device, compile_after)
+    _MEMO[memo] = choice
+    _save(memo, choice)
+    return choice
+
+
+def _with_compile(choice: PathChoice, candidates: Candidates) -> PathChoice:
+    """A remembered 'compiled' choice still has to compile this objective (and may fall back)."""
+    remembered = PathChoice(**{**asdict(choice), "remembered": True})
+    if choice.path == "compiled" and (candidates.compile is None or not candidates.compile(choice.chunk)):
+        return PathChoice(**{**asdict(remembered), "path": "vectorized"})
+    return remembered
+
+
+def _measure(victims: int, steps: int, candidates: Candidates, device: torch.device, compile_after: float):
+    seconds = {"loop": _timed(lambda k: candidates.loop(k), device)}
+    chunk, per_victim = _chunk(candidates, victims, device)
+    if chunk == 0:
+        return PathChoice("loop", 1, seconds, per_victim)
+    seconds["vectorized"] = _timed(lambda k: candidates.vectorized(chunk, k), device) / chunk
+    best = "vectorized" if seconds["vectorized"] * MARGIN < seconds["loop"] else "loop"
+    estimate = seconds[best] * victims * steps
+    if candidates.compile is not None and estimate > compile_after and candidates.compile(chunk):
+        seconds["compiled"] = _timed(lambda k: candidates.vectorized(chunk, k), device) / chunk
+        if seconds["compiled"] * MARGIN < seconds[best]:
+            best = "compiled"
+    return PathChoice(best, chunk if best != "loop" else 1, seconds, per_victim)
+
+
+def _timed(run: Callable[[int], None], device: torch.device, steps: int = 3) -> float:
+    """Seconds per step: ``1 + steps`` steps minus one step, so that set-up and warm-up cancel."""
+
+    def clock(k: int) -> float:
+        _sync(device)
+        start = time.perf_counter()
+        run(k)
+        _sync(device)
+        return time.perf_counter() - start
+
+    clock(1)  # warm-up
+    return max((clock(1 + steps) - clock(1)) / steps, 1e-9)
+
+
+def _chunk(candidates: Candidates, victims: int, device: torch.device) -> tuple[int, float | None]:
+    """Victims per vectorized chunk that fit in half the free memory, from a measured step of a few."""
+    probe = min(victims, 4)
+    before = _reset_peak(device)
+    candidates.vectorized(probe, 1)
+    peak = _peak(device)
+    free = _free_memory(device)
+    if before is None or peak is None or free is None:
+        return victims, None
+    per_victim = max(peak - before, 1) / probe
+    return min(victims, int(0.5 * free // per_victim)), per_victim
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _reset_peak(device: torch.device) -> float | None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return float(torch.cuda.memory_allocated(device))
+    try:  # Linux: writing 5 to clear_refs resets the peak resident size (VmHWM)
+        Path("/proc/self/clear_refs").write_text("5")
+        return _status_kib("VmRSS") * 1024.0
+    except (OSError, ValueError):
+        return None
+
+
+def _peak(device: torch.device) -> float | None:
+    if device.type == "cuda":
+        return float(torch.cuda.max_memory_allocated(device))
+    try:
+        return _status_kib("VmHWM") * 1024.0
+    except (OSError, ValueError):
+        return None
+
+
+def _free_memory(device: torch.device) -> float | None:
+    if device.type == "cuda":
+        return float(torch.cuda.mem_get_info(device)[0])
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024.0
+    except OSError:
+        return None
+    return None
+
+
+def _status_kib(field_name: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field_name + ":"):
+            return float(line.split()[1])
+    raise ValueError(field_name)
+
+
+def _path() -> Path:
+    return default_cache_dir() / CALIBRATION_FILE
+
+
+def _load(memo: str) -> PathChoice | None:
+    try:
+        entry = json.loads(_path().read_text())[memo]
+        return PathChoice(**entry)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _save(memo: str, choice: PathChoice) -> None:
+    path = _path()
+    try:
+        known = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        known = {}
+    known[memo] = asdict(choice)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known, indent=1))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache folder: the decision is remembered for this process only

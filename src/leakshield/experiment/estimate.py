@@ -1,0 +1,158 @@
+"""``leakshield run --dry-run``: the cells still to compute and how long they should take.
+
+Estimates come from short probes of the real code on the real data, victims and device, never from a
+table: one FL round per (model, defense), and each (model, attack) run at two short budgets k and 2k so
+that set-up and per-step cost separate (time ≈ set-up + iterations · per step; L-BFGS attacks that stop
+early finish sooner, so theirs is an upper bound). A chain of cells (one model × defense × seed) trains
+its FL model once up to its last round. Fitted artifacts (policy searches, public generators) are not
+probed — the probe would run the fit — and their fitting time is not included: ``leakshield fit``
+first, then the estimate covers the rest. With N workers the total is divided by N (chains permitting).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from leakshield.attacks import create_attack
+from leakshield.defenses.base import DefensePipeline
+from leakshield.experiment.cells import Cell
+from leakshield.experiment.config import Component
+from leakshield.experiment.parallel import chains
+from leakshield.experiment.pipeline import ExperimentContext
+from leakshield.experiment.rundir import STORE_FILE
+from leakshield.experiment.store import ResultStore
+
+
+@dataclass
+class GridEstimate:
+    """Seconds per kind of cell (label → (cells, seconds each)), FL training, and what was left out."""
+
+    kinds: dict[str, tuple[int, float]] = field(default_factory=dict)
+    training: float = 0.0
+    not_estimated: list[str] = field(default_factory=list)
+    total_cells: int = 0
+    todo: int = 0
+
+    def seconds(self, workers: int = 1) -> float:
+        work = self.training + sum(n * s for n, s in self.kinds.values())
+        return work / max(workers, 1)
+
+
+def estimate_grid(runner) -> GridEstimate:
+    """Probe every kind of cell of ``runner``'s grid that is not stored yet (see the module docstring)."""
+    cells = runner.cells()
+    store_path = runner.out / STORE_FILE
+    done = ResultStore(store_path).finished_keys() if store_path.exists() else set()
+    todo = [c for c in cells if c.key not in done]
+    result = GridEstimate(total_cells=len(cells), todo=len(todo))
+    if not todo:
+        return result
+    context = ExperimentContext(runner.config, runner.device, progress=False, cache=runner.cache)
+    round_seconds: dict[tuple, float] = {}
+    attack_seconds: dict[tuple, float | None] = {}
+    for chain in chains(todo):
+        first = chain[0]
+        if first.kind == "baseline":
+            result.kinds["baseline"] = (1, _timed(lambda cell=first: context.run(cell)))
+            continue
+        pair = (first.coordinates["model"], first.coordinates["defense"])
+        if pair not in round_seconds:
+            round_seconds[pair] = _round_time(context, first)
+        last = max((c.round or 0) + _observed(c) - 1 for c in chain)
+        if round_seconds[pair] is not None:
+            result.training += round_seconds[pair] * last
+        for cell in chain:
+            if cell.kind == "utility":
+                label = f"utility · {cell.coordinates['model']}"
+                _add(result, label, 0.0 if round_seconds[pair] is not None else None)
+                continue
+            key = (cell.coordinates["model"], cell.coordinates["attack"])
+            if key not in attack_seconds:
+                attack_seconds[key] = _attack_time(context, cell)
+            _add(result, f"attack {key[1]} · {key[0]}", attack_seconds[key])
+    for pair, seconds in round_seconds.items():
+        if seconds is None:
+            result.not_estimated.append(f"FL training under {pair[1]} ({pair[0]}): needs a fitted defense")
+    return result
+
+
+def _add(result: GridEstimate, label: str, seconds: float | None) -> None:
+    if seconds is None:
+        if label not in result.not_estimated:
+            result.not_estimated.append(label)
+        return
+    count, _ = result.kinds.get(label, (0, seconds))
+    result.kinds[label] = (count + 1, seconds)
+
+
+def _observed(cell: Cell) -> int:
+    return create_attack(cell.attack.name, cell.attack.params).rounds_observed if cell.attack else 1
+
+
+def _timed(run) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def _needs_fit(cell: Cell) -> bool:
+    pipeline = DefensePipeline.from_config(cell.defense.entries)
+    return any(d.fit_scope is not None for d in pipeline.defenses)
+
+
+def _round_time(context: ExperimentContext, cell: Cell) -> float | None:
+    """Seconds of one FL round of (model, defense), measured on a fresh model."""
+    if _needs_fit(cell):
+        return None
+    models = context.models
+    models.at_round(cell.model, cell.defense, cell.seed, 0)  # build (and cache) the fresh model
+    seconds = _timed(lambda: models.at_round(cell.model, cell.defense, cell.seed, 1))
+    models._states.clear()
+    return seconds
+
+
+def _attack_time(context: ExperimentContext, cell: Cell) -> float | None:
+    """Seconds of the attack on every victim at round 0, extrapolated from budgets k and 2k."""
+    attack = create_attack(cell.attack.name, cell.attack.params)
+    if attack.fit_scope is not None or _needs_fit(cell):
+        return None
+    iterations = getattr(attack.params, "iterations", None)
+    probe = Cell("attack", cell.model, cell.defense, cell.attack, 0, cell.seed)
+    if not iterations:
+        return _timed(lambda: context.run(probe))
+    k = max(2, min(iterations // 100, 20))
+
+    def run(budget: int) -> float:
+        short = Component(**{**cell.attack.model_dump(exclude_none=True), "iterations": budget})
+        return _timed(lambda: context.run(Cell("attack", cell.model, cell.defense, short, 0, cell.seed)))
+
+    run(k)  # warm-up: first forward passes, the trained-model cache
+    t1, t2 = run(k), run(2 * k)
+    per_step = max(t2 - t1, 0.0) / k
+    return max(t1 - k * per_step, 0.0) + iterations * per_step
+
+
+def print_estimate(runner, *, workers: int = 1) -> GridEstimate:
+    """Print the dry run: cells to compute, seconds per kind, the total for ``workers`` workers."""
+    found = estimate_grid(runner)
+    print(f"{runner.config.name}: {found.total_cells} cells, {found.todo} to compute in {runner.out}")
+    rows = sorted(found.kinds.items())
+    width = max((len(label) for label, _ in rows), default=10)
+    for label, (count, seconds) in rows:
+        print(f"  {label:<{width}}  {count:4d} × {_duration(seconds):>8}")
+    if found.training:
+        print(f"  {'FL training (all chains)':<{width}}         {_duration(found.training):>8}")
+    for label in found.not_estimated:
+        print(f"  not estimated: {label} (fitting is not probed; run 'leakshield fit' first)")
+    total = found.seconds(workers)
+    print(f"estimated total: {_duration(total)} with {workers} worker{'s' if workers > 1 else ''}")
+    return found
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.1f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

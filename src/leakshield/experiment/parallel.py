@@ -1,0 +1,130 @@
+"""Cells in worker processes: on this machine (``--workers N``) or as Ray tasks (``--executor ray``).
+
+The unit of work is a *chain*: the cells of one (model, defense, seed), which share the FL training
+of that model (a worker trains once and attacks every round of the chain). Workers are single-threaded
+(two thread-heavy processes on two cores slow each other 10–20×), compute their cells and send each
+finished record back; only the driver writes images and the result store, one cell at a time, so a
+SIGKILL of the driver or of a worker at any moment leaves every stored cell complete and a rerun
+computes exactly the missing ones. A worker on this machine dies with its driver (Linux
+``PR_SET_PDEATHSIG``), so a killed run leaves no orphan burning a core.
+
+What a worker needs: the config (sent as JSON), the dataset files at the same path (``dataset.root``),
+and the artifact cache folder (``--cache-dir``; a shared folder on a cluster, or each node fits its own
+copy: artifacts are content-addressed, so concurrent fits of the same artifact write the same file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import get_context
+from typing import Any
+
+from leakshield.errors import LeakshieldError
+from leakshield.experiment.cells import Cell
+from leakshield.experiment.store import CellRecord
+
+_WORKER: dict[str, Any] = {}
+
+
+def chains(cells: list[Cell]) -> list[list[Cell]]:
+    """Cells grouped by (model, defense, seed) in run order; the baseline is a chain of its own."""
+    groups: dict[tuple, list[Cell]] = {}
+    for cell in cells:
+        key = (cell.kind == "baseline", cell.coordinates["model"], cell.coordinates["defense"], cell.seed)
+        groups.setdefault(key, []).append(cell)
+    return list(groups.values())
+
+
+def run_chain(config_json: str, out: str, keys: list[str], device: str, cache_dir: str | None) -> list[Any]:
+    """Compute the cells ``keys`` of the config in this process (a worker); returns (record, artifacts)
+    pairs, artifacts as JSON. Nothing is written to the run directory."""
+    from leakshield.experiment.config import parse_config
+    from leakshield.experiment.runner import ExperimentRunner
+
+    state = _WORKER.get("runner")
+    if state is None or state[0] != (config_json, out, device, cache_dir):
+        config = parse_config(__import__("json").loads(config_json), source="worker")
+        runner = ExperimentRunner(config, out, device=device, progress=False, cache_dir=cache_dir)
+        _WORKER["runner"] = ((config_json, out, device, cache_dir), runner, None)
+        state = _WORKER["runner"]
+    _, runner, context = state
+    if context is None:
+        from leakshield.experiment.pipeline import ExperimentContext
+
+        context = ExperimentContext(runner.config, runner.device, progress=False, cache=runner.cache)
+        _WORKER["runner"] = (state[0], runner, context)
+    by_key = {cell.key: cell for cell in runner.cells()}
+    results = []
+    for key in keys:
+        record = runner.compute_cell(context, by_key[key])
+        results.append((record, [use.as_json() for use in context.artifacts_used]))
+    return results
+
+
+def _init_worker() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    with contextlib.suppress(OSError, AttributeError):  # die with the driver (Linux): no orphan worker
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:  # the driver died before the call above
+        os._exit(1)
+
+
+def local_results(
+    jobs: list[list[str]], workers: int, task: Callable[[list[str]], tuple]
+) -> Iterator[tuple[CellRecord, list[dict]]]:
+    """Run ``jobs`` (lists of cell keys) in ``workers`` single-threaded processes; yield each finished
+    cell's record as its chain completes."""
+    context = get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker) as pool:
+        pending = {pool.submit(run_chain, *task(keys)): keys for keys in jobs}
+        try:
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    pending.pop(future)
+                    yield from future.result()
+        except BrokenProcessPool as exc:
+            left = sum(len(keys) for keys in pending.values())
+            raise LeakshieldError(
+                f"a worker process died (killed, or out of memory); {left} cells were not computed: "
+                "rerun the same command to compute them"
+            ) from exc
+
+
+def ray_results(
+    jobs: list[list[str]], address: str | None, task: Callable[[list[str]], tuple]
+) -> Iterator[tuple[CellRecord, list[dict]]]:
+    """Run ``jobs`` as Ray tasks (one CPU each) on the cluster at ``address`` (None: a local Ray)."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise LeakshieldError("--executor ray needs Ray: pip install 'leakshield[ray]'") from exc
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        remote = ray.remote(num_cpus=1)(_ray_chain)
+        pending = {remote.remote(*task(keys)): keys for keys in jobs}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                pending.pop(ref)
+                yield from ray.get(ref)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _ray_chain(*args: Any) -> list[Any]:
+    import torch
+
+    torch.set_num_threads(1)
+    return run_chain(*args)

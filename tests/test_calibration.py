@@ -1,0 +1,102 @@
+"""Path choice for many-victim attacks: the decision rules on fake timings and memory (no clocks)."""
+
+import json
+
+import pytest
+import torch
+
+from leakshield.attacks.inversion import calibration
+from leakshield.attacks.inversion.calibration import CALIBRATION_FILE, SMALL_JOB, Candidates, choose_path
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_memo(monkeypatch):
+    monkeypatch.setattr(calibration, "_MEMO", {})
+
+
+def fake(monkeypatch, seconds: dict[str, float], *, compiles: bool = True, per_victim: float = 1.0, free=1e9):
+    """Candidates whose measured seconds per step are ``seconds`` and whose vectorized step takes
+    ``per_victim`` bytes per victim of ``free`` bytes; records what was run."""
+    calls: list[str] = []
+    state = {"compiled": False}
+
+    def timed(run, device, steps=3):
+        run(1)
+        key = calls[-1]
+        return seconds["compiled" if key == "vectorized" and state["compiled"] else key]
+
+    def compile_chunk(chunk):
+        calls.append("compile")
+        state["compiled"] = compiles
+        return compiles
+
+    monkeypatch.setattr(calibration, "_timed", timed)
+    monkeypatch.setattr(calibration, "_reset_peak", lambda d: 0.0)
+    monkeypatch.setattr(calibration, "_peak", lambda d: per_victim * 4)
+    monkeypatch.setattr(calibration, "_free_memory", lambda d: free)
+    return calls, Candidates(
+        loop=lambda k: calls.append("loop"),
+        vectorized=lambda chunk, k: calls.append("vectorized"),
+        compile=compile_chunk,
+    )
+
+
+def test_small_jobs_take_the_vectorized_path_without_measuring(monkeypatch):
+    calls, candidates = fake(monkeypatch, {"loop": 1.0, "vectorized": 1.0})
+    choice = choose_path({"m": 1}, 4, SMALL_JOB // 4 - 1, candidates, CPU)
+    assert choice.path == "vectorized" and choice.chunk == 4 and calls == []
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected"),
+    [
+        ({"loop": 1.0, "vectorized": 0.1}, "vectorized"),  # per victim·step: 0.1 / 4 victims
+        ({"loop": 1.0, "vectorized": 3.8}, "loop"),  # 0.95 per victim: within the margin, the loop stays
+        ({"loop": 1.0, "vectorized": 8.0}, "loop"),
+    ],
+)
+def test_the_faster_path_wins_only_by_a_clear_margin(monkeypatch, seconds, expected):
+    _, candidates = fake(monkeypatch, seconds)
+    choice = choose_path({"m": 2}, 4, 10_000, candidates, CPU, compile_after=1e12)
+    assert choice.path == expected
+    assert choice.seconds["loop"] == 1.0 and choice.stats()["path"] == expected
+
+
+def test_compiling_is_tried_only_for_long_jobs_and_kept_only_when_faster(monkeypatch):
+    seconds = {"loop": 1.0, "vectorized": 0.4, "compiled": 0.1}
+    calls, candidates = fake(monkeypatch, seconds)
+    short = choose_path({"m": 3}, 4, 10_000, candidates, CPU, compile_after=1e9)
+    assert short.path == "vectorized" and "compile" not in calls
+    long = choose_path({"m": 4}, 4, 10_000, candidates, CPU, compile_after=1.0)
+    assert long.path == "compiled" and "compile" in calls
+    _, failing = fake(monkeypatch, seconds, compiles=False)
+    assert choose_path({"m": 5}, 4, 10_000, failing, CPU, compile_after=1.0).path == "vectorized"
+
+
+def test_decisions_are_remembered_in_the_cache_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("LEAKSHIELD_CACHE_DIR", str(tmp_path))
+    calls, candidates = fake(monkeypatch, {"loop": 1.0, "vectorized": 0.1})
+    first = choose_path({"m": 6}, 4, 10_000, candidates, CPU, compile_after=1e12)
+    stored = json.loads((tmp_path / CALIBRATION_FILE).read_text())
+    assert len(stored) == 1 and next(iter(stored.values()))["path"] == "vectorized"
+    monkeypatch.setattr(calibration, "_MEMO", {})  # a new process: read from the file
+    calls.clear()
+    again = choose_path({"m": 6}, 4, 10_000, candidates, CPU, compile_after=1e12)
+    assert calls == [] and again.path == first.path and again.remembered
+
+
+def test_victims_are_chunked_to_fit_memory_and_fall_back_to_the_loop(monkeypatch):
+    _, candidates = fake(monkeypatch, {"loop": 1.0, "vectorized": 0.1}, per_victim=100.0, free=1000.0)
+    choice = choose_path({"m": 7}, 64, 10_000, candidates, CPU, requested="vectorized")
+    assert choice.path == "vectorized" and choice.chunk == 5  # half of 1000 bytes at 100 per victim
+    _, tight = fake(monkeypatch, {"loop": 1.0, "vectorized": 0.1}, per_victim=100.0, free=100.0)
+    assert choose_path({"m": 8}, 64, 10_000, tight, CPU, requested="vectorized").path == "loop"
+
+
+def test_requested_paths_are_honoured(monkeypatch):
+    calls, candidates = fake(monkeypatch, {"loop": 0.1, "vectorized": 10.0})
+    assert choose_path({"m": 9}, 4, 10_000, candidates, CPU, requested="loop").path == "loop"
+    assert choose_path({"m": 9}, 4, 10_000, candidates, CPU, requested="vectorized").path == "vectorized"
+    assert choose_path({"m": 9}, 4, 10_000, candidates, CPU, requested="compiled").path == "compiled"

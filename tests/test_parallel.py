@@ -1,0 +1,144 @@
+"""Cells in worker processes and on Ray: identical results to one process, only the driver writes, a
+SIGKILL of the driver or of a worker still gives every cell exactly once on rerun; the dry run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from leakshield.cli import main
+from leakshield.experiment import ResultStore, expand_grid, load_config
+from leakshield.experiment.parallel import chains
+
+from helpers import tiny_config, write_config
+
+ARGS = ["--quiet", "--device", "cpu", "--threads", "1", "--no-report"]
+GRID = {"seeds": [0, 1], "attacks": [{"name": "ig", "iterations": 10}, {"name": "idlg", "iterations": 2}]}
+
+
+def _records(out):
+    return {r.key: r for r in ResultStore(out / "results.sqlite").records()}
+
+
+def test_chains_keep_the_cells_of_one_model_defense_seed_together(tmp_path):
+    config = load_config(write_config(tmp_path / "cfg.yaml", tiny_config(**GRID)))
+    groups = chains(expand_grid(config))
+    assert groups[0][0].kind == "baseline" and len(groups[0]) == 1
+    for group in groups[1:]:
+        assert len({(c.coordinates["model"], c.coordinates["defense"], c.seed) for c in group}) == 1
+    assert sum(len(g) for g in groups) == len(expand_grid(config))
+
+
+def test_two_workers_give_the_same_numbers_as_one_process(tmp_path):
+    path = write_config(tmp_path / "cfg.yaml", tiny_config(**GRID))
+    assert main(["run", str(path), "--out", str(tmp_path / "one"), *ARGS]) == 0
+    assert main(["run", str(path), "--out", str(tmp_path / "two"), *ARGS, "--workers", "2"]) == 0
+    one, two = _records(tmp_path / "one"), _records(tmp_path / "two")
+    assert one.keys() == two.keys()
+    for key in one:  # same seeds and one thread each: the same floats
+        assert one[key].metrics == two[key].metrics, key
+        assert one[key].environment["threads"] == two[key].environment["threads"] == 1
+        if one[key].images:
+            assert (tmp_path / "two" / two[key].images).read_bytes() == one[key].image_png
+
+
+KILL_A_WORKER = """
+import os, signal, sys
+from leakshield.cli import main
+from leakshield.experiment import parallel
+
+chain = parallel.run_chain
+
+def run_chain_or_die(*args):
+    if os.environ.get("KILL_CHAIN") in "".join(args[2]):  # this worker is killed mid-chain
+        os.kill(os.getpid(), signal.SIGKILL)
+    return chain(*args)
+
+parallel.run_chain = run_chain_or_die
+if __name__ == "__main__":  # spawned workers import this file again (and get the patch)
+    sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_killed_worker_loses_only_its_cells_and_the_rerun_computes_them_once(tmp_path):
+    path = write_config(tmp_path / "cfg.yaml", tiny_config(**GRID))
+    out = tmp_path / "run"
+    args = ["run", str(path), "--out", str(out), *ARGS, "--workers", "2"]
+    env = {**os.environ, "KILL_CHAIN": '"seed": 1'}
+    script = tmp_path / "kill_a_worker.py"
+    script.write_text(KILL_A_WORKER)
+    killed = subprocess.run(
+        [sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert killed.returncode == 2, killed.stderr
+    assert "leakshield: error: a worker process died" in killed.stderr and "Traceback" not in killed.stderr
+    before = {k: r.finished for k, r in _records(out).items()}
+    total = len(expand_grid(load_config(path)))
+    assert 0 < len(before) < total and all('"seed": 1' not in k for k in before)
+    assert main(args) == 0
+    with sqlite3.connect(out / "results.sqlite") as conn:
+        keys = [row[0] for row in conn.execute("SELECT key FROM cells")]
+    assert len(keys) == len(set(keys)) == total
+    after = _records(out)
+    assert all(after[k].finished == v for k, v in before.items()), "finished cells must not be recomputed"
+
+
+KILL_THE_DRIVER = """
+import os, signal, sys
+from leakshield.cli import main
+from leakshield.experiment.store import ResultStore
+
+put = ResultStore.put
+
+def put_then_die(self, record):
+    put(self, record)
+    if record.kind == "attack":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+ResultStore.put = put_then_die
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_killed_driver_takes_its_workers_with_it_and_the_rerun_resumes(tmp_path):
+    path = write_config(tmp_path / "cfg.yaml", tiny_config(**GRID))
+    out = tmp_path / "run"
+    args = ["run", str(path), "--out", str(out), *ARGS, "--workers", "2"]
+    script = tmp_path / "kill_the_driver.py"
+    script.write_text(KILL_THE_DRIVER)
+    killed = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    before = {k: r.finished for k, r in _records(out).items()}
+    total = len(expand_grid(load_config(path)))
+    assert 0 < len(before) < total
+    assert main(args) == 0  # the lock of the killed driver is taken over; its workers are gone
+    after = _records(out)
+    assert len(after) == total and all(after[k].finished == v for k, v in before.items())
+
+
+def test_dry_run_prints_every_kind_of_cell_and_an_estimate_without_writing(tmp_path, capsys):
+    path = write_config(tmp_path / "cfg.yaml", tiny_config(**GRID))
+    out = tmp_path / "run"
+    assert main(["run", str(path), "--out", str(out), *ARGS, "--dry-run", "--workers", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "attack ig" in text and "attack idlg" in text and "utility" in text
+    assert "estimated total:" in text and "with 2 workers" in text
+    assert not (out / "results.sqlite").exists()
+
+
+def test_ray_executor_runs_the_same_cells(tmp_path):
+    pytest.importorskip("ray", reason="the Ray executor needs the extra: pip install 'leakshield[ray]'")
+    path = write_config(
+        tmp_path / "cfg.yaml", tiny_config(seeds=[0], attacks=[{"name": "ig", "iterations": 10}])
+    )
+    assert main(["run", str(path), "--out", str(tmp_path / "one"), *ARGS]) == 0
+    assert main(["run", str(path), "--out", str(tmp_path / "ray"), *ARGS, "--executor", "ray"]) == 0
+    one, ray = _records(tmp_path / "one"), _records(tmp_path / "ray")
+    assert one.keys() == ray.keys()
+    assert all(one[k].metrics == ray[k].metrics for k in one)
