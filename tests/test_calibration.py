@@ -96,7 +96,7 @@ def test_victims_are_chunked_to_fit_memory_and_fall_back_to_the_loop(monkeypatch
 
 
 def test_requested_paths_are_honoured(monkeypatch):
-    calls, candidates = fake(monkeypatch, {"loop": 0.1, "vectorized": 10.0})
+    _, candidates = fake(monkeypatch, {"loop": 0.1, "vectorized": 10.0})
     assert choose_path({"m": 9}, 4, 10_000, candidates, CPU, requested="loop").path == "loop"
     assert choose_path({"m": 9}, 4, 10_000, candidates, CPU, requested="vectorized").path == "vectorized"
     assert choose_path({"m": 9}, 4, 10_000, candidates, CPU, requested="compiled").path == "compiled"
