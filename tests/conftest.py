@@ -49,6 +49,15 @@ def _artifact_cache_in_tmp(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def _no_timed_path_choice(monkeypatch):
+    """Many-victim attacks take the vectorized path without a timed calibration: a choice made by the
+    clock could differ from run to run (test_calibration tests the choice itself on fake timings)."""
+    from leakshield.attacks.inversion import calibration
+
+    monkeypatch.setattr(calibration, "SMALL_JOB", 10**12)
+
+
+@pytest.fixture(autouse=True)
 def _few_threads():
     """Two threads (or ``LEAKSHIELD_TEST_THREADS``; CI reruns the determinism tests at another count)."""
     torch.set_num_threads(int(os.environ.get("LEAKSHIELD_TEST_THREADS", min(2, os.cpu_count() or 1))))

@@ -14,6 +14,7 @@ CPU = torch.device("cpu")
 @pytest.fixture(autouse=True)
 def _fresh_memo(monkeypatch):
     monkeypatch.setattr(calibration, "_MEMO", {})
+    monkeypatch.setattr(calibration, "SMALL_JOB", SMALL_JOB)  # conftest turns calibration off elsewhere
 
 
 def fake(monkeypatch, seconds: dict[str, float], *, compiles: bool = True, per_victim: float = 1.0, free=1e9):
@@ -45,7 +46,7 @@ def fake(monkeypatch, seconds: dict[str, float], *, compiles: bool = True, per_v
 
 def test_small_jobs_take_the_vectorized_path_without_measuring(monkeypatch):
     calls, candidates = fake(monkeypatch, {"loop": 1.0, "vectorized": 1.0})
-    choice = choose_path({"m": 1}, 4, SMALL_JOB // 4 - 1, candidates, CPU)
+    choice = choose_path({"m": 1}, 4, SMALL_JOB - 1, candidates, CPU)
     assert choice.path == "vectorized" and choice.chunk == 4 and calls == []
 
 

@@ -47,7 +47,7 @@ def test_vectorized_and_one_by_one_reach_the_same_quality(digits3):
     truth = digits3.train.x[:16]
     loop_attack = create_attack("ig", {"iterations": 150, "path": "loop"})
     loop = torch.cat([loop_attack.reconstruct(v, seed=k).images for k, v in enumerate(views)])
-    attack = create_attack("ig", {"iterations": 150})
+    attack = create_attack("ig", {"iterations": 150, "path": "vectorized"})
     assert attack.vectorizable(views)
     many = attack.reconstruct_many(views, seeds=list(range(16)))
     assert all(r.stats["vectorized"] == 1.0 for r in many)

@@ -190,11 +190,14 @@ def _run(config, out: Path, args: argparse.Namespace) -> int:
     runner = ExperimentRunner(
         config, out, device=args.device, progress=not args.quiet, cache_dir=args.cache_dir
     )
-    if getattr(args, "dry_run", False):
-        from leakshield.experiment.estimate import print_estimate
+    from leakshield.experiment.estimate import LONG_RUN_CELLS, cells_to_compute, print_estimate
 
+    if getattr(args, "dry_run", False):
         print_estimate(runner, workers=args.workers)
         return 0
+    long_run = not args.quiet and not getattr(args, "repair", False)
+    if long_run and len(cells_to_compute(runner)) >= LONG_RUN_CELLS:  # a long run: say how long
+        print_estimate(runner, workers=getattr(args, "workers", 1))
     summary = runner.run(
         retry_failed=getattr(args, "retry_failed", False),
         repair=getattr(args, "repair", False),

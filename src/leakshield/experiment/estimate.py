@@ -20,7 +20,7 @@ from leakshield.experiment.cells import Cell
 from leakshield.experiment.config import Component
 from leakshield.experiment.parallel import chains
 from leakshield.experiment.pipeline import ExperimentContext
-from leakshield.experiment.rundir import STORE_FILE
+from leakshield.experiment.rundir import STORE_FILE, check_run_dir
 from leakshield.experiment.store import ResultStore
 
 
@@ -39,13 +39,22 @@ class GridEstimate:
         return work / max(workers, 1)
 
 
-def estimate_grid(runner) -> GridEstimate:
-    """Probe every kind of cell of ``runner``'s grid that is not stored yet (see the module docstring)."""
-    cells = runner.cells()
+#: ``leakshield run`` prints the estimate before it starts when at least this many cells are to compute
+LONG_RUN_CELLS = 40
+
+
+def cells_to_compute(runner) -> list[Cell]:
+    """The cells of ``runner``'s grid not stored yet (refuses a run directory of another config)."""
+    check_run_dir(runner.config, runner.out)
     store_path = runner.out / STORE_FILE
     done = ResultStore(store_path).finished_keys() if store_path.exists() else set()
-    todo = [c for c in cells if c.key not in done]
-    result = GridEstimate(total_cells=len(cells), todo=len(todo))
+    return [c for c in runner.cells() if c.key not in done]
+
+
+def estimate_grid(runner) -> GridEstimate:
+    """Probe every kind of cell of ``runner``'s grid that is not stored yet (see the module docstring)."""
+    todo = cells_to_compute(runner)
+    result = GridEstimate(total_cells=len(runner.cells()), todo=len(todo))
     if not todo:
         return result
     context = ExperimentContext(runner.config, runner.device, progress=False, cache=runner.cache)

@@ -143,8 +143,10 @@ class VectorizedObjective:
         except Exception as exc:  # compilation support varies by platform and version
             warnings.warn(f"torch.compile of the attack step failed, running eager: {exc}", stacklevel=2)
             return False
-        scale = want.abs().max().clamp_min(1e-12)
-        if not torch.allclose(got, want, atol=1e-4 * float(scale), rtol=1e-4):
+        # relative to the gradient's norm: compiled convolutions round differently from eager ones, and
+        # double backward through them gives element-wise differences of ~1e-4 (ConvNet-32)
+        error = float((got - want).norm() / want.norm().clamp_min(1e-12))
+        if not error < 1e-3 or not torch.isfinite(got).all():
             warnings.warn("the compiled attack step disagrees with eager; running eager", stacklevel=2)
             return False
         self.step = compiled
