@@ -93,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers",
         type=_threads,
         default=1,
+        metavar="N",
         help="run independent cells in N single-threaded worker processes (one per core; cells of one "
         "model × defense × seed stay together to share their FL training). Default: 1, in-process",
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -49,7 +50,7 @@ def run_chain(config_json: str, out: str, keys: list[str], device: str, cache_di
 
     state = _WORKER.get("runner")
     if state is None or state[0] != (config_json, out, device, cache_dir):
-        config = parse_config(__import__("json").loads(config_json), source="worker")
+        config = parse_config(json.loads(config_json), source="worker")
         runner = ExperimentRunner(config, out, device=device, progress=False, cache_dir=cache_dir)
         _WORKER["runner"] = ((config_json, out, device, cache_dir), runner, None)
         state = _WORKER["runner"]
