@@ -4,9 +4,9 @@ Estimates come from short probes of the real code on the real data, victims and 
 table: one FL round per (model, defense), and each (model, attack) run at two short budgets k and 2k so
 that set-up and per-step cost separate (time ≈ set-up + iterations · per step; L-BFGS attacks that stop
 early finish sooner, so theirs is an upper bound). A chain of cells (one model × defense × seed) trains
-its FL model once up to its last round. Fitted artifacts (policy searches, public generators) are not
-probed — the probe would run the fit — and their fitting time is not included: ``leakshield fit``
-first, then the estimate covers the rest. With N workers the total is divided by N (chains permitting).
+its FL model once up to its last round. Methods that need a fitted artifact (policy searches, public
+generators) are listed as not estimated: a probe could start the fit itself, which may take hours. With
+N workers the total is divided by N (chains permitting).
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def print_estimate(runner, *, workers: int = 1) -> GridEstimate:
     if found.training:
         print(f"  {'FL training (all chains)':<{width}}         {_duration(found.training):>8}")
     for label in found.not_estimated:
-        print(f"  not estimated: {label} (fitting is not probed; run 'leakshield fit' first)")
+        print(f"  not estimated: {label} (needs a fitted artifact; such methods are not probed)")
     total = found.seconds(workers)
     print(f"estimated total: {_duration(total)} with {workers} worker{'s' if workers > 1 else ''}")
     return found
