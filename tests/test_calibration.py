@@ -101,3 +101,29 @@ def test_requested_paths_are_honoured(monkeypatch):
     assert choose_path({"m": 9}, 4, 10_000, candidates, CPU, requested="loop").path == "loop"
     assert choose_path({"m": 9}, 4, 10_000, candidates, CPU, requested="vectorized").path == "vectorized"
     assert choose_path({"m": 9}, 4, 10_000, candidates, CPU, requested="compiled").path == "compiled"
+
+
+def test_a_real_calibration_runs_for_an_attack_subclass_with_its_own_constructor(monkeypatch, digits3):
+    """The engine's timers on a real model (which path wins is the clock's business; that the
+    calibration runs, is recorded and leaves the results sane is not)."""
+    from leakshield.attacks import create_attack
+    from leakshield.attacks.inversion.engine import GradientInversion
+    from leakshield.fl import server_view_of
+    from leakshield.models import create_model
+
+    monkeypatch.setattr(calibration, "SMALL_JOB", 50)
+
+    class Pinned(GradientInversion):
+        def __init__(self, params, extra: str) -> None:
+            super().__init__(params)
+            self.extra = extra
+
+    base = create_attack("ig", {"iterations": 60})
+    attack = Pinned(base.params, "pinned")
+    model = create_model("lenet", in_shape=digits3.info.shape, num_classes=10).eval()
+    views = [
+        server_view_of(model, digits3.train.subset([i]), digits3.info, labels_known=True) for i in range(3)
+    ]
+    out = attack.reconstruct_many(views, seeds=[0, 1, 2])
+    assert len(out) == 3 and all(torch.isfinite(r.images).all() for r in out)
+    assert out[0].stats["path"] in ("loop", "vectorized") and out[0].stats["calibration_loop_s"] > 0

@@ -6,6 +6,7 @@ float rounding) the same trajectory as the one-victim engine."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import time
@@ -87,7 +88,8 @@ class ManyVictims:
                 "tolerance": 0.0,
                 "path": "loop",
             }
-            one = type(self.attack)(p.model_copy(update=timing), self.attack.init_images)
+            one = copy.copy(self.attack)  # subclasses may take other constructor arguments
+            one.params = p.model_copy(update=timing)
             one.reconstruct(self.views[0], seed=0)
 
         def vectorized(chunk: int, steps: int) -> None:
