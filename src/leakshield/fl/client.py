@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -24,6 +25,18 @@ def seeded_generator(*keys: int, device: torch.device | str = "cpu") -> torch.Ge
     for key in keys:
         value = (value * 1_000_003 + int(key) + 1) % (2**63 - 1)
     return torch.Generator(device=device).manual_seed(value)
+
+
+#: the key of the release stage's own random stream (see :func:`release_generator`)
+RELEASE_STREAM = 0x5E1EA5E
+
+
+def release_generator(generator: torch.Generator) -> torch.Generator:
+    """The release stage's randomness (noise on the update): a stream of its own, derived from the
+    client's round generator, so the noise a client adds does not depend on how many draws its data
+    and gradient stages consumed, and a defense applied outside the train step (a Flower mod) draws
+    exactly what the in-process client draws."""
+    return seeded_generator(generator.initial_seed(), RELEASE_STREAM, device=generator.device)
 
 
 @contextlib.contextmanager
@@ -84,12 +97,21 @@ class HonestClient:
             return None
         device = next(model.parameters()).device
         generator = self.generator(round, device)
+        update, _ = self.compute(model, round, self._round_data(generator), generator)
+        return update
+
+    def round_data(self, round: int, device: torch.device | str = "cpu") -> ImageSet:
+        """The samples the client computes its update on in ``round`` (FedSGD: the minibatch it draws;
+        FedAvg: its whole dataset): what an auditor in a simulation rebuilds as ground truth. ``device``
+        is where the client's model lives (its generator draws there; CPU and CUDA streams differ)."""
+        return self._round_data(self.generator(round, device))
+
+    def _round_data(self, generator: torch.Generator) -> ImageSet:
         data = self.dataset
         if self.local.algorithm == "fedsgd":
             pick = torch.randperm(len(data), generator=generator, device=generator.device)
             data = data.subset(pick[: self.local.batch_size].sort().values.cpu())
-        update, _ = self.compute(model, round, data, generator)
-        return update
+        return data
 
     def compute(
         self, model: nn.Module, round: int, data: ImageSet, generator: torch.Generator
@@ -122,7 +144,9 @@ class HonestClient:
         buffers = {}
         if self.model_mode == "train" or local.algorithm == "fedavg":
             buffers = {k: v.detach().clone() for k, v in worker.named_buffers()}
-        delta = self.pipeline.release_hook(delta, context)
+        delta = self.pipeline.release_hook(
+            delta, dataclasses.replace(context, generator=release_generator(generator))
+        )
         facts = ProtocolFacts(
             algorithm=local.algorithm,
             local_lr=local.local_lr,
