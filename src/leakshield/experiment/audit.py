@@ -1,0 +1,246 @@
+"""Auditing a federation's real replies: the server attacks a seeded sample of the updates it received
+each round and scores the reconstructions against the ground truth it rebuilds from the deterministic
+partitioner (a simulation's privilege; nothing private is ever sent). One auditor serves leakshield's
+own :class:`~leakshield.fl.FederatedSimulation` (as a round observer) and the Flower bridge's auditing
+strategy, and writes the same run directory and result store as ``leakshield run``, so ``leakshield
+report`` works on it: one ``attack`` cell per audited round, its victims the sampled clients."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pydantic
+import torch
+from torch import nn
+
+from leakshield import __version__
+from leakshield.artifacts import ArtifactCache
+from leakshield.attacks.base import Attack, create_attack
+from leakshield.defenses.base import PublicDefense
+from leakshield.errors import ConfigError
+from leakshield.experiment.cells import Cell
+from leakshield.experiment.config import ExperimentConfig
+from leakshield.experiment.evaluation import aggregate, load_cell_lpips, score_victim
+from leakshield.experiment.federation import NO_CLIENT, Federation
+from leakshield.experiment.fitting import FitSetting, fit_attack
+from leakshield.experiment.rundir import STORE_FILE, prepare_run_dir
+from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
+from leakshield.fl import ClientUpdate, RoundObserver, ThreatModel, build_server_view, seeded_generator
+from leakshield.registry import Params
+from leakshield.report.grids import image_grid, png_bytes
+
+#: the key of the audit's sampling stream
+AUDIT_STREAM = 0xA0D17
+
+
+class AuditSettings(Params):
+    """clients: how many of a round's replies the server attacks (a seeded sample; all if fewer
+    replied). rounds: which rounds to audit (0-based, leakshield's numbering; Flower's server round r is
+    round r − 1); None audits every round."""
+
+    clients: int = pydantic.Field(default=5, ge=1)
+    rounds: list[pydantic.NonNegativeInt] | None = None
+
+
+def audit_sample(seed: int, round: int, client_ids: Sequence[int], count: int) -> list[int]:
+    """The clients audited in ``round``: ``count`` of ``client_ids`` drawn with a generator seeded by
+    (seed, round), sorted; the same wherever the replies came from."""
+    ids = sorted(client_ids)
+    order = torch.randperm(len(ids), generator=seeded_generator(seed, round, AUDIT_STREAM))
+    return sorted(ids[i] for i in order[:count].tolist())
+
+
+class UpdateAuditor(RoundObserver):
+    """Attack ``config.attacks[0]`` on sampled replies of the federation of ``config`` and store the
+    scores in the run directory ``out`` (created like ``leakshield run``'s; an existing run of the same
+    config is continued, its audited rounds recomputed).
+
+    As a :class:`RoundObserver` it audits each round when the round finishes; the Flower strategy calls
+    :meth:`audit` directly. ``federation``: reuse one already built for ``config`` (else it is built
+    without fitting any client's artifacts: the server never sees a client's data)."""
+
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        out: str | Path,
+        *,
+        settings: AuditSettings | None = None,
+        federation: Federation | None = None,
+        seed: int | None = None,
+        device: torch.device | str = "cpu",
+        progress: bool = False,
+    ) -> None:
+        self.config = config
+        self.settings = settings or AuditSettings()
+        self.federation = federation or Federation.build(config, seed=seed, device=device, fits_for=NO_CLIENT)
+        self.device = self.federation.device
+        self.progress = progress
+        self.attack = self._attack(config)
+        self.out = Path(out)
+        prepare_run_dir(config, self.out)
+        self.store = ResultStore(self.out / STORE_FILE)
+        self.lpips, self.lpips_reason = load_cell_lpips(config.metrics.lpips, self.device)
+        self._sent: dict[int, nn.Module] = {}
+        self._replies: dict[int, dict[int, ClientUpdate]] = {}
+        self.records: list[CellRecord] = []
+
+    def _attack(self, config: ExperimentConfig) -> Attack:
+        if len(config.attacks) != 1:
+            raise ConfigError(f"attacks: an audit runs one attack; the config lists {len(config.attacks)}")
+        spec = config.attacks[0]
+        attack = create_attack(spec.name, spec.params)
+        if type(attack).prepare_model is not Attack.prepare_model:
+            raise ConfigError(
+                f"attacks[0]: {spec.name} is a malicious-server attack (it changes the model sent); "
+                "an audit runs honest-but-curious attacks on the replies"
+            )
+        if attack.rounds_observed != 1:
+            raise ConfigError(
+                f"attacks[0]: {spec.name} watches {attack.rounds_observed} rounds; an audit "
+                "attacks one reply at a time"
+            )
+        fed = self.federation
+        setting = FitSetting(
+            fed.info,
+            fed.data.public,
+            [],
+            config.fl,
+            fed.fresh_model(),
+            {"name": config.models[0].name, **config.models[0].params},
+            fed.seed,
+            fed.device,
+        )
+        attack, _ = fit_attack(attack, setting, ArtifactCache())
+        return attack
+
+    # -- as a round observer of leakshield's own simulation -----------------------------------------
+    def round_started(self, round: int, model: nn.Module) -> None:
+        self._sent[round] = model
+
+    def update_received(self, round: int, client_id: int, update: ClientUpdate) -> None:
+        self._replies.setdefault(round, {})[client_id] = update
+
+    def round_finished(self, round: int, model: nn.Module) -> None:
+        sent, replies = self._sent.pop(round), self._replies.pop(round, {})
+        defenses = {c: self._configured_defenses(c) for c in replies}
+        self.audit(round, sent, replies, defenses)
+
+    def _configured_defenses(self, client_id: int) -> tuple[PublicDefense, ...]:
+        defended = self.config.fl.is_defended(client_id)
+        return self.federation.pipeline.public_config() if defended else ()
+
+    # -- the audit -----------------------------------------------------------------------------------
+    def audit(
+        self,
+        round: int,
+        model: nn.Module,
+        updates: Mapping[int, ClientUpdate],
+        defenses: Mapping[int, tuple[PublicDefense, ...]],
+    ) -> CellRecord | None:
+        """Attack a sample of ``updates`` (client id → the update received) to ``model`` (as sent in
+        ``round``), the attacker knowing each client's public ``defenses``; store and return the cell."""
+        wanted = self.settings.rounds
+        if not updates or (wanted is not None and round not in wanted):
+            return None
+        chosen = audit_sample(self.federation.seed, round, list(updates), self.settings.clients)
+        fed, threat = self.federation, ThreatModel(labels_known=self.config.attack.threat.labels_known)
+        start = time.time()
+        cell = self._cell(round)
+        status, error, metrics, victims, png = "ok", None, {}, [], None
+        try:
+            truths = [fed.client(c).round_data(round, self.device) for c in chosen]
+            views = [
+                build_server_view(
+                    model,
+                    updates[c],
+                    fed.info,
+                    threat,
+                    labels=truth.y.to(self.device),
+                    defenses=defenses.get(c, ()),
+                    round=round,
+                )
+                for c, truth in zip(chosen, truths, strict=True)
+            ]
+            seeds = [fed.seed * 100_003 + round * 1_009 + c for c in chosen]
+            recs = self.attack.reconstruct_many(views, seeds=seeds, progress=self.progress)
+            scores = [
+                score_victim(r, t.x, t.y, match_on=self.config.metrics.match_on, lpips=self.lpips)
+                for r, t in zip(recs, truths, strict=True)
+            ]
+            metrics = aggregate(scores, self.config.metrics.asr_threshold)
+            if "lpips" not in metrics:
+                metrics["lpips_note"] = self.lpips_reason  # type: ignore[assignment]
+            victims = [
+                {"client": c, "labels": t.y.tolist(), **s.per_image, "label_acc": s.label_acc, **r.stats}
+                for c, t, s, r in zip(chosen, truths, scores, recs, strict=True)
+            ]
+            rows = [torch.cat([t.x.cpu() for t in truths]), torch.cat([s.matched for s in scores])]
+            png = png_bytes(image_grid(rows))
+        except (Exception, torch.OutOfMemoryError) as exc:  # a failing audit must not stop training
+            status, error = "failed", f"{type(exc).__name__}: {exc}"
+            victims = [{"clients": chosen, "traceback": traceback.format_exc(limit=4)}]
+        return self._put(cell, status, error, metrics, victims, png, start)
+
+    def record_failure(self, round: int, error: str) -> CellRecord:
+        """Store the audit of ``round`` as failed (e.g. a reply without protocol facts)."""
+        return self._put(self._cell(round), "failed", error, {}, [], None, time.time())
+
+    def _cell(self, round: int) -> Cell:
+        config = self.config
+        return Cell(
+            "attack", config.models[0], config.defenses[0], config.attacks[0], round, self.federation.seed
+        )
+
+    def _put(
+        self,
+        cell: Cell,
+        status: str,
+        error: str | None,
+        metrics: dict,
+        victims: list,
+        png: bytes | None,
+        start: float,
+    ) -> CellRecord:
+        coords = cell.coordinates
+        images = f"images/{cell.slug}.png" if png is not None else None
+        record = CellRecord(
+            key=cell.key,
+            kind="attack",
+            model=coords["model"],  # type: ignore[arg-type]
+            defense=coords["defense"],  # type: ignore[arg-type]
+            attack=coords["attack"],  # type: ignore[arg-type]
+            round=cell.round,
+            seed=cell.seed,
+            status=status,
+            metrics=metrics,
+            victims=victims,
+            error=error,
+            images=images,
+            seconds=time.time() - start,
+            finished=time.time(),
+            environment=self._environment(),
+            image_png=png,
+        )
+        if images is not None and png is not None:
+            atomic_write_bytes(self.out / images, png)
+        self.store.put(record)
+        self.records.append(record)
+        return record
+
+    def _environment(self) -> dict[str, object]:
+        return {
+            "leakshield": __version__,
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "device": str(self.device),
+            "audit": self.settings.model_dump(mode="json"),
+        }
+
+    def model_as_sent(self, state: Mapping[str, torch.Tensor]) -> nn.Module:
+        """The global model rebuilt from the arrays the server sent (the Flower strategy's view)."""
+        net = self.federation.fresh_model()
+        net.load_state_dict({k: v.to(self.device) for k, v in state.items()})
+        return net
