@@ -1,0 +1,44 @@
+"""The Flower bridge (``pip install 'leakshield[flower]'``; flwr 1.41, Message API): leakshield's
+defenses in real federations and a leakage audit of their updates.
+
+- Client: :class:`LeakshieldTrainer` (the honest client as a train step, all defense stages, replies
+  with the protocol facts), :class:`ReleaseDefenseMod` / :func:`release_mods` (update-stage defenses
+  as mods), :class:`SelfAuditMod` (a client scores the leakage of its own update).
+- Server: :class:`AuditingStrategy` (wraps any strategy; attacks a sample of replies; results in a
+  leakshield run directory).
+- :func:`client_app` / :func:`server_app`: ready-made apps for an experiment config
+  (``examples/flower/``)."""
+
+from __future__ import annotations
+
+try:
+    import flwr  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    from leakshield.errors import LeakshieldError
+
+    raise LeakshieldError(
+        "the Flower bridge needs Flower: pip install 'leakshield[flower]' (flwr 1.41 with Ray)"
+    ) from exc
+
+from leakshield.flower.apps import client_app, server_app
+from leakshield.flower.client import LeakshieldTrainer, SelfAuditMod, without_suffix
+from leakshield.flower.mods import ReleaseDefenseMod, announced, is_release_only, release_mods
+from leakshield.flower.records import FACTS_RECORD, ReportedFacts, reply_state, update_from_reply
+from leakshield.flower.strategy import AuditingStrategy
+
+__all__ = [
+    "FACTS_RECORD",
+    "AuditingStrategy",
+    "LeakshieldTrainer",
+    "ReleaseDefenseMod",
+    "ReportedFacts",
+    "SelfAuditMod",
+    "announced",
+    "client_app",
+    "is_release_only",
+    "release_mods",
+    "reply_state",
+    "server_app",
+    "update_from_reply",
+    "without_suffix",
+]

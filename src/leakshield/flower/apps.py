@@ -1,0 +1,142 @@
+"""Ready-made Flower apps for a leakshield experiment config: a ``ClientApp`` running leakshield's
+honest client (update-stage defenses as mods) and a ``ServerApp`` running any strategy (FedAvg by
+default) wrapped in the audit. Their run config (``[tool.flwr.app.config]``, overridable with
+``flwr run . --run-config``):
+
+=================  ===========================================================================
+``config``         the experiment YAML (relative paths: to the app's folder ``base``)
+``num-rounds``     FL rounds (default 3)
+``seed``           the federation's seed (default: the config's first seed)
+``out``            the run directory the audit writes (``leakshield report OUT`` reads it)
+``audit-clients``  replies attacked per round (default 5; 0 turns the audit off)
+``fraction-train`` share of the nodes sampled each round (default 1.0)
+``device``         ``cpu`` (default) or ``cuda``
+=================  ===========================================================================
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from flwr.app import ArrayRecord, Context, Message, MetricRecord
+from flwr.clientapp import ClientApp
+from flwr.common import log
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg, Strategy
+
+from leakshield.experiment.audit import AuditSettings, UpdateAuditor
+from leakshield.experiment.config import load_config
+from leakshield.experiment.federation import NO_CLIENT, Federation
+from leakshield.flower.client import LeakshieldTrainer, partition_id
+from leakshield.flower.mods import release_mods
+from leakshield.flower.strategy import AuditingStrategy
+from leakshield.metrics.utility import accuracy
+
+
+def resolve(path: str | Path, base: Path | None) -> Path:
+    path = Path(path)
+    return path if path.is_absolute() or base is None else base / path
+
+
+class ConfiguredTrainStep:
+    """The ClientApp's train function for an experiment config (picklable: Ray ships it to its actors;
+    the trainer is built lazily in each process). On the clients the config defends, the defense
+    stack's trailing update-stage defenses run as :class:`~leakshield.flower.mods.ReleaseDefenseMod`
+    mods around :class:`LeakshieldTrainer`, the rest in it."""
+
+    def __init__(self, config: str | Path | None = None, base: Path | None = None) -> None:
+        self.config, self.base = config, base
+        self._trainer: LeakshieldTrainer | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_trainer": None}
+
+    def trainer(self, context: Context) -> LeakshieldTrainer:
+        if self._trainer is None:
+            path = resolve(str(self.config or context.run_config["config"]), self.base)
+            self._trainer = LeakshieldTrainer(path, device=str(context.run_config.get("device", "cpu")))
+        return self._trainer
+
+    def __call__(self, msg: Message, context: Context) -> Message:
+        step = self.trainer(context)
+        chain = step
+        if step.config.fl.is_defended(partition_id(context)):
+            for mod in reversed(release_mods(step.config.defenses[0].entries)):
+                chain = functools.partial(mod, call_next=chain)
+        return chain(msg, context)
+
+
+def client_app(config: str | Path | None = None, *, base: Path | None = None) -> ClientApp:
+    """A ClientApp whose train step is :class:`ConfiguredTrainStep` for ``config`` (None: the run
+    config's ``config``; relative paths are taken from ``base``)."""
+    app = ClientApp()
+    app.train()(ConfiguredTrainStep(config, base))
+    return app
+
+
+#: the server's run-config defaults (see the module docstring)
+SERVER_DEFAULTS: dict[str, Any] = {
+    "num-rounds": 3,
+    "out": "runs/flower",
+    "audit-clients": 5,
+    "fraction-train": 1.0,
+    "device": "cpu",
+}
+
+
+def server_app(
+    config: str | Path | None = None,
+    *,
+    base: Path | None = None,
+    strategy: type[Strategy] = FedAvg,
+    defaults: Mapping[str, Any] | None = None,
+) -> ServerApp:
+    """A ServerApp that trains the config's model with ``strategy`` (FedAvg: every sampled node, no
+    federated evaluation; the test accuracy is computed centrally after each round) wrapped in
+    :class:`AuditingStrategy`; the audit's run directory is the run config's ``out``. ``defaults``
+    override :data:`SERVER_DEFAULTS`; the run config overrides both."""
+    app = ServerApp()
+    preset = {**SERVER_DEFAULTS, **(defaults or {})}
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        rc = {**preset, **context.run_config}
+        experiment = load_config(resolve(str(config or rc["config"]), base))
+        seed = int(rc.get("seed", experiment.seeds[0]))
+        device = str(rc["device"])
+        fed = Federation.build(experiment, seed=seed, device=device, fits_for=NO_CLIENT)
+        clients = experiment.fl.clients
+        inner = strategy(  # type: ignore[call-arg]
+            fraction_train=float(rc["fraction-train"]),
+            fraction_evaluate=0.0,
+            min_available_nodes=clients,
+        )
+        audit_clients = int(rc["audit-clients"])
+        if audit_clients > 0:
+            out = resolve(str(rc["out"]), base)
+            auditor = UpdateAuditor(
+                experiment, out, settings=AuditSettings(clients=audit_clients), federation=fed
+            )
+            inner = AuditingStrategy(inner, auditor)
+        model = fed.fresh_model()
+        result = inner.start(
+            grid=grid,
+            initial_arrays=ArrayRecord(model.state_dict()),
+            num_rounds=int(rc["num-rounds"]),
+            evaluate_fn=functools.partial(_test_accuracy, fed),
+        )
+        log(20, "leakshield: final test accuracy %s", result.evaluate_metrics_serverapp)
+
+    return app
+
+
+def _test_accuracy(fed: Federation, server_round: int, arrays: ArrayRecord) -> MetricRecord:
+    model = fed.fresh_model()
+    model.load_state_dict({k: v.to(fed.device) for k, v in arrays.to_torch_state_dict().items()})
+    with torch.no_grad():
+        acc = accuracy(model, fed.data.test.to(fed.device), normalize=fed.info.normalize)
+    return MetricRecord({"accuracy": acc})

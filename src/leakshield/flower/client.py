@@ -1,0 +1,177 @@
+"""The client side of the bridge: leakshield's honest client as a Flower train step, and an optional
+self-audit for deployments (the client inverts its own update and sends back only the scores)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from flwr.app import ArrayRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.clientapp.typing import ClientAppCallable
+
+from leakshield.artifacts import ArtifactCache
+from leakshield.attacks.base import create_attack
+from leakshield.defenses.base import DefensePipeline, PublicDefense
+from leakshield.errors import ConfigError, LeakshieldError
+from leakshield.experiment.config import ExperimentConfig, load_config
+from leakshield.experiment.evaluation import score_victim
+from leakshield.experiment.federation import NO_CLIENT, Federation
+from leakshield.fl import ThreatModel, build_server_view
+from leakshield.flower.mods import announced
+from leakshield.flower.records import FACTS_RECORD, ReportedFacts, reply_state, state_of, update_from_reply
+
+
+def _config(config: ExperimentConfig | str | Path) -> ExperimentConfig:
+    return config if isinstance(config, ExperimentConfig) else load_config(config)
+
+
+def partition_id(context: Context) -> int:
+    """The client's id: its node config's ``partition-id`` (set by Flower's simulation; set it on a
+    deployed SuperNode with ``--node-config "partition-id=3"``)."""
+    if "partition-id" not in context.node_config:
+        raise ConfigError(
+            "node_config: no 'partition-id'; start the SuperNode with --node-config partition-id=N"
+        )
+    return int(context.node_config["partition-id"])
+
+
+def server_round(msg: Message) -> int:
+    """Flower's server round (1-based) as leakshield's 0-based round."""
+    config = msg.content.config_records.get("config")
+    if config is None or "server-round" not in config:
+        raise LeakshieldError(
+            "the train message's 'config' record has no 'server-round' (Flower strategies set it)"
+        )
+    return int(config["server-round"]) - 1  # type: ignore[arg-type]
+
+
+class LeakshieldTrainer:
+    """A Flower train step that runs leakshield's honest client for ``config`` (an
+    :class:`ExperimentConfig` or a path to its YAML): the client with this node's ``partition-id``
+    trains its partition of ``config.dataset`` under ``config.defenses[0]`` (FedSGD: one minibatch it
+    draws; FedAvg: local epochs over its data; ``config.fl.local``) and replies with its model after
+    training, the sample count (``num-examples``) and the protocol facts
+    (:class:`~leakshield.flower.records.ReportedFacts`).
+
+    Use it as the ClientApp's train function: ``app.train()(LeakshieldTrainer("cfg.yaml"))``. Defenses
+    that mods around it announce (:class:`~leakshield.flower.mods.ReleaseDefenseMod`) are left to the
+    mods. seed: the client's seed (None: the run config's ``seed``, else ``config.seeds[0]``)."""
+
+    def __init__(
+        self,
+        config: ExperimentConfig | str | Path,
+        *,
+        seed: int | None = None,
+        device: str = "cpu",
+        cache: ArtifactCache | None = None,
+    ) -> None:
+        self.config = _config(config)
+        self.seed = seed
+        self.device = device
+        self.cache = cache
+        self._federations: dict[tuple[int, int], Federation] = {}
+        self._entries = self.config.defenses[0].entries
+
+    def federation(self, client_id: int, seed: int) -> Federation:
+        """The federation as client ``client_id`` builds it (fitting its own artifacts only; one
+        federation serves every client of this process when no defense fits per client)."""
+        per_client = any(d.fit_scope == "client" for d in DefensePipeline.from_config(self._entries).defenses)
+        key = (client_id if per_client else NO_CLIENT, seed)
+        if key not in self._federations:
+            self._federations[key] = Federation.build(
+                self.config, seed=seed, device=self.device, fits_for=key[0], cache=self.cache
+            )
+        return self._federations[key]
+
+    def _seed(self, context: Context) -> int:
+        if self.seed is not None:
+            return self.seed
+        return int(context.run_config.get("seed", self.config.seeds[0]))
+
+    def __call__(self, msg: Message, context: Context) -> Message:
+        client_id, round_ = partition_id(context), server_round(msg)
+        fed = self.federation(client_id, self._seed(context))
+        key, arrays = next(iter(msg.content.array_records.items()))
+        sent = state_of(arrays)
+        mods = announced(msg)
+        client = fed.client(client_id)
+        pipeline = without_suffix(client.pipeline, mods)
+        model = fed.fresh_model()
+        model.load_state_dict(sent)
+        update = dataclasses.replace(client, pipeline=pipeline).fit(model, round_)
+        if update is None:
+            raise LeakshieldError(f"client {client_id} holds no data; give every client samples")
+        info = fed.info
+        facts = ReportedFacts(
+            client_id=client_id,
+            round=round_,
+            protocol=update.protocol,
+            dataset=info.name,
+            mean=info.mean,
+            std=info.std,
+            parameters=tuple(name for name, _ in model.named_parameters()),
+            defenses=(*pipeline.public_config(), *mods),
+        )
+        content = RecordDict(
+            {
+                key: ArrayRecord(reply_state(sent, update)),
+                "metrics": MetricRecord({"num-examples": update.protocol.num_samples}),
+                FACTS_RECORD: facts.to_record(),
+            }
+        )
+        return Message(content, reply_to=msg)
+
+
+def without_suffix(pipeline: DefensePipeline, applied: list[PublicDefense]) -> DefensePipeline:
+    """``pipeline`` without the defenses at its end that mods apply (as announced); mods applying a
+    defense the configured stack does not end with are extra and leave the pipeline whole."""
+    k = len(applied)
+    configured = pipeline.public_config()
+    if k == 0 or tuple(configured[-k:]) != tuple(applied):
+        return pipeline
+    return DefensePipeline(pipeline.defenses[: len(configured) - k], pipeline.client_artifacts)
+
+
+class SelfAuditMod:
+    """For deployments, where the server must not see ground truth: the client inverts its own final
+    reply (after every mod inside this one; list it first) with ``config.attacks[0]`` and adds only the
+    scores to the reply's metrics (``leakshield-psnr``, ``leakshield-ssim``; a strategy averages them
+    weighted by ``num-examples``). Costly: one attack per client per round; ``every`` audits every n-th
+    round only."""
+
+    def __init__(self, trainer: LeakshieldTrainer, *, every: int = 1, **attack_params: Any) -> None:
+        spec = trainer.config.attacks[0]
+        self.trainer = trainer
+        self.attack = create_attack(spec.name, {**spec.params, **attack_params})
+        self.every = every
+
+    def __call__(self, msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
+        if msg.metadata.message_type != MessageType.TRAIN:
+            return call_next(msg, ctxt)
+        sent = state_of(next(iter(msg.content.array_records.values())))
+        reply = call_next(msg, ctxt)
+        if reply.has_error():
+            return reply
+        facts = ReportedFacts.from_message(reply)
+        if facts.round % self.every:
+            return reply
+        fed = self.trainer.federation(facts.client_id, self.trainer._seed(ctxt))
+        update = update_from_reply(sent, state_of(next(iter(reply.content.array_records.values()))), facts)
+        truth = fed.client(facts.client_id).round_data(facts.round, fed.device)
+        threat = ThreatModel(labels_known=fed.config.attack.threat.labels_known)
+        view = build_server_view(
+            fed.fresh_model(),
+            update,
+            fed.info,
+            threat,
+            labels=truth.y,
+            defenses=facts.defenses,
+            round=facts.round,
+        )
+        seed = fed.seed * 100_003 + facts.round * 1_009 + facts.client_id
+        score = score_victim(self.attack.reconstruct(view, seed=seed), truth.x, truth.y)
+        metrics = next(iter(reply.content.metric_records.values()))
+        metrics["leakshield-psnr"] = sum(score.per_image["psnr"]) / len(truth)
+        metrics["leakshield-ssim"] = sum(score.per_image["ssim"]) / len(truth)
+        return reply
