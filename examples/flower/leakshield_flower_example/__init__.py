@@ -1,0 +1,1 @@
+"""leakshield's Flower example: 10 clients on digits, a defense, and a leakage audit."""
