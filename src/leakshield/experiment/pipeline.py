@@ -114,6 +114,9 @@ class ExperimentContext:
             "accuracy_train": train_acc,
             **trained.pipeline.privacy_spent(trained.client_steps),
         }
+        seconds, updates = trained.client_time
+        if updates:  # a measurement (wall time), for the leaderboard's cost column
+            metrics["client_seconds"] = seconds / updates
         defended = [c for i, c in enumerate(self.models.clients) if self.config.fl.is_defended(i) and len(c)]
         sensitive = sensitive_subset(
             defended, self.config.metrics.sensitive, trained.pipeline.sensitive_samples

@@ -43,6 +43,16 @@ COLUMNS = (
 )
 
 
+#: metrics that are wall-clock measurements (a defense's client seconds per update): two runs of the same
+#: cell differ in them, and nothing that must be reproducible may depend on them
+MEASUREMENTS = frozenset({"client_seconds"})
+
+
+def reproducible(metrics: dict[str, Any]) -> dict[str, Any]:
+    """``metrics`` without the wall-clock :data:`MEASUREMENTS`."""
+    return {k: v for k, v in metrics.items() if k not in MEASUREMENTS}
+
+
 @dataclass(frozen=True)
 class CellRecord:
     """A stored cell: its coordinates, status (``ok`` or ``failed``), aggregate and per-victim metrics."""

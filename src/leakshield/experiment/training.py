@@ -27,6 +27,8 @@ class TrainedModel:
     pipeline: DefensePipeline
     client_steps: dict[int, tuple[int, float]]
     rounds: int
+    #: (seconds, updates) the defended clients spent computing their updates over these rounds
+    client_time: tuple[float, int] = (0.0, 0)
 
 
 @dataclass
@@ -42,7 +44,9 @@ class TrainedModels:
     cache: ArtifactCache
     progress: bool = False
     used: list[ArtifactUse] = field(default_factory=list)
-    _states: dict[tuple, tuple[dict[str, torch.Tensor], DefensePipeline, dict]] = field(default_factory=dict)
+    _states: dict[tuple, tuple[dict[str, torch.Tensor], DefensePipeline, dict, tuple[float, int]]] = field(
+        default_factory=dict
+    )
 
     def fresh(
         self, model: Component, defense: DefenseSetting, seed: int
@@ -75,9 +79,10 @@ class TrainedModels:
         cached = [key[3] for key in self._states if key[:3] == base_key and key[3] <= rounds]
         start = 0
         client_steps: dict[int, tuple[int, float]] = {}
+        client_time = (0.0, 0)
         if cached:
             start = max(cached)
-            state, pipeline, client_steps = self._states[(*base_key, start)]
+            state, pipeline, client_steps, client_time = self._states[(*base_key, start)]
             info = self.data.info
             net = create_model(
                 model.name, model.params, in_shape=info.shape, num_classes=info.num_classes, seed=seed
@@ -92,8 +97,9 @@ class TrainedModels:
             )
             sim.round = start
             sim.client_steps = dict(client_steps)
+            sim.client_time = client_time
             sim.run(rounds - start, progress=self.progress, desc=f"FL rounds {start}→{rounds}")
-            client_steps = sim.client_steps
+            client_steps, client_time = sim.client_steps, sim.client_time
         state = {k: v.detach().clone() for k, v in net.state_dict().items()}
-        self._states[(*base_key, rounds)] = (state, pipeline, dict(client_steps))
-        return TrainedModel(net, pipeline, dict(client_steps), rounds)
+        self._states[(*base_key, rounds)] = (state, pipeline, dict(client_steps), client_time)
+        return TrainedModel(net, pipeline, dict(client_steps), rounds, client_time)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Sequence
 
 import torch
@@ -48,6 +49,9 @@ class FederatedSimulation:
         #: participant id → (local SGD steps taken over all rounds so far, minibatch sampling rate), for
         #: privacy accounting (DP-SGD's ε) of the participants that run the defenses
         self.client_steps: dict[int, tuple[int, float]] = {}
+        #: (seconds, updates): wall time the defended participants spent computing their updates, and
+        #: how many updates that was (a defense's client cost; a measurement, never a test's input)
+        self.client_time: tuple[float, int] = (0.0, 0)
 
     @classmethod
     def honest(
@@ -95,9 +99,13 @@ class FederatedSimulation:
         updates: list[ClientUpdate] = []
         for index in chosen:
             participant = self.participants[index]
+            started = time.perf_counter()
             update = participant.fit(copy.deepcopy(self.model), self.round)
             if update is None:
                 continue
+            if getattr(participant, "accounted", False):
+                seconds, count = self.client_time
+                self.client_time = (seconds + time.perf_counter() - started, count + 1)
             updates.append(update)
             for observer in self.observers:
                 observer.update_received(self.round, participant.client_id, update)
