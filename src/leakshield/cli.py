@@ -1,4 +1,5 @@
-"""The ``leakshield`` command line: run, fit, report, list, demo, ats (``cli_ats``).
+"""The ``leakshield`` command line: run, fit, report, list, demo, ats (``cli_ats``), leaderboard
+(``cli_leaderboard``).
 
 Bad input (unknown names, wrong types, invalid values, missing data files, unreadable configs) ends
 with exit status 2 and one line on stderr, without a traceback and without writing over a run.
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from leakshield import __version__, cli_ats
+from leakshield import __version__, cli_ats, cli_leaderboard
 from leakshield.errors import LeakshieldError
 
 LISTABLE = ("datasets", "models", "defenses", "attacks", "aggregators", "metrics", "transformations")
@@ -169,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--print-config", action="store_true", help="print the demo's config and exit")
     common(demo)
     cli_ats.add_parser(sub, common)
+    cli_leaderboard.add_parser(sub, common)
     return parser
 
 
@@ -364,6 +366,7 @@ COMMANDS = {
     "list": cmd_list,
     "demo": cmd_demo,
     "ats": cmd_ats,
+    "leaderboard": lambda args: cli_leaderboard.cmd_leaderboard(args, _run),
 }
 
 
@@ -381,6 +384,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("leakshield: interrupted; rerun the same command to resume\n")
         return 130
+    except BrokenPipeError:  # output piped into a reader that stopped (e.g. `| head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
