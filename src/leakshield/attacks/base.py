@@ -45,6 +45,9 @@ class Attack(Fittable):
     name: str = "attack"
     #: ``public``: the attack needs a one-off :meth:`fit` on the public split (e.g. a generator prior)
     fit_scope: ClassVar[Literal["public"] | None] = None
+    #: whether :meth:`prepare_model` sends a modified model (a malicious server, e.g. imprint); attacks
+    #: that only keep secrets computed from public knowledge (a prior) stay honest-but-curious
+    modifies_model: ClassVar[bool] = False
 
     def __init__(self, params: Params) -> None:
         self.params = params

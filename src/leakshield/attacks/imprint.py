@@ -85,6 +85,8 @@ class ImprintParams(Params):
 class ImprintAttack(Attack):
     """Needs FedSGD (or a one-step update); labels, when not granted, come from the batch rule."""
 
+    modifies_model = True
+
     params: ImprintParams
 
     def prepare_model(self, model: nn.Module, knowledge: ServerKnowledge) -> PreparedModel:

@@ -28,7 +28,14 @@ from leakshield.experiment.federation import NO_CLIENT, Federation
 from leakshield.experiment.fitting import FitSetting, fit_attack
 from leakshield.experiment.rundir import STORE_FILE, prepare_run_dir
 from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
-from leakshield.fl import ClientUpdate, RoundObserver, ThreatModel, build_server_view, seeded_generator
+from leakshield.fl import (
+    ClientUpdate,
+    RoundObserver,
+    ServerKnowledge,
+    ThreatModel,
+    build_server_view,
+    seeded_generator,
+)
 from leakshield.registry import Params
 from leakshield.report.grids import image_grid, png_bytes
 
@@ -92,7 +99,7 @@ class UpdateAuditor(RoundObserver):
             raise ConfigError(f"attacks: an audit runs one attack; the config lists {len(config.attacks)}")
         spec = config.attacks[0]
         attack = create_attack(spec.name, spec.params)
-        if type(attack).prepare_model is not Attack.prepare_model:
+        if attack.modifies_model:
             raise ConfigError(
                 f"attacks[0]: {spec.name} is a malicious-server attack (it changes the model sent); "
                 "an audit runs honest-but-curious attacks on the replies"
@@ -152,6 +159,8 @@ class UpdateAuditor(RoundObserver):
         status, error, metrics, victims, png = "ok", None, {}, [], None
         try:
             truths = [fed.client(c).round_data(round, self.device) for c in chosen]
+            # an honest server's preparation: the model is sent unchanged, secrets from public knowledge
+            secrets = self.attack.prepare_model(model, ServerKnowledge(fed.info, fed.data.public)).secrets
             views = [
                 build_server_view(
                     model,
@@ -161,6 +170,7 @@ class UpdateAuditor(RoundObserver):
                     labels=truth.y.to(self.device),
                     defenses=defenses.get(c, ()),
                     round=round,
+                    secrets=secrets,
                 )
                 for c, truth in zip(chosen, truths, strict=True)
             ]
