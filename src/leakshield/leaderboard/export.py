@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import platform
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,7 +33,8 @@ def run_facts(records: Sequence[CellRecord], name: str, preset: str, fingerprint
         "torch": env.get("torch"),
         "device": env.get("device"),
         "threads": env.get("threads"),
-        "machine": f"{platform.machine()}, {env.get('threads', '?')} torch threads, {env.get('device', '?')}",
+        "machine": f"{platform.machine()} with {os.cpu_count()} cores; cells on {env.get('device', '?')}, "
+        f"{env.get('threads', '?')} torch thread(s) each",
         "cells": len(records),
         "cell_seconds": round(sum(r.seconds for r in records), 1),
     }
@@ -43,13 +45,13 @@ def export_json(records: Sequence[CellRecord], facts: dict[str, Any]) -> str:
     cells = [
         {
             "key": r.key, "kind": r.kind, "model": r.model, "defense": r.defense, "attack": r.attack,
-            "round": r.round, "seed": r.seed, "status": r.status, "error": r.error, "seconds": r.seconds,
-            "finished": r.finished, "environment": r.environment,
+            "round": r.round, "seed": r.seed, "status": r.status, "error": r.error,
+            "seconds": round(r.seconds, 2), "finished": round(r.finished, 1),
             "metrics": {k: v for k, v in r.metrics.items() if isinstance(v, int | float) or v is None},
         }
         for r in records
     ]  # fmt: skip
-    return json.dumps({"run": facts, "cells": cells}, indent=1, sort_keys=True)
+    return json.dumps({"run": facts, "cells": cells}, indent=0, sort_keys=True)
 
 
 def records_from_json(text: str) -> tuple[dict[str, Any], list[CellRecord]]:
@@ -59,7 +61,6 @@ def records_from_json(text: str) -> tuple[dict[str, Any], list[CellRecord]]:
             key=c["key"], kind=c["kind"], model=c["model"], defense=c["defense"], attack=c["attack"],
             round=c["round"], seed=c["seed"], status=c["status"], metrics=c["metrics"], victims=[],
             error=c["error"], images=None, seconds=c["seconds"], finished=c["finished"],
-            environment=c.get("environment") or {},
         )
         for c in data["cells"]
     ]  # fmt: skip

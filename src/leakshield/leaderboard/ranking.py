@@ -4,8 +4,10 @@ by that worst case, and the privacy–utility Pareto front is marked.
 
 Scores: an attack cell's SSIM (per image, matched, averaged over victims), or for the GAN attack of a
 malicious client, which reconstructs classes rather than images, its class-level SSIM (Anti-GAN Eq. 5).
-Cells are first averaged over seeds. The strongest attack has the highest SSIM; ties go to the higher
-PSNR, then to the attack's name, and the tied attacks are listed. Failed cells never count as a
+Cells are first averaged over seeds. SSIMs are compared at the table's precision (3 decimals: a
+difference of 1e-5 between two perfect reconstructions is float noise, not privacy). The strongest
+attack has the highest SSIM; ties go to the higher PSNR, then to the attack's name, and the tied
+attacks are listed. Failed cells never count as a
 defense's success: they are reported next to the standing, and a defense whose attack cells all
 failed is unranked."""
 
@@ -18,6 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from leakshield.experiment.store import CellRecord
+
+#: decimals at which SSIMs are compared (and shown)
+PRECISION = 3
+
+
+def level(ssim: float) -> float:
+    """An SSIM at the comparison precision."""
+    return round(ssim, PRECISION)
 
 
 @dataclass(frozen=True)
@@ -92,9 +102,10 @@ def strongest(scores: Sequence[AttackScore]) -> tuple[AttackScore | None, tuple[
     """The strongest of ``scores`` (highest SSIM, then PSNR, then name) and the attacks tied on SSIM."""
     if not scores:
         return None, ()
-    key = lambda s: (-s.ssim, -(s.psnr if s.psnr is not None else -math.inf), s.attack, s.round)  # noqa: E731
+    key = lambda s: (-level(s.ssim), -(s.psnr if s.psnr is not None else -math.inf), s.attack, s.round)  # noqa: E731
     best = min(scores, key=key)
-    tied = tuple(sorted({f"{s.attack}@{s.round}" for s in scores if s.ssim == best.ssim and s is not best}))
+    same = [s for s in scores if level(s.ssim) == level(best.ssim) and s is not best]
+    tied = tuple(sorted({f"{s.attack}@{s.round}" for s in same}))
     return best, tied
 
 
@@ -151,8 +162,9 @@ def dominates(a: Standing, b: Standing) -> bool:
     """``a`` is at least as private (lower strongest SSIM) and as accurate as ``b``, better in one."""
     if a.strongest is None or b.strongest is None or a.accuracy is None or b.accuracy is None:
         return False
-    no_worse = a.strongest.ssim <= b.strongest.ssim and a.accuracy >= b.accuracy
-    better = a.strongest.ssim < b.strongest.ssim or a.accuracy > b.accuracy
+    sa, sb = level(a.strongest.ssim), level(b.strongest.ssim)
+    no_worse = sa <= sb and a.accuracy >= b.accuracy
+    better = sa < sb or a.accuracy > b.accuracy
     return no_worse and better
 
 
@@ -177,7 +189,7 @@ def rank(rows: list[Standing]) -> list[Standing]:
         return (
             row.model,
             0,
-            row.strongest.ssim,
+            level(row.strongest.ssim),
             -(row.accuracy if row.accuracy is not None else -1.0),
             row.defense,
         )

@@ -24,6 +24,7 @@ STYLE = (
     "td,th{border:1px solid #bbb;padding:4px 8px;text-align:right}"
     "td:nth-child(-n+3),th:nth-child(-n+3){text-align:left}.box{background:#f4f4f4;padding:0.6em 1em}"
     "figure{display:inline-block;margin:0 1em 1em 0}figcaption{font-size:90%}img{image-rendering:pixelated}"
+    "figure img{zoom:2}"
     ".front{font-weight:bold}</style>"
 )
 
@@ -51,11 +52,20 @@ def frontier_png(rows: list[Standing], baseline: float | None) -> bytes | None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 5), dpi=110)
-    for row in points:
-        color = "#c0392b" if row.pareto else "#34495e"
-        ax.scatter(row.strongest.ssim, row.accuracy, color=color, s=36, zorder=3)  # type: ignore[union-attr]
-        ax.annotate(row.defense, (row.strongest.ssim, row.accuracy), fontsize=8,  # type: ignore[union-attr]
-                    xytext=(4, 3), textcoords="offset points")  # fmt: skip
+    clusters: list[list[Standing]] = []  # close points: their labels are listed, not drawn over each other
+    for row in sorted(points, key=lambda r: (-r.accuracy, r.strongest.ssim)):  # type: ignore[union-attr,operator]
+        x, y = row.strongest.ssim, row.accuracy  # type: ignore[union-attr]
+        home = next((c for c in clusters if abs(c[0].strongest.ssim - x) < 0.06  # type: ignore[union-attr]
+                     and abs(c[-1].accuracy - y) < 0.06), None)  # type: ignore[operator]  # fmt: skip
+        home.append(row) if home is not None else clusters.append([row])
+        ax.scatter(x, y, color="#c0392b" if row.pareto else "#34495e", s=36, zorder=3)
+    for cluster in clusters:
+        top = cluster[0]
+        for k, row in enumerate(cluster):
+            label_y = top.accuracy - 0.03 * k  # type: ignore[operator]
+            point = (row.strongest.ssim, row.accuracy)  # type: ignore[union-attr]
+            text = (top.strongest.ssim + 0.015, label_y)  # type: ignore[union-attr]
+            ax.annotate(row.defense, point, xytext=text, fontsize=8, va="center")
     front = sorted((r for r in points if r.pareto), key=lambda r: r.strongest.ssim)  # type: ignore[union-attr]
     if len(front) > 1:
         ax.step([r.strongest.ssim for r in front], [r.accuracy for r in front], where="post",  # type: ignore[union-attr]
@@ -64,10 +74,11 @@ def frontier_png(rows: list[Standing], baseline: float | None) -> bytes | None:
         ax.axvline(
             baseline, color="#7f8c8d", ls="--", lw=1, label=f"no-information baseline ({baseline:.3f})"
         )
+    ax.set_xlim(right=max(r.strongest.ssim for r in points) + 0.2)  # type: ignore[union-attr]  # room for the labels right of the points
     ax.set_xlabel("SSIM under the strongest attack (lower: more private)")
     ax.set_ylabel("test accuracy after FL training under the defense")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="lower left", fontsize=8)
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")

@@ -12,7 +12,7 @@ MALICIOUS_CLIENT = "malicious client"
 
 def threat_of(attack: str) -> str:
     """``malicious client`` for a participant attack (it takes part in training), ``malicious server``
-    for one that changes the model the server sends (``prepare_model``), else honest-but-curious."""
+    for one that changes the model the server sends (``Attack.modifies_model``), else honest-but-curious."""
     try:
         entry = ATTACKS.get(attack)
     except LeakshieldError:  # a label that is not a registered name (e.g. a renamed column)
@@ -20,6 +20,6 @@ def threat_of(attack: str) -> str:
     factory = entry.factory
     if getattr(factory, "role", None) == "participant":
         return MALICIOUS_CLIENT
-    if isinstance(factory, type) and factory.prepare_model is not Attack.prepare_model:
+    if isinstance(factory, type) and issubclass(factory, Attack) and factory.modifies_model:
         return MALICIOUS_SERVER
     return HONEST

@@ -1,0 +1,163 @@
+"""The leaderboard: ranking by strongest attack (ties, failed cells, seeds), the Pareto front, threat
+models, presets, the command end to end, and the README's generated Results section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from leakshield.cli import main
+from leakshield.errors import ConfigError
+from leakshield.experiment.store import CellRecord
+from leakshield.leaderboard.export import readme_block, readme_section, records_from_json
+from leakshield.leaderboard.presets import leaderboard_data, load_leaderboard
+from leakshield.leaderboard.ranking import standings
+from leakshield.leaderboard.threats import HONEST, MALICIOUS_CLIENT, MALICIOUS_SERVER, threat_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cell(kind, defense, attack=None, *, ssim=None, psnr=None, round=0, seed=0, status="ok", **metrics):
+    values = dict(metrics)
+    if ssim is not None:
+        values["ssim"] = ssim
+    if psnr is not None:
+        values["psnr"] = psnr
+    key = f"{kind}/{defense}/{attack}/{round}/{seed}"
+    return CellRecord(key, kind, "m", defense, attack, round, seed, status, values, [],
+                      None if status == "ok" else "boom", None, 1.0, 0.0)  # fmt: skip
+
+
+def fake_store() -> list[CellRecord]:
+    return [
+        cell("baseline", None, ssim=0.2),
+        # none: seeds averaged (0.8 and 1.0 → 0.9), the strongest over rounds too
+        cell("attack", "none", "ig", ssim=0.8, psnr=20, seed=0),
+        cell("attack", "none", "ig", ssim=1.0, psnr=30, seed=1),
+        cell("attack", "none", "dlg", ssim=0.5, psnr=15, round=2),
+        cell("utility", "none", accuracy=0.9, client_seconds=1.0),
+        # noise: two attacks tie on SSIM; the higher PSNR wins, the other is listed as tied
+        cell("attack", "noise", "ig", ssim=0.4, psnr=12),
+        cell("attack", "noise", "dlg", ssim=0.4, psnr=14),
+        cell("utility", "noise", accuracy=0.8, client_seconds=2.0),
+        # prune: its strongest attack failed; the remaining one counts, the failure is reported
+        cell("attack", "prune", "ig", status="failed"),
+        cell("attack", "prune", "dlg", ssim=0.4, psnr=13),
+        cell("utility", "prune", accuracy=0.8),
+        # gan: a GAN attack's class-level SSIM is its score
+        cell("attack", "gan", "hitaj", class_ssim=0.3),
+        cell("utility", "gan", accuracy=0.7),
+        # broken: every attack cell failed → unranked, last
+        cell("attack", "broken", "ig", status="failed"),
+        cell("utility", "broken", accuracy=0.95),
+    ]
+
+
+def test_strongest_attack_ties_failures_and_seeds() -> None:
+    rows = {r.defense: r for r in standings(fake_store())}
+    assert rows["none"].strongest.attack == "ig" and rows["none"].strongest.ssim == pytest.approx(0.9)
+    assert rows["none"].strongest.seeds == 2
+    assert rows["noise"].strongest.attack == "dlg" and rows["noise"].tied == ("ig@0",)
+    assert rows["prune"].strongest.attack == "dlg" and rows["prune"].failed == ("attack:ig@0",)
+    assert rows["gan"].strongest.metric == "class_ssim" and rows["gan"].strongest.ssim == 0.3
+    assert rows["broken"].strongest is None and rows["broken"].rank is None
+    assert rows["noise"].adr == pytest.approx((0.9 - 0.8) / 0.9)
+    assert rows["noise"].cost == pytest.approx(2.0) and rows["prune"].cost is None
+
+
+def test_ranking_shares_ranks_on_exact_ties_and_puts_unranked_last() -> None:
+    ordered = standings(fake_store())
+    assert [r.defense for r in ordered] == ["gan", "noise", "prune", "none", "broken"]
+    assert [r.rank for r in ordered] == [1, 2, 2, 4, None]  # noise and prune: same SSIM and accuracy
+
+
+def test_pareto_front() -> None:
+    front = {r.defense: r.pareto for r in standings(fake_store())}
+    # gan is the most private; noise and prune tie (both on the front: neither dominates the other);
+    # none is the most accurate; broken has no attack score, so it is not placed
+    assert front == {"gan": True, "noise": True, "prune": True, "none": True, "broken": False}
+    extra = cell("attack", "worse", "ig", ssim=0.5)  # less private than noise and less accurate
+    rows = {r.defense: r for r in standings([*fake_store(), extra, cell("utility", "worse", accuracy=0.75)])}
+    assert not rows["worse"].pareto
+
+
+def test_ssims_are_compared_at_the_tables_precision() -> None:
+    """Two perfect reconstructions (SSIM 0.99996 and 1.0) tie: the more accurate defense ranks first
+    and dominates the other on the front."""
+    records = [
+        cell("attack", "a", "ig", ssim=0.99996, psnr=60), cell("utility", "a", accuracy=0.90),
+        cell("attack", "b", "ig", ssim=1.0, psnr=70), cell("utility", "b", accuracy=0.95),
+    ]  # fmt: skip
+    rows = standings(records)
+    assert [(r.defense, r.rank, r.pareto) for r in rows] == [("b", 1, True), ("a", 2, False)]
+
+
+def test_threat_models_are_read_off_the_attacks() -> None:
+    assert threat_of("ig") == HONEST
+    assert threat_of("imprint") == MALICIOUS_SERVER
+    assert threat_of("hitaj") == MALICIOUS_CLIENT
+    assert threat_of("carlini") == threat_of("dcs2-prior") == HONEST  # they keep public priors only
+    assert threat_of("no-such-attack") == HONEST
+
+
+def test_presets_merge_params_and_rows() -> None:
+    text = (ROOT / "configs" / "leaderboard.yaml").read_text()
+    quick = leaderboard_data(text, "quick")
+    ig = next(a for a in quick["attacks"] if isinstance(a, dict) and a["name"] == "ig")
+    assert ig["iterations"] == 200 and quick["utility"]["rounds"] == 3
+    full = leaderboard_data(text, "full")
+    assert len(full["defenses"]) > len(quick["defenses"])
+    cifar = leaderboard_data(text, "quick", data_root="/data/cifar")
+    assert cifar["dataset"] == {"name": "cifar10", "channels": 3, "size": 32, "root": "/data/cifar"}
+    assert cifar["defenses"] == quick["defenses"] and cifar["attacks"] == quick["attacks"]
+    with pytest.raises(ConfigError, match=r"--preset 'huge'; .* defines: full, quick"):
+        leaderboard_data(text, "huge")
+    for preset in ("quick", "full"):
+        load_leaderboard(preset)  # every component validates against its registry
+
+
+TINY = {
+    "base": {
+        "name": "lb-tiny",
+        "dataset": {"name": "digits", "channels": 1, "size": 16},
+        "models": [{"name": "lenet", "label": "lenet-tanh", "activation": "tanh", "init_range": None}],
+        "fl": {"clients": 2, "local": {"algorithm": "fedavg", "local_lr": 0.1, "batch_size": 16}},
+        "attack": {"rounds": [0], "update": {"algorithm": "fedsgd"}, "threat": {"labels_known": True}},
+        "victims": {"count": 1, "batch_size": 1},
+        "defenses": ["none", {"name": "pruning", "ratio": 0.9}],
+        "attacks": ["ig", "pruning-aware"],
+        "utility": {"rounds": 1},
+    },
+    "presets": {"smoke": {"params": {"ig": {"iterations": 10}, "pruning-aware": {"iterations": 10}}}},
+}
+
+
+def test_leaderboard_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    config, out, readme = tmp_path / "board.yaml", tmp_path / "run", tmp_path / "README.md"
+    config.write_text(yaml.safe_dump(TINY))
+    readme.write_text("# project\n")
+    args = ["leaderboard", "--config", str(config), "--preset", "smoke", "--out", str(out), "--quiet"]
+    assert main([*args, "--device", "cpu", "--readme", str(readme)]) == 0
+    html = (out / "leaderboard.html").read_text()
+    assert "strongest attack" in html and "data:image/png;base64" in html and "Metric conventions" in html
+    assert {p.name for p in (out / "leaderboard").iterdir()} == {
+        "lenet-tanh__none.html",
+        "lenet-tanh__pruning.html",
+    }
+    block = readme_block(readme.read_text())
+    facts, records = records_from_json((tmp_path / "docs" / "leaderboard" / "smoke.json").read_text())
+    assert block == readme_section(facts, records, "docs/leaderboard/smoke.json")
+    capsys.readouterr()
+    assert main([*args, "--device", "cpu"]) == 0  # a rerun computes nothing
+    assert "0 computed" in capsys.readouterr().out
+
+
+def test_readme_results_match_the_stored_run_they_cite() -> None:
+    """The README's Results section is generated: it must equal what its cited export gives."""
+    block = readme_block((ROOT / "README.md").read_text())
+    assert block is not None, "README.md has no generated leaderboard section"
+    source = block.split("Generated from `", 1)[1].split("`", 1)[0]
+    facts, records = records_from_json((ROOT / source).read_text())
+    assert block == readme_section(facts, records, source)
