@@ -84,14 +84,15 @@ class LeakshieldTrainer:
             )
         return self._federations[key]
 
-    def _seed(self, context: Context) -> int:
+    def seed_for(self, context: Context) -> int:
+        """The client's seed: the one given, else the run config's ``seed``, else the config's first."""
         if self.seed is not None:
             return self.seed
         return int(context.run_config.get("seed", self.config.seeds[0]))
 
     def __call__(self, msg: Message, context: Context) -> Message:
         client_id, round_ = partition_id(context), server_round(msg)
-        fed = self.federation(client_id, self._seed(context))
+        fed = self.federation(client_id, self.seed_for(context))
         key, arrays = next(iter(msg.content.array_records.items()))
         sent = state_of(arrays)
         mods = announced(msg)
@@ -156,7 +157,7 @@ class SelfAuditMod:
         facts = ReportedFacts.from_message(reply)
         if facts.round % self.every:
             return reply
-        fed = self.trainer.federation(facts.client_id, self.trainer._seed(ctxt))
+        fed = self.trainer.federation(facts.client_id, self.trainer.seed_for(ctxt))
         update = update_from_reply(sent, state_of(next(iter(reply.content.array_records.values()))), facts)
         truth = fed.client(facts.client_id).round_data(facts.round, fed.device)
         threat = ThreatModel(labels_known=fed.config.attack.threat.labels_known)
