@@ -72,6 +72,7 @@ def _init_worker() -> None:
     import torch
 
     torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the driver stops us
     with contextlib.suppress(OSError, AttributeError):  # die with the driver (Linux): no orphan worker
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() == 1:  # the driver died before the call above
@@ -98,6 +99,17 @@ def local_results(
                 f"a worker process died (killed, or out of memory); {left} cells were not computed: "
                 "rerun the same command to compute them"
             ) from exc
+        except KeyboardInterrupt:  # Ctrl-C: stop now, not after the running chains (stored cells stay)
+            _stop_workers(pool)
+            raise
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Terminate the pool's worker processes and drop the queued chains (Python 3.11 has no public
+    way to stop a running task; ``_processes`` is the executor's own table of its workers)."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def ray_results(
