@@ -8,6 +8,7 @@ from leakshield.fl.config import FLConfig, LocalTraining
 from leakshield.fl.observation import Observation, observe_victim, server_view_of
 from leakshield.fl.participants import Participant, RoundObserver
 from leakshield.fl.simulation import FederatedSimulation
+from leakshield.fl.steps import DefenseSteps
 from leakshield.fl.types import (
     ClientUpdate,
     PreparedModel,
@@ -27,6 +28,7 @@ __all__ = [
     "Aggregator",
     "ClientTrace",
     "ClientUpdate",
+    "DefenseSteps",
     "FLConfig",
     "FederatedSimulation",
     "HonestClient",

@@ -7,7 +7,10 @@ defenses in real federations and a leakage audit of their updates.
 - Server: :class:`AuditingStrategy` (wraps any strategy; attacks a sample of replies; results in a
   leakshield run directory).
 - :func:`client_app` / :func:`server_app`: ready-made apps for an experiment config
-  (``examples/flower/``)."""
+  (``examples/flower/``).
+- A train step of your own: :class:`leakshield.fl.DefenseSteps` gives it the data, gradient and release
+  stages (same randomness as leakshield's client); attach ``ReportedFacts(...).to_record()`` to the reply
+  under :data:`FACTS_RECORD` so the auditing strategy knows how the update was computed."""
 
 from __future__ import annotations
 
