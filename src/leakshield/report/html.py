@@ -73,15 +73,15 @@ def build_report(run_dir: str | Path) -> ReportFiles:
         values=list(layout.values),
     )
     rounds = config.utility.rounds
-    if not any(r.kind == "utility" for r in records):  # e.g. an audit of a federation's replies
+    if not rounds:
+        accuracy = "Accuracy: not measured (utility.rounds is 0)."
+    elif not any(r.kind == "utility" for r in records):  # e.g. an audit of a federation's replies
         accuracy = "Accuracy: not measured in this run."
-    elif rounds:
+    else:
         accuracy = (
             f"Accuracy: test accuracy after {rounds} FL rounds under the defense; ADR = (acc_none − "
             "acc_defense) / acc_none."
         )
-    else:
-        accuracy = "Accuracy: not measured (utility.rounds is 0)."
     conventions = CONVENTIONS.format(
         match_on=config.metrics.match_on, asr=config.metrics.asr_threshold, accuracy=accuracy
     )
