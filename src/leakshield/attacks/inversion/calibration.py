@@ -2,12 +2,12 @@
 
 Candidates: ``loop`` (one victim after another, the one-victim engine), ``vectorized`` (one ``vmap``
 step for all victims; batched L-BFGS for L-BFGS) and ``compiled`` (that step compiled with
-``torch.compile``; Adam/SGD only). A calibration times a few steps of each on the actual model, victims
-and device, and measures the memory one victim's share of the vectorized step takes. The faster path
-wins only by a clear margin (:data:`MARGIN`, so that a near tie does not flip from run to run), and
-compiling is tried only when the eager estimate exceeds ``compile_after`` seconds (a compilation takes
-10–100 s). Victims are then attacked in chunks that fit in half the free memory; if not even one fits
-vectorized, the loop runs.
+``torch.compile``; L-BFGS pads its shrinking batches to the compiled size). A calibration times a few
+steps of each on the actual model, victims and device, and measures the memory one victim's share of
+the vectorized step takes. The faster path wins only by a clear margin (:data:`MARGIN`, so that a near
+tie does not flip from run to run), and compiling is tried only when the eager estimate exceeds
+``compile_after`` seconds (a compilation takes 10–100 s). Victims are then attacked in chunks that fit
+in half the free memory; if not even one fits vectorized, the loop runs.
 
 Decisions are remembered per (model shapes, attack settings, victims, device, threads) for the process
 and in ``calibration.json`` in the cache folder, so a rerun takes the same path and gives the same

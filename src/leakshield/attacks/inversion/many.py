@@ -1,7 +1,7 @@
 """Many victims of one FedSGD round, attacked together: the path chosen by calibration
 (:mod:`~leakshield.attacks.inversion.calibration`), victims in memory-sized chunks, Adam/SGD through
 :func:`~leakshield.attacks.inversion.loops.optimize_many` and L-BFGS through
-:mod:`~leakshield.attacks.inversion.lockstep`. Per victim the same seed, start and (up to
+:mod:`~leakshield.attacks.inversion.batched_lbfgs`. Per victim the same seed, start and (up to
 float rounding) the same trajectory as the one-victim engine."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from leakshield.attacks.base import Attack, Reconstruction
+from leakshield.attacks.inversion.batched_lbfgs import lbfgs_many
 from leakshield.attacks.inversion.calibration import Candidates, PathChoice, choose_path
-from leakshield.attacks.inversion.lockstep import Lockstep, run_in_lockstep
-from leakshield.attacks.inversion.loops import optimize_many, optimize_one
+from leakshield.attacks.inversion.loops import optimize_many
 from leakshield.attacks.inversion.vectorized import VectorizedObjective
 from leakshield.fl.types import ServerView
 
@@ -54,6 +54,7 @@ class ManyVictims:
         self.labels = None if self.joint else torch.stack([y for y, _ in self.resolved])
         self.lo, self.hi = attack._bounds(self.info, self.device)
         self.gens = [torch.Generator(device="cpu").manual_seed(seed) for seed in seeds]
+        self.pad_to: int | None = None  # the compiled step's batch size, when L-BFGS runs it
 
     def starts(self, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The next restart's start of victims ``idx`` (each from its own generator, as one by one)."""
@@ -102,8 +103,7 @@ class ManyVictims:
             x, y, targets = self.step_inputs(idx, probe[:chunk], logits[:chunk])
             return self.objective.compile(x, y, targets)
 
-        lbfgs = p.optimizer == "lbfgs"
-        return Candidates(loop, vectorized, None if lbfgs else compile_chunk)
+        return Candidates(loop, vectorized, compile_chunk)
 
 
 def _flat(inputs):
@@ -134,6 +134,8 @@ def attack_many(
         requested=p.path,
         compile_after=p.compile_after,
     )
+    if choice.path == "compiled":  # L-BFGS's batches shrink as victims finish: pad them to one size
+        problem.pad_to = choice.chunk
     if choice.path == "loop":
         looped = Attack.reconstruct_many(attack, views, seeds=seeds, progress=progress)
         return [_with_stats(r, choice, vectorized=False) for r in looped]
@@ -188,31 +190,43 @@ def _one_restart(problem: ManyVictims, idx: list[int], x0, logits0, progress: bo
 
 
 def _lbfgs(problem: ManyVictims, idx: list[int], x0, logits0, progress: bool):
-    """The one-victim L-BFGS loop of every victim, their evaluations batched (:mod:`.lockstep`)."""
+    """Every victim's one-victim L-BFGS, evaluations and directions batched (:mod:`.batched_lbfgs`)."""
     p = problem.attack.params
     rows = torch.tensor(idx, device=problem.device)
+    shape, size = x0.shape[1:], x0[0].numel()
+    start = x0.flatten(1) if logits0 is None else torch.cat([x0.flatten(1), logits0.flatten(1)], 1)
+    best_loss = torch.full((len(idx),), math.inf, device=problem.device)
+    best_score = best_loss.clone()
+    best = start.clone()
+    pad = problem.pad_to
 
-    def evaluate(victims: list[int], points: list[tuple[torch.Tensor, ...]]):
-        which = rows[victims]
-        x = torch.stack([point[0] for point in points])
-        labels = torch.stack([point[1] for point in points]) if problem.joint else problem.labels[which]
+    def evaluate(victims: list[int], points: torch.Tensor):
+        which, count = rows[victims], len(victims)
+        if pad and count < pad:  # a compiled step has one batch size: fill with copies of the first
+            which = torch.cat([which, which[:1].expand(pad - count)])
+            points = torch.cat([points, points[:1].expand(pad - count, -1)])
+        x = points[:, :size].view(-1, *shape)
+        labels = points[:, size:].view(len(points), problem.n, -1) if problem.joint else problem.labels[which]
         grads, (loss, score) = problem.objective.step(x, labels, *[t[which] for t in problem.targets])
-        per_victim = [
-            tuple(g[i] for g in grads) if problem.joint else (grads[i],) for i in range(len(victims))
-        ]
-        return loss, score, per_victim
+        flat = torch.cat([g.flatten(1) for g in grads], 1) if problem.joint else grads.flatten(1)
+        return loss[:count], score[:count], flat[:count]
 
-    lockstep = Lockstep(list(range(len(idx))), evaluate)
+    def remember(victims: list[int], points: torch.Tensor, loss: torch.Tensor, score: torch.Tensor) -> None:
+        at = torch.tensor(victims, device=problem.device)
+        better = torch.isfinite(loss) & (loss < best_loss[at])
+        at = at[better]
+        best[at], best_loss[at], best_score[at] = points[better], loss[better], score[better]
 
-    def work(i: int):
-        logits = logits0[i] if logits0 is not None else None
-        return optimize_one(p, x0[i], logits, lockstep.objective(i), problem.lo, problem.hi)
+    def box(point: torch.Tensor) -> torch.Tensor:
+        if not p.boxed:
+            return point
+        x = torch.max(torch.min(point[:size].view(shape), problem.hi), problem.lo)
+        return torch.cat([x.flatten(), point[size:]])
 
-    done = run_in_lockstep(list(range(len(idx))), lockstep, work)
-    x = torch.stack([d[0] for d in done])
-    logits = torch.stack([d[1] for d in done]) if problem.joint else None
-    score = torch.tensor([d[2] for d in done], device=problem.device)
-    return x, logits, score
+    lbfgs_many(p, start, evaluate, box, remember, lambda v: bool(best_score[v] < p.tolerance))
+    x = best[:, :size].view(-1, *shape)
+    logits = best[:, size:].view(len(idx), problem.n, -1) if problem.joint else None
+    return x, logits, best_score
 
 
 def _with_stats(reconstruction: Reconstruction, choice: PathChoice, *, vectorized: bool) -> Reconstruction:

@@ -40,7 +40,7 @@ class GradientInversionParams(Params):
     attacked: ``auto`` (default) measures and takes the fastest (see
     :mod:`~leakshield.attacks.inversion.calibration`), ``loop`` one by one, ``vectorized`` one vmapped
     step for all (batched L-BFGS for L-BFGS), ``compiled`` that step compiled with torch.compile
-    (Adam/SGD; checked against eager on the first step, eager when it fails). The BatchNorm prior and
+    (checked against eager on the first step, eager when it fails). The BatchNorm prior and
     joint labels with Adam/SGD always run one by one. compile_after: with ``auto``, try compiling only
     when the eager estimate exceeds this many seconds (a compilation takes 10–100 s).
     """
