@@ -15,11 +15,7 @@ copy: artifacts are content-addressed, so concurrent fits of the same artifact w
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import json
-import os
-import signal
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -29,6 +25,7 @@ from typing import Any
 from leakshield.errors import LeakshieldError
 from leakshield.experiment.cells import Cell
 from leakshield.experiment.store import CellRecord
+from leakshield.workers import init_single_threaded_worker, stop_workers
 
 _WORKER: dict[str, Any] = {}
 
@@ -68,24 +65,15 @@ def run_chain(config_json: str, out: str, keys: list[str], device: str, cache_di
     return results
 
 
-def _init_worker() -> None:
-    import torch
-
-    torch.set_num_threads(1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the driver stops us
-    with contextlib.suppress(OSError, AttributeError):  # die with the driver (Linux): no orphan worker
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() == 1:  # the driver died before the call above
-        os._exit(1)
-
-
 def local_results(
     jobs: list[list[str]], workers: int, task: Callable[[list[str]], tuple]
 ) -> Iterator[tuple[CellRecord, list[dict]]]:
     """Run ``jobs`` (lists of cell keys) in ``workers`` single-threaded processes; yield each finished
     cell's record as its chain completes."""
     context = get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=init_single_threaded_worker
+    ) as pool:
         pending = {pool.submit(run_chain, *task(keys)): keys for keys in jobs}
         try:
             while pending:
@@ -100,16 +88,8 @@ def local_results(
                 "rerun the same command to compute them"
             ) from exc
         except KeyboardInterrupt:  # Ctrl-C: stop now, not after the running chains (stored cells stay)
-            _stop_workers(pool)
+            stop_workers(pool)
             raise
-
-
-def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Terminate the pool's worker processes and drop the queued chains (Python 3.11 has no public
-    way to stop a running task; ``_processes`` is the executor's own table of its workers)."""
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
-        process.terminate()
-    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def ray_results(

@@ -38,6 +38,7 @@ from leakshield.attacks.inversion.objectives import (
 )
 from leakshield.attacks.inversion.params import GradientInversionParams
 from leakshield.attacks.inversion.replay import dummy_update
+from leakshield.attacks.inversion.shards import attack_in_shards
 from leakshield.attacks.inversion.starts import initial_images, load_image_file
 from leakshield.attacks.labels import resolve_labels
 from leakshield.data.types import DatasetInfo
@@ -161,6 +162,9 @@ class GradientInversion(Attack):
         trajectories as one-by-one attacks; the path taken is in each reconstruction's stats."""
         if len(views) != len(seeds):
             raise ValueError(f"{len(views)} views but {len(seeds)} seeds")
+        on_cpu = all(next(v.model.parameters()).device.type == "cpu" for v in views)
+        if self.params.victim_shards > 1 and len(views) > 1 and on_cpu:
+            return attack_in_shards(self, views, seeds)
         if not self.vectorizable(views):
             return super().reconstruct_many(views, seeds=seeds, progress=progress)
         return attack_many(self, views, seeds, progress)

@@ -42,7 +42,9 @@ class GradientInversionParams(Params):
     step for all (batched L-BFGS for L-BFGS), ``compiled`` that step compiled with torch.compile
     (checked against eager on the first step, eager when it fails). The BatchNorm prior and
     joint labels with Adam/SGD always run one by one. compile_after: with ``auto``, try compiling only
-    when the eager estimate exceeds this many seconds (a compilation takes 10–100 s).
+    when the eager estimate exceeds this many seconds (a compilation takes 10–100 s). victim_shards:
+    attack the victims in that many single-threaded worker processes, each taking its path as above
+    (CPU only; at most one per core; keep 1 under ``leakshield run --workers N``).
     """
 
     distance: Literal["l2", "l1", "cosine"] = "l2"
@@ -72,6 +74,7 @@ class GradientInversionParams(Params):
     dropout_samples: int = pydantic.Field(default=1, ge=1)
     path: Literal["auto", "loop", "vectorized", "compiled"] = "auto"
     compile_after: float = pydantic.Field(default=120.0, ge=0)
+    victim_shards: int = pydantic.Field(default=1, ge=1)
 
     @pydantic.model_validator(mode="after")
     def _image_init_needs_a_file(self) -> GradientInversionParams:

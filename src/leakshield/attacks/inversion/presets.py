@@ -122,7 +122,9 @@ def preset_params(name: str, defaults: dict[str, Any]) -> type[GradientInversion
         info.default = value
         fields[field] = (GradientInversionParams.model_fields[field].annotation, info)
     class_name = "".join(part.capitalize() for part in name.replace("-", " ").split()) + "Params"
-    return pydantic.create_model(class_name, __base__=GradientInversionParams, **fields)
+    cls = pydantic.create_model(class_name, __base__=GradientInversionParams, **fields)
+    globals()[class_name] = cls  # importable by name, so an attack pickles (victim-shard workers)
+    return cls
 
 
 for _name, (_summary, _reference, _defaults) in PRESETS.items():
