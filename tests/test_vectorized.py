@@ -308,3 +308,15 @@ def test_every_inversion_attack_pickles_for_shard_workers():
         if isinstance(attack, GradientInversion):
             again = pickle.loads(pickle.dumps(attack))
             assert again.params == attack.params, name
+
+
+def test_inside_a_worker_an_attack_runs_unsharded(digits3, monkeypatch):
+    """A worker of `run --workers N` already holds one core: it must not start shard workers."""
+    import leakshield.workers
+
+    monkeypatch.setattr(leakshield.workers, "_IN_WORKER", True)
+    model = create_model("lenet", in_shape=digits3.info.shape, num_classes=10).eval()
+    views = views_for(model, digits3.train, digits3.info, 2)
+    attack = create_attack("idlg", {"iterations": 1, "lbfgs_max_iter": 2, "victim_shards": 2})
+    out = attack.reconstruct_many(views, seeds=[0, 1])
+    assert all("victim_shards" not in r.stats for r in out)

@@ -14,11 +14,24 @@ import os
 import signal
 from concurrent.futures import ProcessPoolExecutor
 
+_IN_WORKER = False
 
-def init_single_threaded_worker() -> None:
+
+def in_worker() -> bool:
+    """True in a leakshield worker process (cells or shards), which must not start workers of its own."""
+    return _IN_WORKER
+
+
+def mark_worker() -> None:
+    global _IN_WORKER
     import torch
 
     torch.set_num_threads(1)
+    _IN_WORKER = True
+
+
+def init_single_threaded_worker() -> None:
+    mark_worker()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(OSError, AttributeError):  # Linux only
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG

@@ -25,7 +25,7 @@ from typing import Any
 from leakshield.errors import LeakshieldError
 from leakshield.experiment.cells import Cell
 from leakshield.experiment.store import CellRecord
-from leakshield.workers import init_single_threaded_worker, stop_workers
+from leakshield.workers import init_single_threaded_worker, mark_worker, stop_workers
 
 _WORKER: dict[str, Any] = {}
 
@@ -117,7 +117,5 @@ def ray_results(
 
 
 def _ray_chain(*args: Any) -> list[Any]:
-    import torch
-
-    torch.set_num_threads(1)
+    mark_worker()
     return run_chain(*args)

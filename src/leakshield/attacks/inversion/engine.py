@@ -46,6 +46,7 @@ from leakshield.errors import ConfigError
 from leakshield.fl.types import ServerView
 from leakshield.models.base import is_stochastic
 from leakshield.registry import Params
+from leakshield.workers import in_worker
 
 __all__ = ["GradientInversion", "GradientInversionParams", "load_image_file"]
 
@@ -163,7 +164,7 @@ class GradientInversion(Attack):
         if len(views) != len(seeds):
             raise ValueError(f"{len(views)} views but {len(seeds)} seeds")
         on_cpu = all(next(v.model.parameters()).device.type == "cpu" for v in views)
-        if self.params.victim_shards > 1 and len(views) > 1 and on_cpu:
+        if self.params.victim_shards > 1 and len(views) > 1 and on_cpu and not in_worker():
             return attack_in_shards(self, views, seeds)
         if not self.vectorizable(views):
             return super().reconstruct_many(views, seeds=seeds, progress=progress)

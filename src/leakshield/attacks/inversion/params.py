@@ -44,7 +44,7 @@ class GradientInversionParams(Params):
     joint labels with Adam/SGD always run one by one. compile_after: with ``auto``, try compiling only
     when the eager estimate exceeds this many seconds (a compilation takes 10–100 s). victim_shards:
     attack the victims in that many single-threaded worker processes, each taking its path as above
-    (CPU only; at most one per core; keep 1 under ``leakshield run --workers N``).
+    (CPU only; at most one per core; unsharded inside ``leakshield run --workers N`` or Ray workers).
     """
 
     distance: Literal["l2", "l1", "cosine"] = "l2"

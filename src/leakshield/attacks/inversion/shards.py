@@ -6,7 +6,8 @@ come back in victim order, each with ``victim_shards`` in its stats. The worker 
 on first use and kept for this process's later attacks. On a CPU, small models gain more
 from processes than from threads (their steps are many small operations that one thread cannot
 overlap), e.g. 16 compiled LeNet victims: see the README's Speed and scale. Use at most one shard per
-core, and keep 1 inside ``leakshield run --workers N``, whose workers already take one core each.
+core. Inside a worker of ``leakshield run --workers N`` or ``--executor ray`` (one core each already)
+the attack runs unsharded.
 
 CPU only: on a GPU the shards would share one device, so the attack runs unsharded there.
 """
