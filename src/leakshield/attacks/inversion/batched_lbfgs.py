@@ -30,6 +30,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import torch
+from tqdm.auto import tqdm
 
 from leakshield.attacks.inversion.params import GradientInversionParams
 
@@ -273,11 +274,14 @@ def lbfgs_many(
     box: Callable[[torch.Tensor], torch.Tensor],
     remember: Callable[[list[int], torch.Tensor, torch.Tensor, torch.Tensor], None],
     solved: Callable[[int], bool],
+    progress: bool = False,
 ) -> None:
     """Run one L-BFGS restart for every row of ``start`` (V × D flat variables). ``evaluate`` is called
     with the victims still running and their points; ``remember(victims, points, loss, distance)`` sees
-    every evaluation (the caller keeps the best iterate); ``solved(v)`` stops a victim."""
+    every evaluation (the caller keeps the best iterate); ``solved(v)`` stops a victim. ``progress``
+    shows the evaluation rounds and the victims still running."""
     victims = len(start)
+    bar = tqdm(desc="batched L-BFGS (evaluations)", disable=not progress, leave=False)
     memory = History(victims, p.lbfgs_history, start.shape[1], start.device, start.dtype)
     runs = {v: _victim(p, start[v].clone(), box, lambda v=v: solved(v)) for v in range(victims)}
     requests = {v: next(run) for v, run in runs.items()}
@@ -293,8 +297,11 @@ def lbfgs_many(
             remember(running, points, loss, distance)
             values = loss.tolist()
             replies = {v: (values[i], grads[i]) for i, v in enumerate(running)}
+            bar.update()
+            bar.set_postfix(running=len(running), lowest_loss=f"{min(values):.3g}")
         for v, reply in replies.items():
             try:
                 requests[v] = runs[v].send(reply)
             except StopIteration:
                 del requests[v]
+    bar.close()

@@ -223,7 +223,10 @@ def _lbfgs(problem: ManyVictims, idx: list[int], x0, logits0, progress: bool):
         x = torch.max(torch.min(point[:size].view(shape), problem.hi), problem.lo)
         return torch.cat([x.flatten(), point[size:]])
 
-    lbfgs_many(p, start, evaluate, box, remember, lambda v: bool(best_score[v] < p.tolerance))
+    def solved(v: int) -> bool:
+        return bool(best_score[v] < p.tolerance)
+
+    lbfgs_many(p, start, evaluate, box, remember, solved, progress)
     x = best[:, :size].view(-1, *shape)
     logits = best[:, size:].view(len(idx), problem.n, -1) if problem.joint else None
     return x, logits, best_score
