@@ -8,10 +8,11 @@ labels; batch 1 per victim; digits 32×32×3, untrained models) runs through lea
 and picks the loop, the vmapped step or the compiled vmapped step. Throughput is reported with and
 without the one-off costs (calibration, compilation), which a long attack (IG's 24,000 steps)
 amortizes. ``idlg``: torch.optim.LBFGS one victim at a time against leakshield's batched L-BFGS
-(its automatic choice, and its compiled evaluation).
+(its automatic choice, and its compiled evaluation). ``fedavg``: a path that runs one victim at a time
+(FedAvg unrolling), in one process against victim shards.
 
     python benchmarks/attack_throughput.py [--device cpu] [--threads 2] [--shards 2]
-        [--only lenet,lenet64,convnet,dmlp,idlg]
+        [--only lenet,lenet64,convnet,dmlp,idlg,fedavg]
 """
 
 from __future__ import annotations
@@ -190,6 +191,38 @@ def run_idlg(device: torch.device, iterations: int) -> None:
         )
 
 
+def run_fedavg(device: torch.device, steps: int | None, shards: int) -> None:
+    """A path that cannot vectorize (FedAvg unrolling: 2 local epochs of 2 images each): one by one in
+    one process against the same victims in ``shards`` single-threaded victim-shard processes."""
+    from leakshield.fl import LocalTraining
+
+    steps = steps or 500
+    data = load_dataset("digits", {"channels": 3, "size": 32})
+    model = create_model("lenet", None, in_shape=data.info.shape, num_classes=10).eval().to(device)
+    local = LocalTraining(algorithm="fedavg", batch_size=2, local_epochs=2, shuffle=False)
+    views = [
+        server_view_of(
+            model, data.train.subset([2 * i, 2 * i + 1]).to(device), data.info, local=local, labels_known=True
+        )
+        for i in range(8)
+    ]
+    truth = torch.cat([data.train.x[2 * i : 2 * i + 2] for i in range(8)])
+    timings, images = {}, {}
+    for label, extra in (("one process", {}), (f"{shards} shards", {"victim_shards": shards})):
+        attack = create_attack("ig", {"iterations": steps, "labels": "known", **extra})
+        start = time.perf_counter()
+        out = attack.reconstruct_many(views, seeds=list(range(8)))
+        timings[label] = time.perf_counter() - start
+        images[label] = torch.cat([r.images for r in out])
+    (one, one_s), (many, many_s) = timings.items()
+    print(
+        f"fedavg   8 victims × {steps} steps (FedAvg unrolled, one by one): {one} {one_s:6.1f} s "
+        f"(PSNR {float(psnr(images[one], truth).mean()):5.2f}), {many} {many_s:6.1f} s "
+        f"(PSNR {float(psnr(images[many], truth).mean()):5.2f})  ratio {one_s / many_s:5.2f}×",
+        flush=True,
+    )
+
+
 def _calibration(stats: dict) -> str:
     parts = [
         f"{k[12:-2]} {v * 1e3:.2f} ms"
@@ -206,7 +239,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="override each model's step budget")
     parser.add_argument("--idlg-iterations", type=int, default=300)
     parser.add_argument("--shards", type=int, default=2, help="also run IG in this many victim shards (CPU)")
-    parser.add_argument("--only", default="lenet,lenet64,convnet,dmlp,idlg")
+    parser.add_argument("--only", default="lenet,lenet64,convnet,dmlp,idlg,fedavg")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -215,6 +248,8 @@ def main() -> None:
     for which in args.only.split(","):
         if which == "idlg":
             run_idlg(device, args.idlg_iterations)
+        elif which == "fedavg":
+            run_fedavg(device, args.steps, max(args.shards, 2))
         else:
             run_ig(which, device, args.steps, args.shards)
 
