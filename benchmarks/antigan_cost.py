@@ -20,6 +20,7 @@ from leakshield.attacks import create_attack
 from leakshield.data import load_dataset
 from leakshield.defenses import DefensePipeline, create_defense
 from leakshield.fl import FederatedSimulation, FLConfig, HonestClient
+from leakshield.metrics.class_ssim import class_level_ssim
 from leakshield.models import create_model
 
 
@@ -68,10 +69,12 @@ def main() -> None:
     victim = HonestClient(0, defender, fl.local, DefensePipeline(), info)
     sim = FederatedSimulation(model, [victim, attacker], fl, seed=0)
     sim.run(args.rounds)
-    attacker.train_generator(sim.model, args.final_steps)
+    attacker.finish(sim.model)
     rounds_seconds = time.perf_counter() - begin
     begin = time.perf_counter()
-    value, _, _ = attack.score(attacker, defender, seed=0)
+    released = attacker.release(args.samples, seed=0)  # the attacker's output; the evaluator scores it
+    targets = torch.isin(defender.y, released.y.unique())
+    value, _ = class_level_ssim(released.x, released.y, defender.x[targets], defender.y[targets])
     score_seconds = time.perf_counter() - begin
     print(f"GAN attack: {args.rounds} rounds × {args.generator_steps} generator steps + {args.final_steps} "
           f"final → {rounds_seconds:.1f} s (FL training of both clients included); class-level SSIM of "

@@ -23,11 +23,18 @@ def test_no_module_is_over_400_lines():
 
 
 def _component_names() -> set[str]:
+    """Registered names and aliases of every attack and defense, their factories' class names and the
+    modules they live in (e.g. ``hitaj``, ``HitajGAN``, ``imprint``), lower-cased: the generic layers
+    must not name any of them, in any case."""
     names = set()
     for registry in (ATTACKS, DEFENSES):
         for entry in registry:
             names.update({entry.name, *entry.aliases})
-    names.discard("none")  # "no defense", the default of a config
+            factory = entry.factory
+            names.add(getattr(factory, "__name__", ""))
+            names.add(getattr(factory, "__module__", "").rsplit(".", 1)[-1])
+    names -= {"none", "", "base", "defense", "attack", "engine"}  # "no defense" and generic module names
+    names = {n.lower() for n in names}
     return names | {n.replace("-", "_") for n in names}
 
 
@@ -56,6 +63,30 @@ def _code_words(source: str) -> list[str]:
 @pytest.mark.parametrize("path", [p for group in GENERIC for p in group], ids=lambda p: p.name)
 def test_the_runner_and_the_fl_layer_name_no_defense_or_attack(path):
     names = _component_names()
-    pattern = re.compile(r"(?<![\w-])(" + "|".join(map(re.escape, sorted(names))) + r")(?![\w-])")
-    found = {m.group(1) for word in _code_words(path.read_text()) for m in pattern.finditer(word)}
-    assert not found, f"{path.name} names {sorted(found)}"
+    assert not _named_components(path.read_text(), names), path.name
+
+
+def _named_components(source: str, names: set[str]) -> set[str]:
+    """Component names found in the code words of ``source``, case-insensitively: a whole word, or the
+    start of a CamelCase identifier (``HitajGAN``, ``isinstance(attack, ImprintAttack)``)."""
+    pattern = re.compile(r"(?<![a-z0-9-])(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
+                         + r")(?![a-z0-9-])")  # fmt: skip
+    found = set()
+    for word in _code_words(source):
+        parts = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", word).lower()  # HitajGAN → hitaj_gan
+        for text in {word.lower(), parts}:
+            found |= {m.group(1) for m in pattern.finditer(text.replace("_", " "))}
+            found |= {m.group(1) for m in pattern.finditer(text)}
+    return found
+
+
+def test_the_name_check_catches_a_class_or_a_name_in_any_case():
+    """Break the architecture once: the check must see a specific attack's class, a name in capitals,
+    and a registered name in an identifier."""
+    names = _component_names()
+    assert "hitaj" in _named_components("from x import HitajGAN\nisinstance(a, HitajGAN)", names)
+    assert _named_components("kind = 'IMPRINT'", names) == {"imprint"}
+    assert "imprintattack" in _named_components("ImprintAttack()", names) or "imprint" in _named_components(
+        "ImprintAttack()", names
+    )
+    assert not _named_components("def run_server_attack(world, cell): return protocol(cell)", names)

@@ -19,6 +19,7 @@ from leakshield.data import ImageSet, load_dataset
 from leakshield.defenses import DefensePipeline
 from leakshield.fl import HonestClient, LocalTraining, ServerKnowledge, ThreatModel, observe_victim
 from leakshield.models import create_model
+from leakshield.threats import Adversary
 
 #: the smallest budget that exercises each attack's code path
 SMALL = {"iterations": 2, "restarts": 1}
@@ -117,7 +118,8 @@ def _scenario(name: str, digits8, monkeypatch):
     return attack, observation.views, batch, dataset, trained
 
 
-SERVER_ATTACKS = [n for n in ATTACKS.names() if getattr(ATTACKS.get(n).factory, "role", "server") == "server"]
+SERVER_ATTACKS = [n for n in ATTACKS.names() if ATTACKS.get(n).threat.adversary is not Adversary.PARTICIPANT]
+PARTICIPANT_ATTACKS = [n for n in ATTACKS.names() if n not in SERVER_ATTACKS]
 
 
 @pytest.mark.parametrize("name", SERVER_ATTACKS)
@@ -194,3 +196,49 @@ def test_an_attack_that_overrides_reconstruct_also_overrides_the_vectorized_path
         overrides = [c for c in chain if "reconstruct" in vars(c)]
         if overrides:
             assert any("reconstruct_many" in vars(c) for c in chain), entry.name
+
+
+def test_every_registered_attack_declares_a_threat_model():
+    from leakshield.threats import Threat
+
+    for entry in ATTACKS:
+        assert isinstance(entry.threat, Threat), entry.name
+    with pytest.raises(ValueError, match="threat"):
+        ATTACKS.register("undeclared", summary="no threat")(object)
+
+
+@pytest.mark.parametrize("name", PARTICIPANT_ATTACKS)
+def test_a_participant_attack_never_receives_private_data(name, digits8):
+    """A participant attack's only inputs are its own client's data and the models sent to it; its only
+    output is what it releases. No method of the attack or of its client takes the other clients' data,
+    and what it releases does not change when the other clients' images are destroyed afterwards."""
+    import inspect
+
+    from leakshield.fl import LocalTraining
+
+    attack = create_attack(name, {"width": 8, "generator_steps": 1, "head_steps": 1, "inject": 4})
+    own = digits8.train.subset([i for i in range(len(digits8.train)) if digits8.train.y[i] >= 5][:40])
+    others = digits8.train.subset([i for i in range(len(digits8.train)) if digits8.train.y[i] < 5][:40])
+    attacker = attack.participant(1, own, LocalTraining(algorithm="fedavg", batch_size=16), digits8.info, 0)
+    for owner in (attack, attacker):
+        for method_name, method in inspect.getmembers(owner, callable):
+            if method_name.startswith("_"):
+                continue
+            try:
+                parameters = inspect.signature(method).parameters
+            except (TypeError, ValueError):
+                continue
+            assert not {"private", "truth", "victims", "others"} & set(parameters), (name, method_name)
+    model = create_model("lenet", {}, in_shape=digits8.info.shape, num_classes=10)
+    honest = HonestClient(0, others, LocalTraining(algorithm="fedavg", batch_size=16), DefensePipeline(),
+                          digits8.info)  # fmt: skip
+    for round in range(2):
+        honest.fit(model, round)
+        attacker.fit(model, round)
+    attacker.finish(model)
+    first = attacker.release(6, seed=3)
+    others.x.fill_(float("nan"))  # the other clients' data is gone: the release cannot depend on it
+    again = attacker.release(6, seed=3)
+    assert torch.isfinite(first.x).all() and torch.equal(first.x, again.x) and torch.equal(first.y, again.y)
+    held = [o for o in _reachable((attack, attacker)) if o is others.x or o is others.y]
+    assert not held

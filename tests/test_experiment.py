@@ -15,6 +15,7 @@ from leakshield.errors import ConfigError, RunDirectoryError
 from leakshield.experiment import ExperimentRunner, ResultStore, expand_grid, load_config, parse_config
 from leakshield.experiment.store import reproducible
 from leakshield.report import build_report
+from leakshield.threats import OBSERVER
 
 from helpers import tiny_config, write_config
 
@@ -259,9 +260,8 @@ def test_multi_round_attacks_receive_one_view_per_round(tmp_path, monkeypatch):
             shape = views[0].data_info.shape
             return Reconstruction(images=torch.full((1, *shape), 0.5))
 
-    monkeypatch.setitem(
-        ATTACKS._entries, "watcher", Entry("watcher", Watcher, "test attack", params=NoParams)
-    )
+    entry = Entry("watcher", Watcher, "test attack", params=NoParams, threat=OBSERVER)
+    monkeypatch.setitem(ATTACKS._entries, "watcher", entry)
     cfg = parse_config(tiny_config(attacks=["watcher"], attack={"rounds": [1]}))
     summary = ExperimentRunner(cfg, tmp_path / "run", device="cpu", progress=False).run()
     assert summary.failed == 0

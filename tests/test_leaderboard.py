@@ -14,7 +14,7 @@ from leakshield.experiment.store import CellRecord
 from leakshield.leaderboard.export import readme_block, readme_section, records_from_json
 from leakshield.leaderboard.presets import leaderboard_data, load_leaderboard
 from leakshield.leaderboard.ranking import standings
-from leakshield.leaderboard.threats import HONEST, MALICIOUS_CLIENT, MALICIOUS_SERVER, threat_of
+from leakshield.leaderboard.threats import HONEST, MALICIOUS_CLIENT, MALICIOUS_SERVER, UNKNOWN, threat_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,12 +94,43 @@ def test_ssims_are_compared_at_the_tables_precision() -> None:
     assert [(r.defense, r.rank, r.pareto) for r in rows] == [("b", 1, True), ("a", 2, False)]
 
 
-def test_threat_models_are_read_off_the_attacks() -> None:
-    assert threat_of("ig") == HONEST
-    assert threat_of("imprint") == MALICIOUS_SERVER
-    assert threat_of("hitaj") == MALICIOUS_CLIENT
-    assert threat_of("carlini") == threat_of("dcs2-prior") == HONEST  # they keep public priors only
-    assert threat_of("no-such-attack") == HONEST
+def test_threat_models_are_read_off_the_stored_threat() -> None:
+    assert threat_of(cell("attack", "none", "ig", ssim=0.5)) == HONEST
+    assert threat_of(cell("attack", "none", "imprint", ssim=0.5)) == MALICIOUS_SERVER
+    assert threat_of(cell("attack", "none", "hitaj", class_ssim=0.5)) == MALICIOUS_CLIENT
+    # carlini and dcs2-prior keep priors computed from public knowledge only: honest-but-curious
+    assert (
+        threat_of(cell("attack", "none", "carlini"))
+        == threat_of(cell("attack", "none", "dcs2-prior"))
+        == HONEST
+    )
+    # a label that names no attack and carries no stored threat is not guessed
+    assert threat_of(cell("attack", "none", "no-such-attack")) == UNKNOWN
+
+
+def test_a_labelled_imprint_column_is_still_a_malicious_server(tmp_path) -> None:
+    """The threat travels with the cell: a config that labels the imprint attack ``rob`` stores its
+    registered name and threat, and the leaderboard reads them (it once read the label and called it
+    honest-but-curious)."""
+    config = {
+        "name": "labelled", "seeds": [0], "dataset": {"name": "digits", "channels": 1, "size": 16},
+        "models": [{"name": "mlp", "width": 16}], "fl": {"clients": 2},
+        "victims": {"count": 1, "batch_size": 1}, "attack": {"rounds": [0]},
+        "defenses": ["none"], "attacks": [{"name": "imprint", "label": "rob", "bins": 8}],
+        "utility": {"rounds": 1},
+    }  # fmt: skip
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["run", str(path), "--out", str(tmp_path / "run"), "--quiet", "--device", "cpu",
+                 "--cache-dir", str(tmp_path / "cache")]) == 0  # fmt: skip
+    from leakshield.experiment.store import ResultStore
+
+    (record,) = [r for r in ResultStore(tmp_path / "run" / "results.sqlite").records() if r.kind == "attack"]
+    assert (record.attack, record.attack_name) == ("rob", "imprint")
+    assert record.threat["catalogue"] == "G" and record.threat["adversary"] == "architecture-server"
+    assert threat_of(record) == MALICIOUS_SERVER
+    (row,) = standings(ResultStore(tmp_path / "run" / "results.sqlite").records())
+    assert row.strongest.attack == "rob" and row.strongest.threat == MALICIOUS_SERVER
 
 
 def test_presets_merge_params_and_rows() -> None:

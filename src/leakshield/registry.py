@@ -41,6 +41,8 @@ class Entry(Generic[T]):
     aliases: tuple[str, ...] = ()
     #: adaptive attacks: the defenses they are built against (a grid pairs them with those only)
     targets: tuple[str, ...] | None = None
+    #: attacks: the declared threat model (:class:`leakshield.threats.Threat`)
+    threat: Any = None
 
     def validate(self, params: Mapping[str, Any] | None) -> Params:
         """Validate ``params`` against the entry's parameter model; errors name field and allowed values."""
@@ -65,8 +67,10 @@ def format_validation_error(exc: pydantic.ValidationError, prefix: str = "") -> 
 class Registry(Generic[T]):
     """A named collection of components, e.g. ``MODELS.create("lenet", ...)``."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, *, requires_threat: bool = False) -> None:
         self.kind = kind
+        #: every entry must declare a threat model (the attack registry)
+        self.requires_threat = requires_threat
         self._entries: dict[str, Entry[T]] = {}
         self._aliases: dict[str, tuple[str, dict[str, Any]]] = {}
 
@@ -79,19 +83,23 @@ class Registry(Generic[T]):
         params: type[Params] = NoParams,
         aliases: Mapping[str, Mapping[str, Any]] | None = None,
         targets: tuple[str, ...] | None = None,
+        threat: Any = None,
     ) -> Callable[[Callable[..., T]], Callable[..., T]]:
         """Decorator registering ``factory(**validated_params_and_context)`` under ``name``.
 
         ``aliases`` maps an alternative name to parameter defaults it implies (e.g. ``dmlp`` →
         ``{"hidden_layers": 4}``). ``targets`` (adaptive attacks): the component names it is built
-        against.
+        against. ``threat``: an attack's declared :class:`~leakshield.threats.Threat` (required by the
+        attack registry).
         """
+        if self.requires_threat and threat is None:
+            raise ValueError(f"{self.kind} {name!r}: declare its threat model (threat=...)")
 
         def decorator(factory: Callable[..., T]) -> Callable[..., T]:
             if name in self._entries or name in self._aliases:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
             self._entries[name] = Entry(
-                name, factory, summary, reference, params, tuple(aliases or ()), targets
+                name, factory, summary, reference, params, tuple(aliases or ()), targets, threat
             )
             for alias, implied in (aliases or {}).items():
                 self._aliases[alias] = (name, dict(implied))

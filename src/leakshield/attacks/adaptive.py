@@ -47,6 +47,7 @@ from leakshield.defenses.base import PublicDefense
 from leakshield.defenses.dropout import ActiveDropout
 from leakshield.defenses.soteria import defended_linear
 from leakshield.fl.types import ServerView
+from leakshield.threats import ADAPTIVE_OBSERVER
 
 ADAPTIVE_IG = {**IG_LIKE, "distance": "cosine", "iterations": 4800}
 
@@ -195,6 +196,7 @@ ATTACKS.register(
     "4800 steps",
     reference="Zhu et al., NeurIPS 2019, Sec. 5; LODA (Wan et al.) Sec. 5.1 (TV 1e-3 against pruning)",
     params=preset_params("pruning-aware", {**ADAPTIVE_IG, "tv": 1e-3, "match_released": True}),
+    threat=ADAPTIVE_OBSERVER,
     targets=("pruning", "quantization"),
 )(GradientInversion)
 
@@ -204,6 +206,7 @@ ATTACKS.register(
     "cosine vs clipping; signed Adam, 4800 steps",
     reference="Balunović et al., Bayesian Framework for Gradient Leakage, ICLR 2022",
     params=preset_params("noise-aware", ADAPTIVE_IG),
+    threat=ADAPTIVE_OBSERVER,
     targets=("gaussian-noise", "laplacian-noise", "dp-sgd", "clipping"),
 )(NoiseAwareInversion)
 
@@ -213,6 +216,7 @@ ATTACKS.register(
     "4000 Adam steps",
     reference="Balunović et al., Bayesian Framework for Gradient Leakage, ICLR 2022 (SPEC §2.9)",
     params=preset_params("soteria-bypass", {**ADAPTIVE_IG, "iterations": 4000, "tv": 4e-4}),
+    threat=ADAPTIVE_OBSERVER,
     targets=("soteria",),
 )(SoteriaBypass)
 
@@ -221,6 +225,7 @@ ATTACKS.register(
     summary="adaptive vs dropout: IG whose dummy gradient is the mean over 8 dropout masks, 4800 steps",
     reference="Balunović et al., ICLR 2022 (expectation over the defense's randomness)",
     params=preset_params("dropout-expectation", {**ADAPTIVE_IG, "dropout_samples": 8}),
+    threat=ADAPTIVE_OBSERVER,
     targets=("dropout",),
 )(GradientInversion)
 
@@ -230,6 +235,7 @@ ATTACKS.register(
     "dropout (batch 1) and runs IG with it fixed, 4800 steps",
     reference="leakshield; the mask leaks as in Balunović et al., ICLR 2022 (dropout as a defense)",
     params=preset_params("dropout-mask", {**ADAPTIVE_IG, "dropout_samples": 4}),
+    threat=ADAPTIVE_OBSERVER,
     targets=("dropout",),
 )(DropoutMaskInference)
 
@@ -238,5 +244,6 @@ ATTACKS.register(
     summary="adaptive vs PRECODE: IG whose dummy gradient is the mean over 8 bottleneck samples, 4800 steps",
     reference="Balunović et al., ICLR 2022 (expectation over the defense's randomness); PRECODE, WACV 2022",
     params=preset_params("precode-expectation", {**ADAPTIVE_IG, "dropout_samples": 8}),
+    threat=ADAPTIVE_OBSERVER,
     targets=("precode",),
 )(GradientInversion)

@@ -20,6 +20,7 @@ from leakshield.attacks.base import ATTACKS, Attack, Reconstruction
 from leakshield.attacks.labels import granted_or_inferred_labels
 from leakshield.fl.types import ServerView
 from leakshield.registry import Params
+from leakshield.threats import OBSERVER
 
 
 class AnalyticParams(Params):
@@ -63,6 +64,7 @@ def first_linear_fed_by_image(model: nn.Module, shape: tuple[int, int, int]) -> 
     summary="exact recovery of the input of the first fully connected layer from ∇W / ∇b",
     reference="Phong et al. 2017; Geiping et al., NeurIPS 2020 (Prop. D.1); Balunović et al., ICLR 2022",
     params=AnalyticParams,
+    threat=OBSERVER,
 )
 class AnalyticFCInversion(Attack):
     """Recovers images fed straight into a Linear layer (MLPs, PRECODE placed after one); FedSGD only."""

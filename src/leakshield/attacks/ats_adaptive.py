@@ -31,6 +31,7 @@ from leakshield.attacks.inversion.presets import preset_params
 from leakshield.data.types import DatasetInfo
 from leakshield.defenses.ats.policy import Policy, PolicySet, apply_policies
 from leakshield.fl.types import ServerView
+from leakshield.threats import ADAPTIVE_OBSERVER
 
 
 @dataclass(frozen=True)
@@ -137,5 +138,6 @@ ATTACKS.register(
     "shears; rotation fill) pinned, one run per policy × sign pattern, best match kept; 4800 steps",
     reference="leakshield; defense: Gao et al., ATS, TPAMI 2023 (the policy set is public)",
     params=AtsPinnedParams,
+    threat=ADAPTIVE_OBSERVER,
     targets=("ats",),
 )(AtsPinnedInversion)

@@ -7,17 +7,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, Protocol
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
 from leakshield.artifacts import Fittable
-from leakshield.fl.types import PreparedModel, ServerKnowledge, ServerView
+from leakshield.data.types import DatasetInfo, ImageSet
+from leakshield.errors import LeakshieldError
+from leakshield.fl.config import LocalTraining
+from leakshield.fl.types import ClientUpdate, PreparedModel, ServerKnowledge, ServerView
 from leakshield.registry import Params, Registry
+from leakshield.threats import Threat
 
-__all__ = ["ATTACKS", "Attack", "Reconstruction", "ServerKnowledge", "create_attack"]
+__all__ = [
+    "ATTACKS",
+    "Attack",
+    "AttackerClient",
+    "Participation",
+    "Reconstruction",
+    "ServerKnowledge",
+    "create_attack",
+]
 
 
 @dataclass(frozen=True)
@@ -33,6 +45,38 @@ class Reconstruction:
     normalized: torch.Tensor | None = None
 
 
+@dataclass(frozen=True)
+class Participation:
+    """How a participant attack (threat adversary ``participant``) takes part in training: the
+    ``attacker`` client (None: the last one), the ``rounds`` it takes part in after the grid's attack
+    round, whether the victims' replies reach the server (``victims_heard`` false: the control, a
+    federation that never heard them, from round 0), how many labelled ``samples`` it releases at the
+    end, and the SSIM ``window`` the evaluator scores them with (class-level SSIM, Anti-GAN Eq. 5)."""
+
+    attacker: int | None
+    rounds: int
+    samples: int
+    victims_heard: bool = True
+    window: int = 8
+
+
+class AttackerClient(Protocol):
+    """A participant attack's client (a :class:`~leakshield.fl.participants.Participant`): it replies
+    to the models it receives, then ``finish`` trains once more against the final global model and
+    ``release`` returns its *output*, labelled samples of the classes it ``targets`` (never a score: the
+    evaluator alone holds the private images). ``active_from``: the first round it attacks in."""
+
+    client_id: int
+    targets: list[int]
+    active_from: int
+
+    def fit(self, model: nn.Module, round: int) -> ClientUpdate | None: ...
+
+    def finish(self, model: nn.Module) -> None: ...
+
+    def release(self, count: int, seed: int) -> ImageSet: ...
+
+
 class Attack(Fittable):
     """Base class of every attack. Subclasses implement :meth:`reconstruct`.
 
@@ -45,12 +89,15 @@ class Attack(Fittable):
     name: str = "attack"
     #: ``public``: the attack needs a one-off :meth:`fit` on the public split (e.g. a generator prior)
     fit_scope: ClassVar[Literal["public"] | None] = None
-    #: whether :meth:`prepare_model` sends a modified model (a malicious server, e.g. imprint); attacks
-    #: that only keep secrets computed from public knowledge (a prior) stay honest-but-curious
-    modifies_model: ClassVar[bool] = False
 
     def __init__(self, params: Params) -> None:
         self.params = params
+
+    @property
+    def threat(self) -> Threat:
+        """The attack's declared threat model (its registry entry's), refined by its parameters where a
+        parameter adds knowledge (e.g. a BatchNorm prior)."""
+        return ATTACKS.get(self.name).threat
 
     @property
     def rounds_observed(self) -> int:
@@ -66,6 +113,17 @@ class Attack(Fittable):
 
     def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction:
         raise NotImplementedError
+
+    # -- participant attacks (threat adversary ``participant``) ----------------------------------------
+    def participation(self) -> Participation:
+        """How the attacker takes part in training (participant attacks only)."""
+        raise LeakshieldError(f"{self.name} is not a participant attack (threat: {self.threat.who})")
+
+    def participant(
+        self, client_id: int, dataset: ImageSet, local: LocalTraining, info: DatasetInfo, seed: int
+    ) -> AttackerClient:
+        """The attacker client holding its own ``dataset`` (participant attacks only)."""
+        raise LeakshieldError(f"{self.name} is not a participant attack (threat: {self.threat.who})")
 
     def reconstruct_many(
         self, views: Sequence[ServerView], *, seeds: Sequence[int], progress: bool = False
@@ -93,7 +151,7 @@ class Attack(Fittable):
         return [self.reconstruct_from_rounds(v, seed=seed) for v, seed in pairs]
 
 
-ATTACKS: Registry[Attack] = Registry("attack")
+ATTACKS: Registry[Attack] = Registry("attack", requires_threat=True)
 
 
 def create_attack(name: str, params: dict | None = None) -> Attack:

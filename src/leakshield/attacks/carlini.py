@@ -36,6 +36,7 @@ from leakshield.defenses.mixing import InstaHideParams, MixUpParams, sample_coef
 from leakshield.errors import ConfigError
 from leakshield.fl.types import PreparedModel, ServerKnowledge, ServerSecrets, ServerView
 from leakshield.registry import Params
+from leakshield.threats import Adversary, Knowledge, Rounds, threat
 
 
 class CarliniParams(Params):
@@ -78,6 +79,11 @@ class PublicMeanImage(ServerSecrets):
     "similarity, solve LODA's Eq. 3 on absolute values",
     reference="Carlini et al., IEEE S&P 2021; as described in LODA (Wan et al.) Sec. 3.2 Eq. 2–3, Sec. 5.1",
     params=CarliniParams,
+    threat=threat(
+        Adversary.OBSERVING_SERVER,
+        (Knowledge.PROTOCOL, Knowledge.DEFENSES, Knowledge.PUBLIC_SPLIT),
+        rounds=Rounds.SEVERAL,
+    ),
     targets=("mixup", "instahide"),
 )
 class CarliniAttack(Attack):

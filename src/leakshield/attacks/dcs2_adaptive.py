@@ -29,6 +29,7 @@ from leakshield.attacks.labels import classifier_weight_name, granted_or_inferre
 from leakshield.data.types import ImageSet
 from leakshield.errors import ConfigError
 from leakshield.fl.types import PreparedModel, ServerKnowledge, ServerSecrets, ServerView, ThreatModel
+from leakshield.threats import ADAPTIVE_OBSERVER, Adversary, Knowledge, threat
 
 
 class DCS2ExtraParams(preset_params("dcs2-extra", ADAPTIVE_IG)):  # type: ignore[misc]
@@ -151,6 +152,7 @@ ATTACKS.register(
     "4800 steps",
     reference="Wu et al., Concealing Sensitive Samples, AAAI 2024 (Eq. 10: concealed samples in the loss)",
     params=DCS2ExtraParams,
+    threat=ADAPTIVE_OBSERVER,
     targets=("dcs2",),
 )(DCS2Extra)
 
@@ -159,5 +161,8 @@ ATTACKS.register(
     summary="adaptive vs DCS²: IG started from the public split's class-average image; 4800 steps",
     reference="Wu et al., Concealing Sensitive Samples, AAAI 2024 (Sec. 4, RQ4: strong prior knowledge)",
     params=preset_params("dcs2-prior", ADAPTIVE_IG),
+    threat=threat(
+        Adversary.OBSERVING_SERVER, (Knowledge.PROTOCOL, Knowledge.DEFENSES, Knowledge.PUBLIC_SPLIT)
+    ),
     targets=("dcs2",),
 )(DCS2Prior)

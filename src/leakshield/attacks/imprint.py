@@ -27,6 +27,7 @@ from leakshield.attacks.base import ATTACKS, Attack, Reconstruction
 from leakshield.attacks.labels import granted_or_inferred_labels
 from leakshield.fl.types import PreparedModel, ServerKnowledge, ServerSecrets, ServerView
 from leakshield.registry import Params
+from leakshield.threats import Adversary, Knowledge, threat
 
 
 class ImprintBlock(nn.Module):
@@ -81,11 +82,10 @@ class ImprintParams(Params):
     "single images from a whole batch's gradient",
     reference="Fowl et al., Robbing the Fed, ICLR 2022 (SPEC §2.7)",
     params=ImprintParams,
+    threat=threat(Adversary.ARCHITECTURE_SERVER, (Knowledge.PROTOCOL, Knowledge.PUBLIC_SPLIT)),
 )
 class ImprintAttack(Attack):
     """Needs FedSGD (or a one-step update); labels, when not granted, come from the batch rule."""
-
-    modifies_model = True
 
     params: ImprintParams
 

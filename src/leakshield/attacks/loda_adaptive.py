@@ -26,6 +26,7 @@ from leakshield.data.types import ImageSet
 from leakshield.defenses.loda.encoder import stationarity_residual
 from leakshield.defenses.loda.extractor import ExtractorParams, build_extractor, feature_map, fitted_extractor
 from leakshield.fl.types import ServerView
+from leakshield.threats import Adversary, Knowledge, threat
 
 
 class LodaInverseParams(preset_params("loda-inverse", ADAPTIVE_IG)):  # type: ignore[misc]
@@ -125,5 +126,8 @@ ATTACKS.register(
     "condition with the public extractor) is solved for the private image; c 1, 100 Adam steps",
     reference="Wan et al., Learning to Obscure Data, Sec. 4.2, Eq. 5–6",
     params=LodaInverseParams,
+    threat=threat(
+        Adversary.OBSERVING_SERVER, (Knowledge.PROTOCOL, Knowledge.DEFENSES, Knowledge.PUBLIC_SPLIT)
+    ),
     targets=("loda",),
 )(LodaInverse)

@@ -28,6 +28,7 @@ from leakshield.defenses.precode import PrecodeBottleneck
 from leakshield.errors import ConfigError
 from leakshield.fl.types import ServerView
 from leakshield.schedules import ig_step_schedule
+from leakshield.threats import ADAPTIVE_OBSERVER
 
 
 class PrecodeAnalyticParams(AnalyticParams):
@@ -48,6 +49,7 @@ class PrecodeAnalyticParams(AnalyticParams):
     "else the bottleneck's input features, then feature inversion",
     reference="Balunović et al., Bayesian Framework for Gradient Leakage, ICLR 2022 (Sec. 5)",
     params=PrecodeAnalyticParams,
+    threat=ADAPTIVE_OBSERVER,
     targets=("precode",),
 )
 class PrecodeAnalytic(AnalyticFCInversion):

@@ -17,14 +17,26 @@ from leakshield.defenses import (  # noqa: F401  (register defenses)
     precode,
     pruning,
     quantization,
+    row_guard,
     soteria,
 )
 from leakshield.defenses.base import (
+    ACCEPTED,
     DEFENSES,
     ClientContext,
     Defense,
     DefensePipeline,
+    Verdict,
     create_defense,
 )
 
-__all__ = ["DEFENSES", "ClientContext", "Defense", "DefensePipeline", "FitData", "create_defense"]
+__all__ = [
+    "ACCEPTED",
+    "DEFENSES",
+    "ClientContext",
+    "Defense",
+    "DefensePipeline",
+    "FitData",
+    "Verdict",
+    "create_defense",
+]

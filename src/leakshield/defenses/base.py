@@ -7,7 +7,12 @@ model_hook     changes the model the server builds and sends (public)       PREC
 data_hook      transforms a local minibatch before the loss                 MixUp, InstaHide, ATS
 gradient       replaces how a minibatch gradient is computed                DP-SGD, Soteria, DCS²
 release_hook   transforms the update before it leaves the client            noise, clipping, pruning
+inspect        a guard: judges the model received before the client trains  row-guard
 =============  ==========================================================  ==========================
+
+A guard (``inspect``) runs first, on the model as received: a refused model yields no update (the
+client stays silent that round) and the refusal is observable (``Observation.refused``, the
+simulation's ``refusals``).
 
 Every stage is the identity by default; a defense overrides the ones it needs. A defense holds no client
 state: every client stage receives an immutable :class:`ClientContext` (client id, round, the client's
@@ -63,6 +68,20 @@ class ClientContext:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """A guard's judgement of a received model: ``accepted``, and when refused the ``reason`` (one line
+    naming the check and the value that failed it). ``score``: the check's statistic (higher is more
+    suspicious), for thresholds chosen from measured spread."""
+
+    accepted: bool
+    reason: str = ""
+    score: float = 0.0
+
+
+ACCEPTED = Verdict(True)
+
+
+@dataclass(frozen=True)
 class PublicDefense:
     """A defense as an attacker may know it (Kerckhoffs): its registered ``name`` and its validated,
     immutable parameter object (e.g. ``params.sigma`` of Gaussian noise). Never its secrets."""
@@ -79,11 +98,17 @@ class Defense(Fittable):
     replaces_gradient: ClassVar[bool] = False
     #: None, or the data a one-off :meth:`fit` sees: ``public`` (public split) or ``client`` (one client)
     fit_scope: ClassVar[FitScope | None] = None
+    #: whether :meth:`inspect` judges received models (a client guard)
+    guards: ClassVar[bool] = False
 
     def __init__(self, params: Params) -> None:
         self.params = params
 
     # -- stages --------------------------------------------------------------------------------------
+    def inspect(self, model: nn.Module, context: ClientContext) -> Verdict:
+        """The guard stage: judge the model received before training on it (accept by default)."""
+        return ACCEPTED
+
     def model_hook(self, model: nn.Module) -> nn.Module:
         return model
 
@@ -156,6 +181,20 @@ class DefensePipeline:
     def _context(self, index: int, context: ClientContext) -> ClientContext:
         artifact = self.client_artifacts.get((context.client_id, index))
         return context if artifact is context.artifact else dataclasses.replace(context, artifact=artifact)
+
+    @property
+    def guards(self) -> bool:
+        """Whether any defense of the pipeline is a client guard."""
+        return any(d.guards for d in self.defenses)
+
+    def inspect(self, model: nn.Module, context: ClientContext) -> Verdict:
+        """Every guard in order; the first refusal wins."""
+        for i, defense in enumerate(self.defenses):
+            if defense.guards:
+                verdict = defense.inspect(model, self._context(i, context))
+                if not verdict.accepted:
+                    return verdict
+        return ACCEPTED
 
     def model_hook(self, model: nn.Module, seed: int = 0) -> nn.Module:
         """Every defense's model stage in order; layers they add are initialized from torch's global RNG

@@ -38,6 +38,7 @@ from leakshield.fl import (
 )
 from leakshield.registry import Params
 from leakshield.report.grids import image_grid, png_bytes
+from leakshield.seeds import audit_attack_seed
 
 #: the key of the audit's sampling stream
 AUDIT_STREAM = 0xA0D17
@@ -99,7 +100,7 @@ class UpdateAuditor(RoundObserver):
             raise ConfigError(f"attacks: an audit runs one attack; the config lists {len(config.attacks)}")
         spec = config.attacks[0]
         attack = create_attack(spec.name, spec.params)
-        if attack.modifies_model:
+        if attack.threat.modifies_model:
             raise ConfigError(
                 f"attacks[0]: {spec.name} is a malicious-server attack (it changes the model sent); "
                 "an audit runs honest-but-curious attacks on the replies"
@@ -174,7 +175,7 @@ class UpdateAuditor(RoundObserver):
                 )
                 for c, truth in zip(chosen, truths, strict=True)
             ]
-            seeds = [fed.seed * 100_003 + round * 1_009 + c for c in chosen]
+            seeds = [audit_attack_seed(fed.seed, round, c) for c in chosen]
             recs = self.attack.reconstruct_many(views, seeds=seeds, progress=self.progress)
             scores = [
                 score_victim(r, t.x, t.y, match_on=self.config.metrics.match_on, lpips=self.lpips)

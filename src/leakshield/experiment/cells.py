@@ -11,13 +11,15 @@ from leakshield.attacks import ATTACKS
 from leakshield.defenses import DEFENSES
 from leakshield.experiment.config import Component, DefenseSetting, ExperimentConfig
 
-CellKind = Literal["baseline", "utility", "attack"]
+CellKind = Literal["baseline", "utility", "attack", "detection"]
 
 
 @dataclass(frozen=True)
 class Cell:
     """``baseline``: the no-information reconstruction (mean public image) scored on the victims.
-    ``utility``: FL training under a defense → accuracy. ``attack``: one attack on every victim."""
+    ``utility``: FL training under a defense → accuracy. ``attack``: one attack on every victim.
+    ``detection``: a defense setting's client guard judged on malicious and honest models (``round``:
+    the honest rounds judged)."""
 
     kind: CellKind
     model: Component | None = None
@@ -61,15 +63,24 @@ def runs_against(attack: Component, defense: DefenseSetting) -> bool:
     return any(DEFENSES.get(entry["name"]).name in targets for entry in defense.entries)
 
 
+def guards(defense: DefenseSetting) -> bool:
+    """Whether the defense setting includes a client guard (a defense with an ``inspect`` stage)."""
+    return any(getattr(DEFENSES.get(e["name"]).factory, "guards", False) for e in defense.entries)
+
+
 def expand_grid(config: ExperimentConfig) -> list[Cell]:
     """Every cell of the config, in run order: the baseline, then per seed, model and defense the
-    utility cell and the attack cells (round-major)."""
+    utility cell, the detection cell (a setting with a client guard) and the attack cells
+    (round-major)."""
     cells = [Cell("baseline")]
     for seed in config.seeds:
         for model in config.models:
             for defense in config.defenses:
                 if config.utility.rounds > 0:
                     cells.append(Cell("utility", model, defense, None, config.utility.rounds, seed))
+                if guards(defense):
+                    honest_rounds = config.utility.rounds or max(config.attack.rounds) + 1
+                    cells.append(Cell("detection", model, defense, None, honest_rounds, seed))
                 for rnd in config.attack.rounds:
                     for attack in config.attacks:
                         if not runs_against(attack, defense):

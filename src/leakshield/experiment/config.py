@@ -26,7 +26,9 @@ from leakshield.models import MODELS
 from leakshield.registry import Registry, format_validation_error
 
 #: (section, field, default) of fields added to the config after 0.1.0 runs were stored
-ADDED_FIELDS = (("fl", "aggregator", "mean"),)
+#: (path, default) of fields added after runs were stored; a path is the keys from the payload's root
+ADDED_FIELDS = ((("fl", "aggregator"), "mean"), (("fl", "local", "optimizer"), "sgd"),
+                (("attack", "update", "optimizer"), "sgd"))  # fmt: skip
 
 
 class Section(pydantic.BaseModel):
@@ -289,9 +291,12 @@ class ExperimentConfig(Section):
         payload["dataset"].pop("root", None)
         # fields added after runs were stored count only when set off their default, so that a run
         # directory of an earlier version still matches its config
-        for section, name, default in ADDED_FIELDS:
-            if payload[section].get(name) == default:
-                payload[section].pop(name)
+        for path, default in ADDED_FIELDS:
+            parent = payload
+            for key in path[:-1]:
+                parent = parent.get(key) if isinstance(parent, dict) else None
+            if isinstance(parent, dict) and parent.get(path[-1]) == default:
+                parent.pop(path[-1])
         blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -19,7 +19,7 @@ from leakshield.defenses.base import DefensePipeline
 from leakshield.experiment.cells import Cell
 from leakshield.experiment.config import Component
 from leakshield.experiment.parallel import chains
-from leakshield.experiment.pipeline import ExperimentContext
+from leakshield.experiment.pipeline import ExperimentContext, run_cell
 from leakshield.experiment.rundir import STORE_FILE, check_run_dir
 from leakshield.experiment.store import ResultStore
 
@@ -63,7 +63,7 @@ def estimate_grid(runner) -> GridEstimate:
     for chain in chains(todo):
         first = chain[0]
         if first.kind == "baseline":
-            result.kinds["baseline"] = (1, _timed(lambda cell=first: context.run(cell)))
+            result.kinds["baseline"] = (1, _timed(lambda cell=first: run_cell(context, cell)))
             continue
         pair = (first.coordinates["model"], first.coordinates["defense"])
         if pair not in round_seconds:
@@ -129,12 +129,14 @@ def _attack_time(context: ExperimentContext, cell: Cell) -> float | None:
     iterations = getattr(attack.params, "iterations", None)
     probe = Cell("attack", cell.model, cell.defense, cell.attack, 0, cell.seed)
     if not iterations:
-        return _timed(lambda: context.run(probe))
+        return _timed(lambda: run_cell(context, probe))
     k = max(2, min(iterations // 100, 20))
 
     def run(budget: int) -> float:
         short = Component(**{**cell.attack.model_dump(exclude_none=True), "iterations": budget})
-        return _timed(lambda: context.run(Cell("attack", cell.model, cell.defense, short, 0, cell.seed)))
+        return _timed(
+            lambda: run_cell(context, Cell("attack", cell.model, cell.defense, short, 0, cell.seed))
+        )
 
     run(k)  # warm-up: first forward passes, the trained-model cache
     t1, t2 = run(k), run(2 * k)

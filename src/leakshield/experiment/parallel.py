@@ -23,7 +23,7 @@ from multiprocessing import get_context
 from typing import Any
 
 from leakshield.errors import LeakshieldError
-from leakshield.experiment.cells import Cell
+from leakshield.experiment.cells import Cell, expand_grid
 from leakshield.experiment.store import CellRecord
 from leakshield.workers import init_single_threaded_worker, mark_worker, stop_workers
 
@@ -41,27 +41,25 @@ def chains(cells: list[Cell]) -> list[list[Cell]]:
 
 def run_chain(config_json: str, out: str, keys: list[str], device: str, cache_dir: str | None) -> list[Any]:
     """Compute the cells ``keys`` of the config in this process (a worker); returns (record, artifacts)
-    pairs, artifacts as JSON. Nothing is written to the run directory."""
+    pairs, artifacts as JSON. Nothing is written to the run directory (``out`` names the run only)."""
+    from leakshield.artifacts import ArtifactCache
+    from leakshield.experiment.compute import compute_cell
     from leakshield.experiment.config import parse_config
-    from leakshield.experiment.runner import ExperimentRunner
+    from leakshield.experiment.world import ExperimentContext, resolve_device
 
-    state = _WORKER.get("runner")
+    state = _WORKER.get("world")
     if state is None or state[0] != (config_json, out, device, cache_dir):
         config = parse_config(json.loads(config_json), source="worker")
-        runner = ExperimentRunner(config, out, device=device, progress=False, cache_dir=cache_dir)
-        _WORKER["runner"] = ((config_json, out, device, cache_dir), runner, None)
-        state = _WORKER["runner"]
-    _, runner, context = state
-    if context is None:
-        from leakshield.experiment.pipeline import ExperimentContext
-
-        context = ExperimentContext(runner.config, runner.device, progress=False, cache=runner.cache)
-        _WORKER["runner"] = (state[0], runner, context)
-    by_key = {cell.key: cell for cell in runner.cells()}
+        world = ExperimentContext(
+            config, resolve_device(device), progress=False, cache=ArtifactCache(cache_dir)
+        )
+        _WORKER["world"] = state = ((config_json, out, device, cache_dir), world)
+    world = state[1]
+    by_key = {cell.key: cell for cell in expand_grid(world.config)}
     results = []
     for key in keys:
-        record = runner.compute_cell(context, by_key[key])
-        results.append((record, [use.as_json() for use in context.artifacts_used]))
+        record = compute_cell(world, by_key[key])
+        results.append((record, [use.as_json() for use in world.artifacts_used]))
     return results
 
 

@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import json
-import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from tqdm.auto import tqdm
 
-from leakshield import __version__
 from leakshield.artifacts import ArtifactCache
 from leakshield.experiment.cells import Cell, expand_grid
+from leakshield.experiment.compute import compute_cell, environment
 from leakshield.experiment.config import ExperimentConfig
 from leakshield.experiment.fitting import ArtifactUse
 from leakshield.experiment.lock import RunLock
 from leakshield.experiment.parallel import chains, local_results, ray_results
-from leakshield.experiment.pipeline import ExperimentContext, resolve_device
 from leakshield.experiment.rundir import ARTIFACTS_FILE, STORE_FILE, check_run_dir, prepare_run_dir
 from leakshield.experiment.store import (
     CellRecord,
@@ -27,7 +23,7 @@ from leakshield.experiment.store import (
     atomic_write_bytes,
     repair_store,
 )
-from leakshield.report.grids import image_grid, png_bytes
+from leakshield.experiment.world import ExperimentContext, resolve_device
 
 
 @dataclass(frozen=True)
@@ -65,12 +61,7 @@ class ExperimentRunner:
     @property
     def environment(self) -> dict[str, object]:
         """What a cell's float results may depend on beyond config and seed (reduction order)."""
-        return {
-            "leakshield": __version__,
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
-            "device": str(self.device),
-        }
+        return environment(self.device)
 
     def cells(self) -> list[Cell]:
         return expand_grid(self.config)
@@ -160,38 +151,8 @@ class ExperimentRunner:
         return record.status == "failed"
 
     def compute_cell(self, context: ExperimentContext, cell: Cell) -> CellRecord:
-        """Compute one cell; its image grid travels in the record (the caller writes it)."""
-        start = time.time()
-        coords = cell.coordinates
-        status, error, metrics, victims, image_path, png = "ok", None, {}, [], None, None
-        try:
-            output = context.run(cell)
-            metrics, victims = output.metrics, output.victims
-            if output.grid_rows:
-                image_path = f"images/{cell.slug}.png"
-                png = png_bytes(image_grid(output.grid_rows))
-        except (Exception, torch.OutOfMemoryError) as exc:  # a failing cell must not stop the grid
-            status = "failed"
-            error = f"{type(exc).__name__}: {exc}"
-            victims = [{"traceback": traceback.format_exc(limit=4)}]
-        return CellRecord(
-            key=cell.key,
-            kind=cell.kind,
-            model=coords["model"],
-            defense=coords["defense"],  # type: ignore[arg-type]
-            attack=coords["attack"],
-            round=cell.round,
-            seed=cell.seed,
-            status=status,  # type: ignore[arg-type]
-            metrics=metrics,
-            victims=victims,
-            error=error,
-            images=image_path,
-            seconds=time.time() - start,
-            finished=time.time(),
-            environment=self.environment,
-            image_png=png,
-        )
+        """Compute one cell (see :func:`~leakshield.experiment.compute.compute_cell`)."""
+        return compute_cell(context, cell)
 
 
 def _repair_if_damaged(path: Path) -> tuple[int, Path] | None:

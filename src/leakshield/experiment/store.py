@@ -32,15 +32,19 @@ CREATE TABLE IF NOT EXISTS cells (
     seconds REAL,
     finished REAL NOT NULL,
     environment TEXT,
-    image_png BLOB
+    image_png BLOB,
+    attack_name TEXT,
+    threat TEXT
 );
 """
 #: columns added after the first release: (name, type), added to older stores when they are opened
-ADDED_COLUMNS = (("environment", "TEXT"), ("image_png", "BLOB"))
+ADDED_COLUMNS = (("environment", "TEXT"), ("image_png", "BLOB"), ("attack_name", "TEXT"), ("threat", "TEXT"))
 COLUMNS = (
     "key, kind, model, defense, attack, round, seed, status, metrics, victims, error, images, seconds, "
-    "finished, environment, image_png"
+    "finished, environment, image_png, attack_name, threat"
 )
+#: how many columns a row has
+WIDTH = 18
 
 
 #: metrics that are wall-clock measurements (a defense's client seconds per update): two runs of the same
@@ -75,6 +79,10 @@ class CellRecord:
     environment: dict[str, Any] = field(default_factory=dict)
     #: the cell's image grid (PNG), from which ``report`` regenerates a missing image file
     image_png: bytes | None = None
+    #: the attack's registered name (``attack`` is its display label) and the threat model the cell ran
+    #: under (:meth:`leakshield.threats.Threat.as_json`); None for cells without an attack
+    attack_name: str | None = None
+    threat: dict[str, Any] | None = None
 
 
 def _json_safe(value: Any) -> Any:
@@ -137,7 +145,7 @@ class ResultStore:
         """Insert a finished cell in one transaction (an existing key is an error: never twice)."""
         with self._connect() as db:
             db.execute(
-                f"INSERT INTO cells ({COLUMNS}) VALUES ({','.join('?' * 16)})",
+                f"INSERT INTO cells ({COLUMNS}) VALUES ({','.join('?' * WIDTH)})",
                 (
                     record.key,
                     record.kind,
@@ -155,6 +163,8 @@ class ResultStore:
                     record.finished or time.time(),
                     json.dumps(record.environment),
                     record.image_png,
+                    record.attack_name,
+                    None if record.threat is None else json.dumps(record.threat),
                 ),
             )
 
@@ -164,7 +174,14 @@ class ResultStore:
         # columns are in CellRecord's field order
         return [
             CellRecord(
-                *r[:8], json.loads(r[8]), json.loads(r[9]), *r[10:14], json.loads(r[14] or "{}"), r[15]
+                *r[:8],
+                json.loads(r[8]),
+                json.loads(r[9]),
+                *r[10:14],
+                json.loads(r[14] or "{}"),
+                r[15],
+                r[16],
+                json.loads(r[17]) if r[17] else None,
             )
             for r in rows
         ]
@@ -194,8 +211,8 @@ def repair_store(path: Path) -> tuple[int, Path]:
                     row = old.execute("SELECT * FROM cells WHERE rowid = ?", (rowid,)).fetchone()
                 except sqlite3.DatabaseError:
                     continue
-                if row is not None and len(row) in (14, 16):
-                    rows.append(tuple(row) + (None, None) * (len(row) == 14))
+                if row is not None and len(row) in (14, 16, WIDTH):
+                    rows.append(tuple(row) + (None,) * (WIDTH - len(row)))
         finally:
             old.close()
     except sqlite3.DatabaseError:
@@ -206,7 +223,7 @@ def repair_store(path: Path) -> tuple[int, Path]:
         for row in rows:
             try:
                 json.loads(row[8]), json.loads(row[9])
-                db.execute(f"INSERT OR IGNORE INTO cells ({COLUMNS}) VALUES ({','.join('?' * 16)})", row)
+                db.execute(f"INSERT OR IGNORE INTO cells ({COLUMNS}) VALUES ({','.join('?' * WIDTH)})", row)
                 kept += 1
             except (ValueError, TypeError, sqlite3.DatabaseError):
                 continue

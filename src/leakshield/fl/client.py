@@ -7,25 +7,17 @@ import contextlib
 import copy
 import dataclasses
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from leakshield.data.types import DatasetInfo, ImageSet
-from leakshield.defenses.base import ClientContext, DefensePipeline
+from leakshield.defenses.base import ACCEPTED, ClientContext, DefensePipeline, Verdict
 from leakshield.fl.config import LocalTraining
-from leakshield.fl.local_training import local_sgd, minibatch_schedule
+from leakshield.fl.local_training import local_training, minibatch_schedule
 from leakshield.fl.types import ClientUpdate, ProtocolFacts
-
-
-def seeded_generator(*keys: int, device: torch.device | str = "cpu") -> torch.Generator:
-    """A generator whose seed is a deterministic function of ``keys`` (e.g. seed, round, client)."""
-    value = 0
-    for key in keys:
-        value = (value * 1_000_003 + int(key) + 1) % (2**63 - 1)
-    return torch.Generator(device=device).manual_seed(value)
-
+from leakshield.seeds import seeded_generator
 
 #: the key of the release stage's own random stream (see :func:`release_generator`)
 RELEASE_STREAM = 0x5E1EA5E
@@ -81,6 +73,8 @@ class HonestClient:
     seed: int = 0
     model_mode: str = "train"
     accounted: bool = True
+    #: (round, reason) of every model this client's guards refused (observable refusals)
+    refusals: list[tuple[int, str]] = field(default_factory=list, compare=False, repr=False)
 
     @property
     def sampling_rate(self) -> float:
@@ -97,8 +91,29 @@ class HonestClient:
             return None
         device = next(model.parameters()).device
         generator = self.generator(round, device)
+        verdict = self.inspect(model, round, generator)
+        if not verdict.accepted:
+            self.refusals.append((round, verdict.reason))
+            return None
         update, _ = self.compute(model, round, self._round_data(generator), generator)
         return update
+
+    def inspect(self, model: nn.Module, round: int, generator: torch.Generator) -> Verdict:
+        """The guard stage: the pipeline's guards judge ``model`` as received, before any training."""
+        if not self.pipeline.guards:
+            return ACCEPTED
+        return self.pipeline.inspect(model, self.context(round, generator))
+
+    def context(self, round: int, generator: torch.Generator) -> ClientContext:
+        """The client's context in ``round`` (outside a minibatch)."""
+        return ClientContext(
+            client_id=self.client_id,
+            round=round,
+            dataset=self.dataset,
+            info=self.info,
+            generator=generator,
+            public=self.public,
+        )
 
     def round_data(self, round: int, device: torch.device | str = "cpu") -> ImageSet:
         """The samples the client computes its update on in ``round`` (FedSGD: the minibatch it draws;
@@ -122,14 +137,7 @@ class HonestClient:
         start = {k: v.detach().clone() for k, v in model.state_dict().items()}
         worker = private_copy(model)
         worker.train(self.model_mode == "train")
-        context = ClientContext(
-            client_id=self.client_id,
-            round=round,
-            dataset=self.dataset,
-            info=self.info,
-            generator=generator,
-            public=self.public,
-        )
+        context = self.context(round, generator)
         local = self.local
         if local.algorithm == "fedsgd":
             step_context = context.at_step(data, 0)
@@ -157,6 +165,7 @@ class HonestClient:
             num_samples=len(data),
             model_mode="train" if self.model_mode == "train" else "eval",
             shuffled=local.algorithm == "fedavg" and local.shuffle,
+            optimizer=local.optimizer,
         )
         return ClientUpdate(global_params=start, delta=delta, protocol=facts, buffers=buffers), trace
 
@@ -196,7 +205,8 @@ class HonestClient:
             with client_rng(generator, step):
                 return self.pipeline.gradient(worker, self.info.normalize(x), y, step_context)
 
-        local_sgd(params, schedule, gradient, lr=local.local_lr, momentum=local.momentum, in_place=True)
+        local_training(params, schedule, gradient, optimizer=local.optimizer, lr=local.local_lr,
+                       momentum=local.momentum, in_place=True)  # fmt: skip
         delta = {k: (params[k].detach() - before[k]) for k in params}
         return delta, steps, ClientTrace(defended if complete else None)
 

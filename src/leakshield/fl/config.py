@@ -17,7 +17,9 @@ class LocalTraining(Params):
     ``local_lr``); ``fedavg`` — ``local_epochs`` epochs of SGD (``local_lr``, ``momentum``) over the
     client's data in minibatches of ``batch_size``, the update being θ_after − θ_before. shuffle: draw a
     new minibatch order every epoch (the order is the client's secret); ``false`` steps through the data
-    in order, as Inverting Gradients' FedAvg client does.
+    in order, as Inverting Gradients' FedAvg client does. optimizer: FedAvg's local optimizer, ``sgd``
+    (with ``momentum``) or ``adam`` (PyTorch's, lr ``local_lr``, betas 0.9 / 0.999; PRECODE and
+    Anti-GAN train their clients with it); FedSGD shares one gradient and has none.
     """
 
     algorithm: Literal["fedsgd", "fedavg"] = "fedsgd"
@@ -26,6 +28,15 @@ class LocalTraining(Params):
     batch_size: int = pydantic.Field(default=32, ge=1)
     momentum: float = pydantic.Field(default=0.0, ge=0, lt=1)
     shuffle: bool = True
+    optimizer: Literal["sgd", "adam"] = "sgd"
+
+    @pydantic.model_validator(mode="after")
+    def _optimizer_fits(self) -> LocalTraining:
+        if self.optimizer == "adam" and self.algorithm == "fedsgd":
+            raise ValueError("optimizer adam: FedSGD shares one gradient (the server steps); use fedavg")
+        if self.optimizer == "adam" and self.momentum:
+            raise ValueError("momentum: Adam keeps its own moments (betas 0.9, 0.999); set momentum 0")
+        return self
 
 
 class FLConfig(Params):

@@ -36,6 +36,8 @@ class Observation:
 
     views: list[ServerView]
     trace: ClientTrace
+    #: why the client's guard refused the model sent ("" when it never did); the views stop there
+    refused: str = ""
 
 
 def observe_victim(
@@ -49,7 +51,8 @@ def observe_victim(
     knowledge: ServerKnowledge | None = None,
     generators: Sequence[torch.Generator] | None = None,
 ) -> Observation:
-    """The victim ``client`` shares an update on its private ``batch`` in each observed round.
+    """The victim ``client`` shares an update on its private ``batch`` in each observed round, unless
+    its guard refuses the model sent (then :attr:`Observation.refused` says why and no view follows).
 
     ``models``: the honest global model of each observed round (the federation trains between two).
     ``rounds``: their round numbers (default 0, 1, …). ``server``: the attack, whose ``prepare_model``
@@ -66,6 +69,10 @@ def observe_victim(
         prepared = server.prepare_model(model, knowledge) if server is not None else PreparedModel(model)
         device = next(prepared.model.parameters()).device
         generator = generators[t] if generators is not None else torch.Generator(device).manual_seed(t)
+        verdict = client.inspect(prepared.model, round_, generator)
+        if not verdict.accepted:  # the client shares nothing from this round on
+            client.refusals.append((round_, verdict.reason))
+            return Observation(views, traces[0] if traces else ClientTrace(None), verdict.reason)
         update, trace = client.compute(prepared.model, round_, batch, generator)
         views.append(
             build_server_view(

@@ -83,6 +83,12 @@ class FederatedSimulation:
         ]
         return cls(model, participants, config, observers=observers, seed=seed)
 
+    @property
+    def refusals(self) -> list[tuple[int, int, str]]:
+        """(round, client, reason) of every model a participant's guard refused, in order."""
+        found = [(r, p.client_id, why) for p in self.participants for r, why in getattr(p, "refusals", ())]
+        return sorted(found)
+
     def run(self, rounds: int, *, progress: bool = False, desc: str = "FL training") -> nn.Module:
         """Train for ``rounds`` more rounds; returns the (updated in place) global model."""
         for _ in tqdm(range(rounds), desc=desc, disable=not progress, leave=False):

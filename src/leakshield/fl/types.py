@@ -47,7 +47,8 @@ class ProtocolFacts:
     local_steps: number of local SGD steps (1 for FedSGD). batch_size: the local minibatch size.
     num_samples: how many samples the client used. model_mode: whether the client ran the model in
     ``train`` or ``eval`` mode (BatchNorm statistics, dropout). shuffled: whether FedAvg minibatches were
-    drawn in a secret random order (else in the data's order).
+    drawn in a secret random order (else in the data's order). optimizer: FedAvg's local optimizer
+    (``sgd`` with ``momentum``, or ``adam``).
     """
 
     algorithm: Algorithm
@@ -59,6 +60,7 @@ class ProtocolFacts:
     num_samples: int
     model_mode: Literal["train", "eval"] = "eval"
     shuffled: bool = False
+    optimizer: Literal["sgd", "adam"] = "sgd"
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,11 @@ class ClientUpdate:
         update without momentum, −Δθ / lr. Multi-step FedAvg updates have no closed form."""
         if self.protocol.algorithm == "fedsgd":
             return self.delta
-        if self.protocol.local_steps == 1 and self.protocol.momentum == 0:
+        if (
+            self.protocol.local_steps == 1
+            and self.protocol.momentum == 0
+            and self.protocol.optimizer == "sgd"
+        ):
             return {k: -v / self.protocol.local_lr for k, v in self.delta.items()}
         raise ValueError("a multi-step FedAvg update is not a gradient; unroll the local steps to match it")
 

@@ -3,7 +3,8 @@ defenses in real federations and a leakage audit of their updates.
 
 - Client: :class:`LeakshieldTrainer` (the honest client as a train step, all defense stages, replies
   with the protocol facts), :class:`ReleaseDefenseMod` / :func:`release_mods` (update-stage defenses
-  as mods), :class:`SelfAuditMod` (a client scores the leakage of its own update).
+  as mods), :class:`SelfAuditMod` (a client scores the leakage of its own update), :class:`GuardMod`
+  (the client guard stage: refuse a model that is not the agreed architecture or that a guard refuses).
 - Server: :class:`AuditingStrategy` (wraps any strategy; attacks a sample of replies; results in a
   leakshield run directory).
 - :func:`client_app` / :func:`server_app`: ready-made apps for an experiment config
@@ -25,6 +26,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 
 from leakshield.flower.apps import client_app, server_app
 from leakshield.flower.client import LeakshieldTrainer, SelfAuditMod, without_suffix
+from leakshield.flower.guard import GuardMod
 from leakshield.flower.mods import ReleaseDefenseMod, announced, is_release_only, release_mods
 from leakshield.flower.records import FACTS_RECORD, ReportedFacts, reply_state, update_from_reply
 from leakshield.flower.strategy import AuditingStrategy
@@ -32,6 +34,7 @@ from leakshield.flower.strategy import AuditingStrategy
 __all__ = [
     "FACTS_RECORD",
     "AuditingStrategy",
+    "GuardMod",
     "LeakshieldTrainer",
     "ReleaseDefenseMod",
     "ReportedFacts",

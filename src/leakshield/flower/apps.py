@@ -28,10 +28,12 @@ from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Strategy
 
+from leakshield.defenses.base import DefensePipeline
 from leakshield.experiment.audit import AuditSettings, UpdateAuditor
 from leakshield.experiment.config import load_config
 from leakshield.experiment.federation import NO_CLIENT, Federation
 from leakshield.flower.client import LeakshieldTrainer, partition_id
+from leakshield.flower.guard import GuardMod
 from leakshield.flower.mods import release_mods
 from leakshield.flower.strategy import AuditingStrategy
 from leakshield.metrics.utility import accuracy
@@ -46,7 +48,8 @@ class ConfiguredTrainStep:
     """The ClientApp's train function for an experiment config (picklable: Ray ships it to its actors;
     the trainer is built lazily in each process). On the clients the config defends, the defense
     stack's trailing update-stage defenses run as :class:`~leakshield.flower.mods.ReleaseDefenseMod`
-    mods around :class:`LeakshieldTrainer`, the rest in it."""
+    mods around :class:`LeakshieldTrainer`, the rest in it; a stack with a client guard runs
+    :class:`~leakshield.flower.guard.GuardMod` right before the train step."""
 
     def __init__(self, config: str | Path | None = None, base: Path | None = None) -> None:
         self.config, self.base = config, base
@@ -65,6 +68,8 @@ class ConfiguredTrainStep:
         step = self.trainer(context)
         chain = step
         if step.config.fl.is_defended(partition_id(context)):
+            if DefensePipeline.from_config(step.config.defenses[0].entries).guards:  # innermost
+                chain = functools.partial(GuardMod(step), call_next=chain)
             for mod in reversed(release_mods(step.config.defenses[0].entries)):
                 chain = functools.partial(mod, call_next=chain)
         return chain(msg, context)

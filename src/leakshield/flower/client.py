@@ -100,7 +100,11 @@ class LeakshieldTrainer:
         pipeline = without_suffix(client.pipeline, mods)
         model = fed.fresh_model()
         model.load_state_dict(sent)
-        update = dataclasses.replace(client, pipeline=pipeline).fit(model, round_)
+        trainer = dataclasses.replace(client, pipeline=pipeline, refusals=[])
+        update = trainer.fit(model, round_)
+        if update is None and trainer.refusals:
+            raise LeakshieldError(f"client {client_id} refused the model of round {round_}: "
+                                  f"{trainer.refusals[-1][1]}")  # fmt: skip
         if update is None:
             raise LeakshieldError(f"client {client_id} holds no data; give every client samples")
         info = fed.info

@@ -81,7 +81,7 @@ class ReleaseDefenseMod:
             return call_next(msg, ctxt)
         records = list(msg.content.array_records.values())
         if len(records) != 1:
-            return _error(msg, f"{self!r}: expected one ArrayRecord in the message, got {len(records)}")
+            return error_reply(msg, f"{self!r}: expected one ArrayRecord in the message, got {len(records)}")
         sent = state_of(records[0])
         self._announce(msg)
         reply = call_next(msg, ctxt)
@@ -90,7 +90,7 @@ class ReleaseDefenseMod:
         try:
             return self._defend(reply, sent, ctxt)
         except LeakshieldError as exc:
-            return _error(msg, f"{self!r}: {exc}")
+            return error_reply(msg, f"{self!r}: {exc}")
 
     def _announce(self, msg: Message) -> None:
         public = self.defense.public_config()
@@ -128,7 +128,8 @@ def _single_arrays(message: Message) -> tuple[str, ArrayRecord]:
     return items[0]
 
 
-def _error(msg: Message, reason: str) -> Message:
+def error_reply(msg: Message, reason: str) -> Message:
+    """An error reply to ``msg`` (the server counts it as a failed client)."""
     return Message(Error(code=0, reason=reason), reply_to=msg)
 
 

@@ -58,6 +58,7 @@ class ReportedFacts:
                 "num-samples": p.num_samples,
                 "model-mode": p.model_mode,
                 "shuffled": p.shuffled,
+                "optimizer": p.optimizer,
                 "dataset": self.dataset,
                 "mean": [float(v) for v in self.mean],
                 "std": [float(v) for v in self.std],
@@ -86,6 +87,7 @@ class ReportedFacts:
                 num_samples=int(r["num-samples"]),  # type: ignore[arg-type]
                 model_mode=str(r["model-mode"]),  # type: ignore[arg-type]
                 shuffled=bool(r["shuffled"]),
+                optimizer=str(r.get("optimizer", "sgd")),  # type: ignore[arg-type]
             )
             return cls(
                 client_id=int(r["client-id"]),  # type: ignore[arg-type]

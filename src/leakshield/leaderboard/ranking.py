@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from leakshield.experiment.store import CellRecord
+from leakshield.leaderboard.threats import threat_of
 
 #: decimals at which SSIMs are compared (and shown)
 PRECISION = 3
@@ -40,6 +41,8 @@ class AttackScore:
     psnr: float | None
     seeds: int
     metric: str = "ssim"
+    #: to whom it leaks (the stored threat model's practitioner wording)
+    threat: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ def _score(record: CellRecord) -> tuple[float, str] | None:
 def attack_scores(records: Sequence[CellRecord]) -> dict[tuple[str, str], list[AttackScore]]:
     """(model, defense) → the seed-averaged score of every (attack, round) that ran successfully."""
     groups: dict[tuple[str, str, str, int], list[tuple[float, float | None, str]]] = defaultdict(list)
+    threats: dict[str, str] = {}
     for r in records:
         if r.kind != "attack" or r.status != "ok" or r.model is None or r.defense is None or r.attack is None:
             continue
@@ -82,6 +86,7 @@ def attack_scores(records: Sequence[CellRecord]) -> dict[tuple[str, str], list[A
         psnr = r.metrics.get("psnr")
         psnr = float(psnr) if isinstance(psnr, int | float) and math.isfinite(psnr) else None
         groups[(r.model, r.defense, r.attack, int(r.round or 0))].append((scored[0], psnr, scored[1]))
+        threats.setdefault(r.attack, threat_of(r))
     out: dict[tuple[str, str], list[AttackScore]] = defaultdict(list)
     for (model, defense, attack, round_), values in sorted(groups.items()):
         psnrs = [p for _, p, _ in values if p is not None]
@@ -93,6 +98,7 @@ def attack_scores(records: Sequence[CellRecord]) -> dict[tuple[str, str], list[A
                 psnr=sum(psnrs) / len(psnrs) if psnrs else None,
                 seeds=len(values),
                 metric=values[0][2],
+                threat=threats[attack],
             )
         )
     return out

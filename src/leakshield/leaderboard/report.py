@@ -15,7 +15,7 @@ from leakshield.experiment.rundir import STORE_FILE, load_run_config
 from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
 from leakshield.leaderboard.export import baseline_ssim, export_json, ranked_markdown, run_facts
 from leakshield.leaderboard.ranking import Standing, standings
-from leakshield.leaderboard.threats import threat_of
+from leakshield.leaderboard.threats import cell_threat, threat_of
 from leakshield.report.html import CLASS_SSIM_CONVENTION, CONVENTIONS, _img, restore_missing_images
 
 STYLE = (
@@ -111,9 +111,7 @@ def _ranked_html(rows: list[Standing]) -> str:
     for row in rows:
         best, page = row.strongest, f"leaderboard/{slug(row.model + '__' + row.defense)}.html"
         attack = (
-            "no attack cell succeeded"
-            if best is None
-            else f"{best.attack} (r{best.round}; {threat_of(best.attack)})"
+            "no attack cell succeeded" if best is None else f"{best.attack} (r{best.round}; {best.threat})"
         )
         if row.tied:
             attack += f" — tied: {', '.join(row.tied)}"
@@ -137,9 +135,22 @@ def _ranked_html(rows: list[Standing]) -> str:
 
 
 def _attack_table(records: list[CellRecord]) -> str:
-    attacks = sorted({r.attack for r in records if r.kind == "attack" and r.attack})
-    rows = "".join(f"<tr><td>{html.escape(a)}</td><td>{threat_of(a)}</td></tr>" for a in attacks)
-    return f"<table><tr><th>attack (column)</th><th>threat model</th></tr>{rows}</table>"
+    first = {}
+    for r in records:
+        if r.kind == "attack" and r.attack:
+            first.setdefault(r.attack, r)
+    rows = "".join(
+        f"<tr><td>{html.escape(a)}</td><td>{html.escape(r.attack_name or a)}</td><td>{threat_of(r)}</td>"
+        f"<td>{html.escape(_catalogue(r))}</td></tr>"
+        for a, r in sorted(first.items())
+    )
+    return ("<table><tr><th>attack (column)</th><th>registered name</th><th>threat model</th>"
+            f"<th>catalogue (Carletti et al.)</th></tr>{rows}</table>")  # fmt: skip
+
+
+def _catalogue(record: CellRecord) -> str:
+    threat = cell_threat(record)
+    return "—" if threat is None else threat.catalogue_name()
 
 
 def _defense_page(run_dir: Path, row: Standing, records: list[CellRecord], name: str) -> str:
@@ -153,7 +164,7 @@ def _defense_page(run_dir: Path, row: Standing, records: list[CellRecord], name:
     )
     for s in sorted(row.scores, key=lambda s: (-s.ssim, s.attack, s.round)):
         psnr = "—" if s.psnr is None else f"{s.psnr:.2f}"
-        parts.append(f"<tr><td>{html.escape(s.attack)}</td><td>{s.round}</td><td>{threat_of(s.attack)}</td>"
+        parts.append(f"<tr><td>{html.escape(s.attack)}</td><td>{s.round}</td><td>{s.threat}</td>"
                      f"<td>{s.ssim:.3f}{'' if s.metric == 'ssim' else ' (class)'}</td>"
                      f"<td>{psnr}</td></tr>")  # fmt: skip
     parts.append("</table><h2>Reconstructions</h2><p>Rows: true images, defended inputs (when the defense "

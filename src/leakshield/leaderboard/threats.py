@@ -1,25 +1,35 @@
-"""Which threat model an attack assumes, read off the attack itself (never a hand-kept list)."""
+"""To whom an attack cell leaks: read off the threat model stored with the cell (the attack's declared
+threat, :mod:`leakshield.threats`), never off its display label. Stores written before threats were
+recorded fall back to the registered name (``attack_name``) or, last, to the label when it is itself a
+registered name; anything else is said to be unknown rather than guessed."""
 
 from __future__ import annotations
 
-from leakshield.attacks.base import ATTACKS, Attack
+from leakshield.attacks.base import ATTACKS
 from leakshield.errors import LeakshieldError
+from leakshield.experiment.store import CellRecord
+from leakshield.threats import WHO, Adversary, Threat
 
-HONEST = "honest-but-curious server"
-MALICIOUS_SERVER = "malicious server"
-MALICIOUS_CLIENT = "malicious client"
+HONEST = WHO[Adversary.OBSERVING_SERVER]
+MALICIOUS_SERVER = WHO[Adversary.PARAMETER_SERVER]
+MALICIOUS_CLIENT = WHO[Adversary.PARTICIPANT]
+UNKNOWN = "threat model not recorded"
 
 
-def threat_of(attack: str) -> str:
-    """``malicious client`` for a participant attack (it takes part in training), ``malicious server``
-    for one that changes the model the server sends (``Attack.modifies_model``), else honest-but-curious."""
-    try:
-        entry = ATTACKS.get(attack)
-    except LeakshieldError:  # a label that is not a registered name (e.g. a renamed column)
-        return HONEST
-    factory = entry.factory
-    if getattr(factory, "role", None) == "participant":
-        return MALICIOUS_CLIENT
-    if isinstance(factory, type) and issubclass(factory, Attack) and factory.modifies_model:
-        return MALICIOUS_SERVER
-    return HONEST
+def cell_threat(record: CellRecord) -> Threat | None:
+    """The threat model ``record`` ran under, or None when it cannot be known."""
+    if record.threat:
+        return Threat.from_json(record.threat)
+    for name in (record.attack_name, record.attack):
+        if name:
+            try:
+                return ATTACKS.get(name).threat
+            except LeakshieldError:
+                continue
+    return None
+
+
+def threat_of(record: CellRecord) -> str:
+    """``honest-but-curious server``, ``malicious server``, ``malicious client`` (or ``auditor``)."""
+    threat = cell_threat(record)
+    return UNKNOWN if threat is None else threat.who

@@ -16,7 +16,7 @@ from typing import Literal
 
 from leakshield.errors import UnknownNameError
 
-MetricKind = Literal["privacy", "utility", "diagnostic"]
+MetricKind = Literal["privacy", "utility", "detection", "diagnostic"]
 DERIVED_SUFFIXES = ("_std", "_sensitive", "_defended", "_max", "_min")
 
 
@@ -163,6 +163,32 @@ for _spec in (
         range=(0.0, math.inf),
     ),
     MetricSpec("delta", "δ at which ε is reported", "utility", False),
+    MetricSpec(
+        "tpr", "share of models prepared by model-modifying attacks a client guard refused", "detection", True
+    ),
+    MetricSpec("fpr", "share of honest global models a client guard refused", "detection", False),
+    MetricSpec(
+        "models_malicious",
+        "malicious models a guard judged",
+        "diagnostic",
+        True,
+        range=(0.0, math.inf),
+        precision=0,
+    ),
+    MetricSpec(
+        "models_honest",
+        "honest models a guard judged",
+        "diagnostic",
+        True,
+        range=(0.0, math.inf),
+        precision=0,
+    ),
+    MetricSpec(
+        "refused",
+        "share of victims whose guard refused the model sent (they shared nothing)",
+        "privacy",
+        False,
+    ),
     MetricSpec("images", "images scored in the cell", "diagnostic", True, range=(0.0, math.inf), precision=0),
     MetricSpec(
         "seconds",

@@ -11,6 +11,7 @@ from leakshield.experiment.rundir import STORE_FILE, load_run_config
 from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
 from leakshield.report.figures import privacy_utility_png, sweep_png
 from leakshield.report.tables import joined_rows, pivot, results_csv
+from leakshield.report.threat_tables import html_sections, markdown_sections
 
 CONVENTIONS = (
     "Images are compared in [0, 1] pixel space after Hungarian matching of reconstructions to the "
@@ -91,7 +92,7 @@ def build_report(run_dir: str | Path) -> ReportFiles:
     lpips_note = next((r.metrics.get("lpips_note") for r in records if r.metrics.get("lpips_note")), None)
     failed = [r for r in records if r.status == "failed"]
 
-    markdown = [f"# {config.name}\n", table.to_markdown(), f"\n{conventions}\n"]
+    markdown = [f"# {config.name}\n", table.to_markdown(), f"\n{conventions}\n", markdown_sections(records)]
     if lpips_note:
         markdown.append(f"\nLPIPS: {lpips_note}\n")
     if failed:
@@ -145,6 +146,7 @@ def _html(
     ]
     if lpips_note:
         parts.append(f"<p>LPIPS: {html.escape(lpips_note)}</p>")
+    parts.append(html_sections(records))
     plot = privacy_utility_png(rows, baseline, scatter_metric)
     parts.append("<h2>Privacy–utility</h2>")
     parts.append(

@@ -10,8 +10,9 @@ to the victim class a (and not to "fake"); (3) active variant: trains its reply 
 ``inject`` samples of G labelled with a wrong class c it owns (``inject_label``), so that the victim's
 next updates must separate a from c and reveal more about a. The passive variant (Anti-GAN Table 1)
 replies honestly on its own data and only trains G against the models it receives. After the last round
-G trains ``final_steps`` more against the final global model. What the attacker sees is only what a
-participant receives: its own data, the models sent to it.
+G trains ``final_steps`` more against the final global model (``finish``), and the attacker releases
+labelled samples of G (``release``) that the evaluator, never the attack, scores. What the attacker sees
+is only what a participant receives: its own data, the models sent to it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from leakshield.attacks.base import ATTACKS, Attack, Reconstruction
+from leakshield.attacks.base import ATTACKS, Attack, Participation, Reconstruction
 from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.defenses.base import DefensePipeline
 from leakshield.errors import ConfigError, LeakshieldError
@@ -34,8 +35,8 @@ from leakshield.fl.config import LocalTraining
 from leakshield.fl.types import ClientUpdate, ServerView
 from leakshield.generative import ConditionalGenerator
 from leakshield.generative.training import freeze
-from leakshield.metrics.class_ssim import class_level_ssim
 from leakshield.registry import Params
+from leakshield.threats import Adversary, Knowledge, Rounds, threat
 
 
 class HitajParams(Params):
@@ -185,6 +186,19 @@ class HitajAttacker:
         pick = torch.randint(len(self.targets), (n,), generator=self.rng)
         return torch.tensor(self.targets, device=self.dataset.x.device)[pick]
 
+    def finish(self, model: nn.Module) -> None:
+        """After the last round: ``final_steps`` generator updates against the final global model."""
+        self.train_generator(model, self.params.final_steps)
+
+    def release(self, count: int, seed: int) -> ImageSet:
+        """The attacker's output: ``count`` generated images spread evenly over its target classes, with
+        their labels, drawn from a stream seeded by ``seed``."""
+        self.rng = torch.Generator().manual_seed(seed)
+        targets = torch.tensor(self.targets, device=self.dataset.x.device)
+        labels = targets.repeat_interleave(-(-count // len(targets)))[:count]
+        images = torch.cat([self.sample(len(chunk), labels=chunk) for chunk in labels.split(500)])
+        return ImageSet(images.detach(), labels)
+
     def sample(self, n: int, *, train_mode: bool = False, labels: torch.Tensor | None = None) -> torch.Tensor:
         """n generated images of the victim classes (or of ``labels``)."""
         G = self.generator
@@ -204,14 +218,20 @@ class HitajAttacker:
     reference="Hitaj et al., Deep Models Under the GAN, CCS 2017; as evaluated by Anti-GAN (Luo & Zhang, "
     "TKDD 2025, Sec. 3, Table 6)",
     params=HitajParams,
+    threat=threat(
+        Adversary.PARTICIPANT, (Knowledge.PROTOCOL,), rounds=Rounds.TRAINING, secure_aggregation=True
+    ),
     aliases={"hitaj-passive": {"mode": "passive"}, "hitaj-control": {"victim_updates": False}},
 )
 class HitajGAN(Attack):
-    """A participant attack: the grid runs it inside FL training (see :mod:`leakshield.experiment.
-    feature_inference`) and scores its generator by class-level SSIM; it has no server view."""
+    """A participant attack: the grid runs it inside FL training (the participant-attack cell protocol)
+    and the evaluator scores the samples it releases by class-level SSIM; it has no server view."""
 
     params: HitajParams
-    role: ClassVar[Literal["server", "participant"]] = "participant"
+
+    def participation(self) -> Participation:
+        p = self.params
+        return Participation(p.attacker, p.rounds, p.samples, victims_heard=p.victim_updates, window=p.window)
 
     def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction:
         raise LeakshieldError("hitaj is a participant attack: it runs inside FL training in a grid, "
@@ -236,16 +256,3 @@ class HitajGAN(Attack):
         else:
             raise ConfigError("hitaj: the attacker holds no data (check fl.partition and attacker)")
         return HitajAttacker(client_id, dataset, local, info, self.params, targets, inject, seed)
-
-    def score(
-        self, attacker: HitajAttacker, private: ImageSet, seed: int
-    ) -> tuple[float, dict[int, float], ImageSet]:
-        """Class-level SSIM (Eq. 5) of ``samples`` generated images, spread evenly over the targets,
-        against the ``private`` images of their classes: the value, its per-class means, the samples."""
-        p = self.params
-        attacker.rng = torch.Generator().manual_seed(seed)
-        targets = torch.tensor(attacker.targets, device=private.x.device)
-        labels = targets.repeat_interleave(-(-p.samples // len(targets)))[: p.samples]
-        images = torch.cat([attacker.sample(len(chunk), labels=chunk) for chunk in labels.split(500)])
-        value, per_class = class_level_ssim(images, labels, private.x, private.y, window=p.window)
-        return value, per_class, ImageSet(images.detach(), labels)

@@ -31,9 +31,10 @@ from leakshield.attacks.ggl.search import (
     cma_one,
     tune_generator,
 )
-from leakshield.attacks.inversion.engine import layer_weight, matched_names, one_fedsgd_round
+from leakshield.attacks.inversion.problem import layer_weight, matched_names, one_fedsgd_round
 from leakshield.attacks.labels import resolve_labels
 from leakshield.fl.types import ServerView
+from leakshield.threats import PRIOR_OBSERVER, Adversary, Knowledge, threat
 
 REFERENCE = (
     "Li et al., Auditing Privacy Defenses in FL via Generative Gradient Leakage, CVPR 2022 (SPEC §2.6)"
@@ -212,6 +213,7 @@ ATTACKS.register(
     reference=f"{REFERENCE}; Jeon et al., Gradient Inversion with Generative Image Prior, NeurIPS 2021 "
     "(gias)",
     params=GGLParams,
+    threat=PRIOR_OBSERVER,
     aliases={"ggl-cma": {"optimizer": "cma"}, "gias": {"finetune_steps": 100}},
 )(GenerativeGradientLeakage)
 
@@ -221,6 +223,9 @@ ATTACKS.register(
     "whose trial gradient passes through the defense's public release transform",
     reference=f"{REFERENCE}, Sec. 3.3",
     params=GGLParams,
+    threat=threat(
+        Adversary.OBSERVING_SERVER, (Knowledge.PROTOCOL, Knowledge.PUBLIC_SPLIT, Knowledge.DEFENSES)
+    ),
     targets=(
         "gaussian-noise",
         "laplacian-noise",

@@ -18,7 +18,7 @@ optimized jointly as soft labels (DLG).
 from __future__ import annotations
 
 import copy
-import fnmatch
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -37,15 +37,15 @@ from leakshield.attacks.inversion.objectives import (
     total_variation,
 )
 from leakshield.attacks.inversion.params import GradientInversionParams
+from leakshield.attacks.inversion.problem import layer_weight, matched_names, one_fedsgd_round
 from leakshield.attacks.inversion.replay import dummy_update
 from leakshield.attacks.inversion.shards import attack_in_shards
 from leakshield.attacks.inversion.starts import initial_images, load_image_file
 from leakshield.attacks.labels import resolve_labels
 from leakshield.data.types import DatasetInfo
-from leakshield.errors import ConfigError
 from leakshield.fl.types import ServerView
-from leakshield.models.base import is_stochastic
 from leakshield.registry import Params
+from leakshield.threats import Knowledge, Threat
 from leakshield.workers import in_worker
 
 __all__ = ["GradientInversion", "GradientInversionParams", "load_image_file"]
@@ -62,6 +62,15 @@ class GradientInversion(Attack):
     """
 
     params: GradientInversionParams
+
+    @property
+    def threat(self) -> Threat:
+        """The preset's declared threat; a BatchNorm prior (``bn_stats`` > 0) uses the client's
+        BatchNorm statistics (Carletti's model E) whatever the preset."""
+        declared = super().threat
+        if self.params.bn_stats and Knowledge.BATCHNORM not in declared.knowledge:
+            return dataclasses.replace(declared, knowledge=declared.knowledge | {Knowledge.BATCHNORM})
+        return declared
 
     def __init__(self, params: Params, init_images: torch.Tensor | None = None) -> None:
         super().__init__(params)
@@ -195,37 +204,28 @@ class GradientInversion(Attack):
     #: the update a dummy batch would produce (see :func:`~leakshield.attacks.inversion.replay.dummy_update`)
     _dummy_update = staticmethod(dummy_update)
 
+    # -- the public matching problem (:class:`~leakshield.attacks.inversion.problem.MatchingProblem`) ---
+    def labels_for(self, view: ServerView, device: torch.device) -> tuple[torch.Tensor | None, str]:
+        return self._labels(view, device)
 
-def one_fedsgd_round(views: Sequence[ServerView]) -> bool:
-    """Whether ``views`` are FedSGD gradients of equal batch size on one deterministic eval-mode model
-    (the same weights): the condition for advancing their attacks in one vectorized step."""
-    first = views[0]
-    if is_stochastic(first.model):
-        return False
-    if any(v.update.protocol.algorithm != "fedsgd" or v.model.training for v in views):
-        return False
-    if any(v.batch_size != first.batch_size for v in views):
-        return False
-    reference = first.model.state_dict()
-    return all(all(torch.equal(t, reference[k]) for k, t in v.model.state_dict().items()) for v in views[1:])
+    def matched(self, model: nn.Module, view: ServerView) -> list[str]:
+        return self._matched_names(model, view)
 
+    def weight_of(self, name: str) -> float:
+        return self._layer_weight(name)
 
-def layer_weight(name: str, weights: dict[str, float]) -> float:
-    """The matching weight of parameter ``name``: the first glob pattern of ``weights`` it matches, else 1."""
-    for pattern, weight in weights.items():
-        if fnmatch.fnmatchcase(name, pattern):
-            return float(weight)
-    return 1.0
+    def box(self, info: DatasetInfo, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._bounds(info, device)
 
+    def start(self, n: int, info: DatasetInfo, gen: torch.Generator) -> torch.Tensor:
+        return self._init(n, info, gen)
 
-def matched_names(
-    model: nn.Module, view: ServerView, patterns: list[str] | None, weights: dict[str, float]
-) -> list[str]:
-    """The parameters an attack matches: in the update, selected by ``patterns`` (all if None), weight > 0."""
-    names = [name for name, _ in model.named_parameters() if name in view.update.delta]
-    if patterns is not None:
-        names = [n for n in names if any(fnmatch.fnmatchcase(n, pat) for pat in patterns)]
-    names = [n for n in names if layer_weight(n, weights) > 0]
-    if not names:
-        raise ConfigError("parameters/layer_weights: no parameter of the model is left to match")
-    return names
+    def one_by_one(
+        self, views: Sequence[ServerView], seeds: Sequence[int], progress: bool
+    ) -> list[Reconstruction]:
+        return Attack.reconstruct_many(self, views, seeds=seeds, progress=progress)
+
+    def with_params(self, **update: object) -> GradientInversion:
+        one = copy.copy(self)  # subclasses may take other constructor arguments
+        one.params = self.params.model_copy(update=update)
+        return one

@@ -6,44 +6,40 @@ float rounding) the same trajectory as the one-victim engine."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 
-from leakshield.attacks.base import Attack, Reconstruction
+from leakshield.attacks.base import Reconstruction
 from leakshield.attacks.inversion.batched_lbfgs import lbfgs_many
 from leakshield.attacks.inversion.calibration import Candidates, PathChoice, choose_path
 from leakshield.attacks.inversion.loops import optimize_many
+from leakshield.attacks.inversion.problem import MatchingProblem
 from leakshield.attacks.inversion.vectorized import VectorizedObjective
 from leakshield.fl.types import ServerView
-
-if TYPE_CHECKING:
-    from leakshield.attacks.inversion.engine import GradientInversion
 
 
 class ManyVictims:
     """The stacked problem of V victims: labels, targets, starts, and the vectorized objective."""
 
-    def __init__(self, attack: GradientInversion, views: Sequence[ServerView], seeds: Sequence[int]) -> None:
+    def __init__(self, attack: MatchingProblem, views: Sequence[ServerView], seeds: Sequence[int]) -> None:
         p = attack.params
         self.attack, self.views, self.seeds = attack, list(views), list(seeds)
         first = views[0]
         self.info, self.n = first.data_info, first.batch_size
         self.device = next(first.model.parameters()).device
-        self.resolved = [attack._labels(v, self.device) for v in views]
+        self.resolved = [attack.labels_for(v, self.device) for v in views]
         self.joint = p.labels == "joint"
-        names = attack._matched_names(first.model, first)
+        names = attack.matched(first.model, first)
         self.targets = [torch.stack([v.update.delta[k].to(self.device) for v in views]) for k in names]
         self.objective = VectorizedObjective(
             first.model,
             names,
             distance=p.distance,
-            weights=[attack._layer_weight(k) for k in names],
+            weights=[attack.weight_of(k) for k in names],
             tv=p.tv,
             norm=p.image_norm,
             task=p.task_loss,
@@ -52,14 +48,14 @@ class ManyVictims:
             joint_labels=self.joint,
         )
         self.labels = None if self.joint else torch.stack([y for y, _ in self.resolved])
-        self.lo, self.hi = attack._bounds(self.info, self.device)
+        self.lo, self.hi = attack.box(self.info, self.device)
         self.gens = [torch.Generator(device="cpu").manual_seed(seed) for seed in seeds]
         self.pad_to: int | None = None  # the compiled step's batch size, when L-BFGS runs it
 
     def starts(self, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The next restart's start of victims ``idx`` (each from its own generator, as one by one)."""
         p = self.attack.params
-        x0 = torch.stack([self.attack._init(self.n, self.info, self.gens[i]) for i in idx]).to(self.device)
+        x0 = torch.stack([self.attack.start(self.n, self.info, self.gens[i]) for i in idx]).to(self.device)
         if p.boxed:
             x0 = torch.max(torch.min(x0, self.hi), self.lo)
         logits0 = None
@@ -74,7 +70,6 @@ class ManyVictims:
         return x, y, [t[idx] for t in self.targets]
 
     def candidates(self) -> Candidates:
-        p = self.attack.params
         probe = torch.randn(
             len(self.views), self.n, *self.info.shape, generator=torch.Generator().manual_seed(0)
         )
@@ -89,9 +84,7 @@ class ManyVictims:
                 "tolerance": 0.0,
                 "path": "loop",
             }
-            one = copy.copy(self.attack)  # subclasses may take other constructor arguments
-            one.params = p.model_copy(update=timing)
-            one.reconstruct(self.views[0], seed=0)
+            self.attack.with_params(**timing).reconstruct(self.views[0], seed=0)
 
         def vectorized(chunk: int, steps: int) -> None:
             idx = list(range(chunk))
@@ -112,7 +105,7 @@ def _flat(inputs):
 
 
 def attack_many(
-    attack: GradientInversion, views: Sequence[ServerView], seeds: Sequence[int], progress: bool
+    attack: MatchingProblem, views: Sequence[ServerView], seeds: Sequence[int], progress: bool
 ) -> list[Reconstruction]:
     p = attack.params
     start = time.perf_counter()
@@ -137,7 +130,7 @@ def attack_many(
     if choice.path == "compiled":  # L-BFGS's batches shrink as victims finish: pad them to one size
         problem.pad_to = choice.chunk
     if choice.path == "loop":
-        looped = Attack.reconstruct_many(attack, views, seeds=seeds, progress=progress)
+        looped = attack.one_by_one(views, seeds, progress)
         return [_with_stats(r, choice, vectorized=False) for r in looped]
     victims = len(views)
     best_x = torch.zeros(victims, problem.n, *problem.info.shape, device=problem.device)

@@ -13,6 +13,7 @@ import pydantic
 
 from leakshield.attacks.base import ATTACKS
 from leakshield.attacks.inversion.engine import GradientInversion, GradientInversionParams
+from leakshield.threats import OBSERVER, Adversary, Knowledge, threat
 
 IG_LIKE = {
     "optimizer": "adam",
@@ -22,6 +23,10 @@ IG_LIKE = {
     "tv": 1e-4,
     "lr_schedule": "milestones",
     "tolerance": 0.0,
+}
+#: presets whose priors use more than the update: GradInversion's BatchNorm statistics (Carletti's E)
+GRADIENT_MATCHING_THREATS = {
+    "gradinversion": threat(Adversary.OBSERVING_SERVER, (Knowledge.PROTOCOL, Knowledge.BATCHNORM)),
 }
 ATS_LBFGS = {"optimizer": "lbfgs", "iterations": 300, "restarts": 16}
 
@@ -128,6 +133,10 @@ def preset_params(name: str, defaults: dict[str, Any]) -> type[GradientInversion
 
 
 for _name, (_summary, _reference, _defaults) in PRESETS.items():
-    ATTACKS.register(_name, summary=_summary, reference=_reference, params=preset_params(_name, _defaults))(
-        GradientInversion
-    )
+    ATTACKS.register(
+        _name,
+        summary=_summary,
+        reference=_reference,
+        params=preset_params(_name, _defaults),
+        threat=GRADIENT_MATCHING_THREATS.get(_name, OBSERVER),
+    )(GradientInversion)

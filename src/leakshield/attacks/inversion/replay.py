@@ -1,6 +1,7 @@
 """The attacker's replay of the client's protocol on dummy data: the update a dummy batch would produce,
 differentiable w.r.t. the dummy images (FedSGD: the gradient, averaged over draws of stochastic layers;
-FedAvg: the client's local SGD unrolled with the same loop the client runs, Inverting Gradients Sec. 5)."""
+FedAvg: the client's local SGD or Adam — as its protocol facts say — unrolled with the same loop the
+client runs, Inverting Gradients Sec. 5)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from torch import nn
 from torch.func import functional_call
 
 from leakshield.attacks.inversion.objectives import task_loss
-from leakshield.fl.local_training import local_sgd, minibatch_schedule
+from leakshield.fl.local_training import local_training, minibatch_schedule
 from leakshield.fl.types import ServerView
 from leakshield.loss import training_loss
 
@@ -56,5 +57,6 @@ def dummy_update(
     schedule = minibatch_schedule(
         len(x), facts.batch_size, facts.local_epochs, shuffle=False, device=x.device
     )
-    final = local_sgd(params, schedule, gradient, lr=facts.local_lr, momentum=facts.momentum, in_place=False)
+    final = local_training(params, schedule, gradient, optimizer=facts.optimizer, lr=facts.local_lr,
+                           momentum=facts.momentum, in_place=False)  # fmt: skip
     return [final[k] - params[k] for k in names], first_loss[0]

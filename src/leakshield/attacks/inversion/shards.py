@@ -15,34 +15,29 @@ CPU only: on a GPU the shards would share one device, so the attack runs unshard
 from __future__ import annotations
 
 import atexit
-import copy
 import dataclasses
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
-from typing import TYPE_CHECKING
 
 from leakshield.attacks.base import Reconstruction
+from leakshield.attacks.inversion.problem import MatchingProblem
 from leakshield.errors import LeakshieldError
 from leakshield.fl.types import ServerView
 from leakshield.workers import init_single_threaded_worker, stop_workers
-
-if TYPE_CHECKING:
-    from leakshield.attacks.inversion.engine import GradientInversion
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}
 
 
 def attack_in_shards(
-    attack: GradientInversion, views: Sequence[ServerView], seeds: Sequence[int]
+    attack: MatchingProblem, views: Sequence[ServerView], seeds: Sequence[int]
 ) -> list[Reconstruction]:
     """Attack ``views`` in ``attack.params.victim_shards`` worker processes (fewer if fewer victims)."""
     shards = min(attack.params.victim_shards, len(views))
     bounds = [round(k * len(views) / shards) for k in range(shards + 1)]
     parts = [list(range(bounds[k], bounds[k + 1])) for k in range(shards)]
-    one = copy.copy(attack)  # subclasses may take other constructor arguments
-    one.params = attack.params.model_copy(update={"victim_shards": 1})
+    one = attack.with_params(victim_shards=1)
     pool = _pool(shards)
     futures = [pool.submit(_shard, one, [views[i] for i in p], [seeds[i] for i in p]) for p in parts]
     try:
@@ -77,5 +72,5 @@ def _shutdown() -> None:
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _shard(attack: GradientInversion, views: list[ServerView], seeds: list[int]) -> list[Reconstruction]:
+def _shard(attack: MatchingProblem, views: list[ServerView], seeds: list[int]) -> list[Reconstruction]:
     return attack.reconstruct_many(views, seeds=seeds, progress=False)

@@ -1,44 +1,42 @@
-"""Cells of participant attacks (the GAN attack of Hitaj et al.): the attacker joins FL training as one
-of the clients, and its generator is scored against the private images of the classes it targets by
-class-level SSIM (Anti-GAN Eq. 5) — feature inference, not the reconstruction of given victims.
+"""The participant-attack cell protocol: the attacker joins FL training as one of the clients; at the
+end it releases its output (labelled samples of the classes it targets), and the evaluator — which
+alone holds the defended clients' private images — scores them by class-level SSIM (Anti-GAN Eq. 5):
+feature inference, not the reconstruction of given victims.
 
 The federation is the grid's (clients, partition, protocol); the model starts from the grid's attack
-round (honest training up to it, as for every attack cell) and trains ``rounds`` more rounds with the
+round (honest training up to it, as for every attack cell) and trains the attack's rounds with the
 attacker taking part. The honest clients run the defense pipeline where the config defends them.
 Reported next to the attack's score: ``class_ssim_public``, the class-level SSIM of the public split's
-real images of the same classes, i.e. what a generator that had learned the class distribution
+real images of the same classes, i.e. what an attacker that had learned the class distribution
 perfectly would score.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
+from torch import nn
 
-from leakshield.attacks.gan.hitaj import HitajGAN
+from leakshield.attacks.base import create_attack
 from leakshield.data.types import ImageSet
 from leakshield.defenses.base import DefensePipeline
 from leakshield.errors import ConfigError
 from leakshield.experiment.cells import Cell
+from leakshield.experiment.protocols import CellOutput, register_protocol
+from leakshield.experiment.world import ExperimentContext
 from leakshield.fl import FederatedSimulation, HonestClient
 from leakshield.fl.participants import Participant
 from leakshield.fl.types import ClientUpdate
 from leakshield.metrics.class_ssim import class_level_ssim
 from leakshield.metrics.utility import accuracy
 
-if TYPE_CHECKING:
-    from torch import nn
-
-    from leakshield.experiment.pipeline import CellOutput, ExperimentContext
-
 GRID_COLUMNS = 10
 
 
 @dataclass
 class SilencedClient:
-    """A client whose replies never reach the server (the control of the GAN attack)."""
+    """A client whose replies never reach the server (the control of a participant attack)."""
 
     client_id: int
 
@@ -46,22 +44,25 @@ class SilencedClient:
         return None
 
 
-def run_feature_inference(ctx: ExperimentContext, cell: Cell, attack: HitajGAN) -> CellOutput:
+@register_protocol(
+    "participant-attack",
+    "a malicious client trains inside the federation; the evaluator scores the samples it releases",
+)
+def run_participant_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
     """One participant-attack cell (see the module docstring)."""
-    from leakshield.experiment.pipeline import CellOutput
-
-    assert cell.model and cell.defense and cell.round is not None and cell.seed is not None
-    fl, p, info = ctx.config.fl, attack.params, ctx.info
-    attacker_id = fl.clients - 1 if p.attacker is None else p.attacker
+    assert cell.model and cell.defense and cell.attack and cell.round is not None and cell.seed is not None
+    attack = create_attack(cell.attack.name, cell.attack.params)
+    fl, plan, info = world.config.fl, attack.participation(), world.info
+    attacker_id = fl.clients - 1 if plan.attacker is None else plan.attacker
     if attacker_id >= fl.clients:
         raise ConfigError(
             f"{attack.name}.attacker: client {attacker_id} of {fl.clients} (0..{fl.clients - 1})"
         )
-    trained = ctx.models.at_round(cell.model, cell.defense, cell.seed, cell.round)
+    trained = world.models.at_round(cell.model, cell.defense, cell.seed, cell.round)
     model, start = trained.model, cell.round
-    if not p.victim_updates:  # the control: the victims' updates never reached the server, from round 0
-        model, start = ctx.models.fresh(cell.model, cell.defense, cell.seed)[0], 0
-    clients = ctx.models.clients
+    if not plan.victims_heard:  # the control: the victims' updates never reached the server, from round 0
+        model, start = world.models.fresh(cell.model, cell.defense, cell.seed)[0], 0
+    clients = world.models.clients
     attacker = attack.participant(attacker_id, clients[attacker_id], fl.local, info, cell.seed)
     attacker.active_from = cell.round
     victims = [i for i in range(fl.clients) if i != attacker_id and fl.is_defended(i) and len(clients[i])]
@@ -69,31 +70,35 @@ def run_feature_inference(ctx: ExperimentContext, cell: Cell, attack: HitajGAN) 
     for i, data in enumerate(clients):
         if i == attacker_id:
             participants.append(attacker)
-        elif i in victims and not p.victim_updates:
+        elif i in victims and not plan.victims_heard:
             participants.append(SilencedClient(i))
         else:
             participants.append(
                 HonestClient(i, data, fl.local, trained.pipeline if fl.is_defended(i) else DefensePipeline(),
-                             info, public=ctx.models.public, seed=cell.seed, accounted=fl.is_defended(i))
+                             info, public=world.models.public, seed=cell.seed, accounted=fl.is_defended(i))
             )  # fmt: skip
     sim = FederatedSimulation(model, participants, fl, seed=cell.seed)
     sim.round = start
     if start < cell.round:  # the control's rounds before the attack, the victims silent
-        sim.run(cell.round - start, progress=ctx.progress, desc="FL rounds without the victims")
-    sim.run(p.rounds, progress=ctx.progress, desc=f"{attack.name}: FL rounds with the attacker")
-    attacker.train_generator(sim.model, p.final_steps)
+        sim.run(cell.round - start, progress=world.progress, desc="FL rounds without the victims")
+    sim.run(plan.rounds, progress=world.progress, desc=f"{attack.name}: FL rounds with the attacker")
+    attacker.finish(sim.model)
+    released = attacker.release(plan.samples, cell.seed)
 
-    targets = torch.tensor(attacker.targets, device=ctx.device)
+    # the evaluator: the defended clients' private images of the target classes
+    targets = torch.tensor(attacker.targets, device=world.device)
     private = _of_classes([clients[i] for i in victims], targets)
     if not len(private):
         raise ConfigError(f"{attack.name}: no defended client holds the target classes {attacker.targets}")
-    value, per_class, samples = attack.score(attacker, private, cell.seed)
-    public = _of_classes([ctx.models.public], targets)
+    samples = ImageSet(released.x.to(world.device), released.y.to(world.device))
+    value, per_class = class_level_ssim(samples.x, samples.y, private.x, private.y, window=plan.window)
+    public = _of_classes([world.models.public], targets)
     metrics = {"class_ssim": value, "samples": float(len(samples))}
     if len(public):
         metrics["class_ssim_public"] = class_level_ssim(public.x, public.y, private.x, private.y,
-                                                        window=p.window)[0]  # fmt: skip
-    metrics["accuracy_attacked"] = accuracy(sim.model, ctx.data.test.to(ctx.device), normalize=info.normalize)
+                                                        window=plan.window)[0]  # fmt: skip
+    metrics["accuracy_attacked"] = accuracy(sim.model, world.data.test.to(world.device),
+                                            normalize=info.normalize)  # fmt: skip
     return CellOutput(
         metrics=metrics,
         victims=[{"class": c, "class_ssim": v} for c, v in per_class.items()],

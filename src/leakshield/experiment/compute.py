@@ -1,0 +1,67 @@
+"""One cell, computed: a pure function of the run's world and the cell, shared by the in-process runner
+and the worker processes (``--workers``, Ray). It writes nothing; the driver stores the record."""
+
+from __future__ import annotations
+
+import time
+import traceback
+
+import torch
+
+from leakshield import __version__
+from leakshield.experiment.cells import Cell
+from leakshield.experiment.pipeline import cell_threat, run_cell
+from leakshield.experiment.store import CellRecord
+from leakshield.experiment.world import ExperimentContext
+from leakshield.report.grids import image_grid, png_bytes
+
+
+def environment(device: torch.device) -> dict[str, object]:
+    """What a cell's float results may depend on beyond config and seed (reduction order)."""
+    return {
+        "leakshield": __version__,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "device": str(device),
+    }
+
+
+def compute_cell(world: ExperimentContext, cell: Cell) -> CellRecord:
+    """Compute one cell; its image grid travels in the record (the caller writes it). A failing cell is
+    a record with status ``failed`` and its error, never an exception."""
+    start = time.time()
+    coords = cell.coordinates
+    status, error, metrics, victims, image_path, png = "ok", None, {}, [], None, None
+    threat = None
+    try:
+        declared = cell_threat(world.config, cell)
+        threat = None if declared is None else declared.as_json()
+        output = run_cell(world, cell)
+        metrics, victims = output.metrics, output.victims
+        if output.grid_rows:
+            image_path = f"images/{cell.slug}.png"
+            png = png_bytes(image_grid(output.grid_rows))
+    except (Exception, torch.OutOfMemoryError) as exc:  # a failing cell must not stop the grid
+        status = "failed"
+        error = f"{type(exc).__name__}: {exc}"
+        victims = [{"traceback": traceback.format_exc(limit=4)}]
+    return CellRecord(
+        key=cell.key,
+        kind=cell.kind,
+        model=coords["model"],  # type: ignore[arg-type]
+        defense=coords["defense"],  # type: ignore[arg-type]
+        attack=coords["attack"],  # type: ignore[arg-type]
+        round=cell.round,
+        seed=cell.seed,
+        status=status,
+        metrics=metrics,
+        victims=victims,
+        error=error,
+        images=image_path,
+        seconds=time.time() - start,
+        finished=time.time(),
+        environment=environment(world.device),
+        image_png=png,
+        attack_name=cell.attack.name if cell.attack else None,
+        threat=threat,
+    )

@@ -1,0 +1,50 @@
+"""The two cell protocols without an attack: the no-information baseline and utility."""
+
+from __future__ import annotations
+
+import torch
+
+from leakshield.attacks.base import Reconstruction
+from leakshield.data import ImageSet
+from leakshield.experiment.cells import Cell
+from leakshield.experiment.protocols import CellOutput, register_protocol
+from leakshield.experiment.world import ExperimentContext
+from leakshield.metrics.sensitivity import sensitive_subset
+from leakshield.metrics.utility import accuracy
+
+
+@register_protocol("baseline", "the public split's mean image as every victim's reconstruction")
+def run_baseline(world: ExperimentContext, cell: Cell) -> CellOutput:
+    """The no-information 'reconstruction': the mean image of the public split for every victim."""
+    mean_image = world.data.public.x.mean(dim=0, keepdim=True)
+    scores = []
+    for batch in world.victims:
+        guess = Reconstruction(images=mean_image.expand(len(batch), -1, -1, -1).clone())
+        scores.append(world.score(guess, batch))
+    return world.output(
+        scores, grid=[torch.cat([b.x for b in world.victims]), torch.cat([s.matched for s in scores])]
+    )
+
+
+@register_protocol("utility", "FL training under the defense setting → test accuracy and privacy spent")
+def run_utility(world: ExperimentContext, cell: Cell) -> CellOutput:
+    assert cell.model and cell.defense and cell.round is not None and cell.seed is not None
+    trained = world.models.at_round(cell.model, cell.defense, cell.seed, cell.round)
+    net, norm, data = trained.model, world.info.normalize, world.data
+    test_acc = accuracy(net, data.test.to(world.device), normalize=norm)
+    train_acc = accuracy(net, ImageSet(data.train.x, data.train.y).to(world.device), normalize=norm)
+    metrics = {
+        "accuracy": test_acc,
+        "accuracy_train": train_acc,
+        **trained.pipeline.privacy_spent(trained.client_steps),
+    }
+    seconds, updates = trained.client_time
+    if updates:  # a measurement (wall time), for the leaderboard's cost column
+        metrics["client_seconds"] = seconds / updates
+    fl = world.config.fl
+    defended = [c for i, c in enumerate(world.models.clients) if fl.is_defended(i) and len(c)]
+    sensitive = sensitive_subset(defended, world.config.metrics.sensitive, trained.pipeline.sensitive_samples)
+    if sensitive is not None:
+        metrics["accuracy_sensitive"] = accuracy(net, sensitive, normalize=norm)
+        metrics["sensitive_samples"] = float(len(sensitive))
+    return CellOutput(metrics=metrics, victims=[])

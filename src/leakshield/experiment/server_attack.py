@@ -1,0 +1,104 @@
+"""The server-attack cell protocol: a server — honest-but-curious, or one that changes the model it
+sends — attacks each fixed victim's update; the evaluator scores the reconstructions against the
+private images it alone holds. A victim whose client guard refused the model sent shares nothing: the
+attacker is left with the no-information guess (the public split's mean image) and the cell reports
+the refused share."""
+
+from __future__ import annotations
+
+import torch
+
+from leakshield.attacks.base import Reconstruction, create_attack
+from leakshield.experiment.cells import Cell
+from leakshield.experiment.evaluation import VictimScore
+from leakshield.experiment.fitting import FitSetting, fit_attack
+from leakshield.experiment.protocols import CellOutput, register_protocol
+from leakshield.experiment.world import ExperimentContext
+from leakshield.fl import HonestClient, ServerKnowledge, ThreatModel, observe_victim
+from leakshield.seeds import victim_attack_seed, victim_round_generator
+
+
+@register_protocol("server-attack", "a server attacks each victim's update; the evaluator scores it")
+def run_server_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
+    assert cell.model and cell.defense and cell.attack and cell.round is not None
+    assert cell.seed is not None
+    attack = create_attack(cell.attack.name, cell.attack.params)
+    if attack.fit_scope is not None:
+        net, _ = world.models.fresh(cell.model, cell.defense, cell.seed)
+        setting = FitSetting(
+            world.info,
+            world.data.public,
+            world.models.clients,
+            world.config.fl,
+            net,
+            {"name": cell.model.name, **cell.model.params},
+            cell.seed,
+            world.device,
+            world.progress,
+        )
+        attack, used = fit_attack(attack, setting, world.cache)
+        world.models.used.extend(u for u in used if u not in world.models.used)
+    threat = ThreatModel(labels_known=world.config.attack.threat.labels_known)
+    knowledge = ServerKnowledge(data_info=world.info, public=world.data.public)
+    rounds = [cell.round + t for t in range(attack.rounds_observed)]
+    trained = [world.models.at_round(cell.model, cell.defense, cell.seed, r) for r in rounds]
+    victim_client = world.config.victims.client
+    client = HonestClient(
+        client_id=victim_client,
+        dataset=world.models.clients[victim_client],
+        local=world.config.victim_update,
+        pipeline=trained[0].pipeline,
+        info=world.info,
+        public=world.models.public,
+        seed=cell.seed,
+        model_mode=world.config.attack.model_mode,
+    )
+    observations = [
+        observe_victim(
+            [t.model for t in trained],
+            batch.to(world.device),
+            client,
+            threat=threat,
+            rounds=rounds,
+            server=attack,
+            knowledge=knowledge,
+            generators=[
+                victim_round_generator(cell.seed, k, t, device=world.device) for t in range(len(rounds))
+            ],
+        )
+        for k, batch in enumerate(world.victims)
+    ]
+    heard = [k for k, o in enumerate(observations) if not o.refused]
+    seeds = [victim_attack_seed(cell.seed, k) for k in heard]
+    if attack.rounds_observed == 1:
+        found = attack.reconstruct_many([observations[k].views[0] for k in heard], seeds=seeds,
+                                        progress=world.progress)  # fmt: skip
+    else:
+        found = attack.reconstruct_many_from_rounds(
+            [observations[k].views for k in heard], seeds=seeds, progress=world.progress
+        )
+    by_victim = dict(zip(heard, found, strict=True))
+    mean_image = world.data.public.x.mean(dim=0, keepdim=True)
+    scores: list[VictimScore] = []
+    truths, defended_rows, victims_info = [], [], []
+    for k, (batch, observation) in enumerate(zip(world.victims, observations, strict=True)):
+        reconstruction = by_victim.get(k)
+        if reconstruction is None:  # refused: nothing was shared, the no-information guess remains
+            reconstruction = Reconstruction(images=mean_image.expand(len(batch), -1, -1, -1).clone())
+        defended_x = observation.trace.defended_x
+        scores.append(world.score(reconstruction, batch, defended_x))
+        truths.append(batch.x)
+        defended_rows.append(defended_x.cpu() if defended_x is not None else batch.x)
+        info = {"labels": batch.y.tolist(), **reconstruction.stats}
+        if observation.refused:
+            info["refused"] = observation.refused
+        victims_info.append(info)
+    grid = [torch.cat(truths)]
+    defended = torch.cat(defended_rows)
+    if not torch.equal(defended, grid[0]):
+        grid.append(defended)
+    grid.append(torch.cat([s.matched for s in scores]))
+    output = world.output(scores, grid=grid, extra=victims_info)
+    if any(o.refused for o in observations):
+        output.metrics["refused"] = sum(bool(o.refused) for o in observations) / len(observations)
+    return output
