@@ -5,20 +5,22 @@ No attack signature accepts the private batch (DESIGN.md principle 1): the evalu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
+import pydantic
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
 from leakshield.artifacts import Fittable
+from leakshield.attacks.execution import Execution, split_execution
 from leakshield.data.types import DatasetInfo, ImageSet
-from leakshield.errors import LeakshieldError
+from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.fl.config import LocalTraining
 from leakshield.fl.types import ClientUpdate, PreparedModel, ServerKnowledge, ServerView
-from leakshield.registry import Params, Registry
+from leakshield.registry import Params, Registry, format_validation_error
 from leakshield.threats import Threat
 
 __all__ = [
@@ -90,6 +92,9 @@ class Attack(Fittable):
     #: ``public``: the attack needs a one-off :meth:`fit` on the public split (e.g. a generator prior)
     fit_scope: ClassVar[Literal["public"] | None] = None
 
+    #: how the attack runs (speed only; see :mod:`leakshield.attacks.execution`)
+    execution: Execution = Execution()
+
     def __init__(self, params: Params) -> None:
         self.params = params
 
@@ -154,8 +159,18 @@ class Attack(Fittable):
 ATTACKS: Registry[Attack] = Registry("attack", requires_threat=True)
 
 
-def create_attack(name: str, params: dict | None = None) -> Attack:
-    """Build a registered attack (or preset) with validated parameters."""
-    attack = ATTACKS.create(name, params)
+def create_attack(
+    name: str, params: Mapping[str, Any] | None = None, execution: Mapping[str, Any] | None = None
+) -> Attack:
+    """Build a registered attack (or preset) with validated parameters. Execution settings (``path``,
+    ``compile_after``, ``victim_shards``) may come in ``params`` or ``execution`` (``params`` wins);
+    they are kept apart from the method's parameters (:mod:`leakshield.attacks.execution`)."""
+    method, settings = split_execution(params)
+    try:
+        run = Execution(**{**(execution or {}), **settings})
+    except pydantic.ValidationError as exc:
+        raise ConfigError(f"{name}: {format_validation_error(exc)}") from None
+    attack = ATTACKS.create(name, method)
     attack.name = ATTACKS.get(name).name
+    attack.execution = run
     return attack

@@ -7,6 +7,7 @@ report`` works on it: one ``attack`` cell per audited round, its victims the sam
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import traceback
 from collections.abc import Mapping, Sequence
@@ -18,12 +19,13 @@ from torch import nn
 
 from leakshield import __version__
 from leakshield.artifacts import ArtifactCache
-from leakshield.attacks.base import Attack, create_attack
+from leakshield.attacks.base import Attack
 from leakshield.defenses.base import PublicDefense
 from leakshield.errors import ConfigError
 from leakshield.experiment.cells import Cell
+from leakshield.experiment.compute import cell_record
 from leakshield.experiment.config import ExperimentConfig
-from leakshield.experiment.evaluation import aggregate, load_cell_lpips, score_victim
+from leakshield.experiment.evaluation import CellOutput, load_cell_lpips, score_reconstructions
 from leakshield.experiment.federation import NO_CLIENT, Federation
 from leakshield.experiment.fitting import FitSetting, fit_attack
 from leakshield.experiment.rundir import STORE_FILE, prepare_run_dir
@@ -39,6 +41,7 @@ from leakshield.fl import (
 from leakshield.registry import Params
 from leakshield.report.grids import image_grid, png_bytes
 from leakshield.seeds import audit_attack_seed
+from leakshield.threats import Adversary
 
 #: the key of the audit's sampling stream
 AUDIT_STREAM = 0xA0D17
@@ -99,7 +102,7 @@ class UpdateAuditor(RoundObserver):
         if len(config.attacks) != 1:
             raise ConfigError(f"attacks: an audit runs one attack; the config lists {len(config.attacks)}")
         spec = config.attacks[0]
-        attack = create_attack(spec.name, spec.params)
+        attack = config.create_attack(spec)
         if attack.threat.modifies_model:
             raise ConfigError(
                 f"attacks[0]: {spec.name} is a malicious-server attack (it changes the model sent); "
@@ -177,19 +180,12 @@ class UpdateAuditor(RoundObserver):
             ]
             seeds = [audit_attack_seed(fed.seed, round, c) for c in chosen]
             recs = self.attack.reconstruct_many(views, seeds=seeds, progress=self.progress)
-            scores = [
-                score_victim(r, t.x, t.y, match_on=self.config.metrics.match_on, lpips=self.lpips)
-                for r, t in zip(recs, truths, strict=True)
-            ]
-            metrics = aggregate(scores, self.config.metrics.asr_threshold)
-            if "lpips" not in metrics:
-                metrics["lpips_note"] = self.lpips_reason  # type: ignore[assignment]
-            victims = [
-                {"client": c, "labels": t.y.tolist(), **s.per_image, "label_acc": s.label_acc, **r.stats}
-                for c, t, s, r in zip(chosen, truths, scores, recs, strict=True)
-            ]
-            rows = [torch.cat([t.x.cpu() for t in truths]), torch.cat([s.matched for s in scores])]
-            png = png_bytes(image_grid(rows))
+            pairs = zip(chosen, truths, recs, strict=True)
+            extra = [{"client": c, "labels": t.y.tolist(), **r.stats} for c, t, r in pairs]
+            output = score_reconstructions(recs, truths, metrics=self.config.metrics, lpips=self.lpips,
+                                           lpips_reason=self.lpips_reason, extra=extra)  # fmt: skip
+            metrics, victims = output.metrics, output.victims
+            png = png_bytes(image_grid(output.grid_rows or []))
         except (Exception, torch.OutOfMemoryError) as exc:  # a failing audit must not stop training
             status, error = "failed", f"{type(exc).__name__}: {exc}"
             victims = [{"clients": chosen, "traceback": traceback.format_exc(limit=4)}]
@@ -215,28 +211,13 @@ class UpdateAuditor(RoundObserver):
         png: bytes | None,
         start: float,
     ) -> CellRecord:
-        coords = cell.coordinates
-        images = f"images/{cell.slug}.png" if png is not None else None
-        record = CellRecord(
-            key=cell.key,
-            kind="attack",
-            model=coords["model"],  # type: ignore[arg-type]
-            defense=coords["defense"],  # type: ignore[arg-type]
-            attack=coords["attack"],  # type: ignore[arg-type]
-            round=cell.round,
-            seed=cell.seed,
-            status=status,
-            metrics=metrics,
-            victims=victims,
-            error=error,
-            images=images,
-            seconds=time.time() - start,
-            finished=time.time(),
-            environment=self._environment(),
-            image_png=png,
-        )
-        if images is not None and png is not None:
-            atomic_write_bytes(self.out / images, png)
+        output = CellOutput(metrics, victims)
+        threat = self.attack.threat.granting(labels_known=self.config.attack.threat.labels_known)
+        auditor = dataclasses.replace(threat, adversary=Adversary.AUDITOR)
+        record = cell_record(cell, output, status=status, error=error, png=png, start=start,
+                             environment=self._environment(), threat=auditor.as_json())  # fmt: skip
+        if record.images is not None and png is not None:
+            atomic_write_bytes(self.out / record.images, png)
         self.store.put(record)
         self.records.append(record)
         return record

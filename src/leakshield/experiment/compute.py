@@ -10,6 +10,7 @@ import torch
 
 from leakshield import __version__
 from leakshield.experiment.cells import Cell
+from leakshield.experiment.evaluation import CellOutput
 from leakshield.experiment.pipeline import cell_threat, run_cell
 from leakshield.experiment.store import CellRecord
 from leakshield.experiment.world import ExperimentContext
@@ -30,21 +31,35 @@ def compute_cell(world: ExperimentContext, cell: Cell) -> CellRecord:
     """Compute one cell; its image grid travels in the record (the caller writes it). A failing cell is
     a record with status ``failed`` and its error, never an exception."""
     start = time.time()
-    coords = cell.coordinates
-    status, error, metrics, victims, image_path, png = "ok", None, {}, [], None, None
-    threat = None
+    status, error, output, png, threat = "ok", None, CellOutput({}, []), None, None
     try:
         declared = cell_threat(world.config, cell)
         threat = None if declared is None else declared.as_json()
         output = run_cell(world, cell)
-        metrics, victims = output.metrics, output.victims
         if output.grid_rows:
-            image_path = f"images/{cell.slug}.png"
             png = png_bytes(image_grid(output.grid_rows))
     except (Exception, torch.OutOfMemoryError) as exc:  # a failing cell must not stop the grid
         status = "failed"
         error = f"{type(exc).__name__}: {exc}"
-        victims = [{"traceback": traceback.format_exc(limit=4)}]
+        output = CellOutput({}, [{"traceback": traceback.format_exc(limit=4)}])
+    return cell_record(cell, output, status=status, error=error, png=png, start=start,
+                       environment=environment(world.device), threat=threat)  # fmt: skip
+
+
+def cell_record(
+    cell: Cell,
+    output: CellOutput,
+    *,
+    status: str,
+    error: str | None,
+    png: bytes | None,
+    start: float,
+    environment: dict[str, object],
+    threat: dict | None,
+) -> CellRecord:
+    """The stored form of a computed cell (the runner's and the update auditor's one recorder): its
+    coordinates, the attack's registered name and threat model, metrics, rows, image and timing."""
+    coords = cell.coordinates
     return CellRecord(
         key=cell.key,
         kind=cell.kind,
@@ -54,13 +69,13 @@ def compute_cell(world: ExperimentContext, cell: Cell) -> CellRecord:
         round=cell.round,
         seed=cell.seed,
         status=status,
-        metrics=metrics,
-        victims=victims,
+        metrics=output.metrics,
+        victims=output.victims,
         error=error,
-        images=image_path,
+        images=f"images/{cell.slug}.png" if png is not None else None,
         seconds=time.time() - start,
         finished=time.time(),
-        environment=environment(world.device),
+        environment=environment,
         image_png=png,
         attack_name=cell.attack.name if cell.attack else None,
         threat=threat,

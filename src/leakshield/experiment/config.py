@@ -17,6 +17,8 @@ import pydantic
 import yaml
 
 from leakshield.attacks import ATTACKS
+from leakshield.attacks.base import Attack, create_attack
+from leakshield.attacks.execution import EXECUTION_FIELDS, Execution, split_execution
 from leakshield.data import DATASETS
 from leakshield.defenses import DEFENSES
 from leakshield.errors import ConfigError, LeakshieldError
@@ -226,6 +228,8 @@ class ExperimentConfig(Section):
     utility: UtilitySection = pydantic.Field(default_factory=UtilitySection)
     metrics: MetricSection = pydantic.Field(default_factory=MetricSection)
     report: ReportSection = pydantic.Field(default_factory=ReportSection)
+    #: how attacks run (speed only, outside the fingerprint): path, compile_after, victim_shards
+    execution: Execution = pydantic.Field(default_factory=Execution)
 
     @pydantic.field_validator("models", "attacks", mode="before")
     @classmethod
@@ -250,7 +254,14 @@ class ExperimentConfig(Section):
             m.check(MODELS, f"models[{i}]")
         defense_labels = [d.display for d in self.defenses]
         for i, a in enumerate(self.attacks):
-            a.check(ATTACKS, f"attacks[{i}]")
+            method, settings = split_execution(a.params)
+            try:
+                ATTACKS.validate(a.name, method)
+                Execution(**settings)
+            except LeakshieldError as exc:
+                raise ConfigError(f"attacks[{i}]: {exc}") from None
+            except pydantic.ValidationError as exc:
+                raise ConfigError(f"attacks[{i}]: {format_validation_error(exc)}") from None
             unknown = sorted(set(a.against or ()) - set(defense_labels))
             if unknown:
                 raise ConfigError(
@@ -284,11 +295,18 @@ class ExperimentConfig(Section):
         """The protocol of the attacked update."""
         return self.attack.update or self.fl.local
 
+    def create_attack(self, spec: Component) -> Attack:
+        """The attack of ``spec`` with this run's execution settings (the entry's own take precedence)."""
+        return create_attack(spec.name, spec.params, self.execution.model_dump())
+
     def fingerprint(self) -> str:
         """Hash of everything that determines the results (the report layout and the location of the
         dataset's files are excluded: moving the data does not change the numbers)."""
-        payload = self.model_dump(mode="json", exclude={"report"})
+        payload = self.model_dump(mode="json", exclude={"report", "execution"})
         payload["dataset"].pop("root", None)
+        for attack in payload["attacks"]:  # how an attack runs is not what it computes
+            for name in EXECUTION_FIELDS:
+                attack.pop(name, None)
         # fields added after runs were stored count only when set off their default, so that a run
         # directory of an earlier version still matches its config
         for path, default in ADDED_FIELDS:

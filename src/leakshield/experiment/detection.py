@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 
-from leakshield.attacks.base import create_attack
 from leakshield.experiment.cells import Cell
 from leakshield.experiment.protocols import CellOutput, register_protocol
 from leakshield.experiment.world import ExperimentContext
@@ -48,7 +47,7 @@ def run_detection(world: ExperimentContext, cell: Cell) -> CellOutput:
     knowledge = ServerKnowledge(data_info=world.info, public=world.data.public)
     rows, positives = [], []
     for spec in config.attacks:
-        attack = create_attack(spec.name, spec.params)
+        attack = config.create_attack(spec)
         if not attack.threat.modifies_model:
             continue
         judged = []

@@ -123,7 +123,7 @@ def _round_time(context: ExperimentContext, cell: Cell) -> float | None:
 
 def _attack_time(context: ExperimentContext, cell: Cell) -> float | None:
     """Seconds of the attack on every victim at round 0, extrapolated from budgets k and 2k."""
-    attack = create_attack(cell.attack.name, cell.attack.params)
+    attack = context.config.create_attack(cell.attack)
     if attack.fit_scope is not None or _needs_fit(cell):
         return None
     iterations = getattr(attack.params, "iterations", None)

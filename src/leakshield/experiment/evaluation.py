@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,6 +11,7 @@ import torch
 
 from leakshield.attacks.base import Reconstruction
 from leakshield.attacks.labels import label_accuracy
+from leakshield.data.types import ImageSet
 from leakshield.errors import LeakshieldError
 from leakshield.metrics.image import mean_finite, mse, psnr, ssim
 from leakshield.metrics.lpips import LPIPS, load_lpips
@@ -76,6 +78,51 @@ def score_victim(
     rec_labels = reconstruction.labels
     label_acc = label_accuracy(rec_labels, labels) if rec_labels is not None else math.nan
     return VictimScore(per_image=scores, label_acc=label_acc, matched=matched)
+
+
+@dataclass(frozen=True)
+class CellOutput:
+    """A computed cell: aggregate ``metrics``, per-victim rows, the image grid's rows."""
+
+    metrics: dict[str, Any]
+    victims: list[dict[str, Any]]
+    grid_rows: list[torch.Tensor] | None = None
+
+
+def score_reconstructions(
+    reconstructions: Sequence[Reconstruction],
+    truths: Sequence[ImageSet],
+    *,
+    metrics: Any,
+    lpips: LPIPS | None = None,
+    lpips_reason: str = "",
+    defended: Sequence[torch.Tensor | None] | None = None,
+    extra: Sequence[dict[str, Any]] | None = None,
+) -> CellOutput:
+    """The one scoring path (grid cells, the update auditor, probes, a client's self-audit): each
+    reconstruction against its private ``truths`` (and the ``defended`` inputs x'), matched and scored by
+    :func:`score_victim`, aggregated by :func:`aggregate` under the config's ``metrics`` section
+    (``match_on``, ``asr_threshold``); per-victim rows carry ``extra``; the grid shows the truths, the
+    defended inputs where they differ, and the matched reconstructions."""
+    defended = list(defended) if defended is not None else [None] * len(truths)
+    scores = [
+        score_victim(r, t.x, t.y, sensitive=t.sensitive, defended=d, match_on=metrics.match_on, lpips=lpips)
+        for r, t, d in zip(reconstructions, truths, defended, strict=True)
+    ]
+    out: dict[str, Any] = dict(aggregate(scores, metrics.asr_threshold))
+    if "lpips" not in out and lpips_reason:
+        out["lpips_note"] = lpips_reason
+    rows = [
+        {**s.per_image, "label_acc": s.label_acc, **(extra[i] if extra else {})} for i, s in enumerate(scores)
+    ]
+    grid = [torch.cat([t.x.detach().cpu() for t in truths])]
+    shown = torch.cat(
+        [(d if d is not None else t.x).detach().cpu() for d, t in zip(defended, truths, strict=True)]
+    )
+    if not torch.equal(shown, grid[0]):
+        grid.append(shown)
+    grid.append(torch.cat([s.matched for s in scores]))
+    return CellOutput(metrics=out, victims=rows, grid_rows=grid)
 
 
 def aggregate(victims: list[VictimScore], asr_threshold: float) -> dict[str, float]:

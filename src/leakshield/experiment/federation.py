@@ -1,8 +1,11 @@
-"""One federation of an experiment config, built the same way wherever it runs: in leakshield's own
-simulation, in a Flower ``ServerApp`` (the server's model and the auditor's ground truth) or in a Flower
-``ClientApp`` (one client's data and defenses). Every side derives the data, the deterministic
-partition, the model (with the defenses' model stage) and the fitted defenses from the config and the
-seed alone, so nothing but the model and the update ever crosses the wire."""
+"""The one builder of a run's world: its data and deterministic client partition (:func:`load_world`),
+the global model the server builds with the defenses' model stage (:func:`build_model`) and the
+defense pipeline with its fitted artifacts (:func:`fitted_model`). Grid runs, ``leakshield fit``, the
+update auditor, probes and the Flower bridge all build through them, and :class:`Federation` is one
+federation of a config built the same way wherever it runs: in leakshield's own simulation, in a Flower
+``ServerApp`` (the server's model and the auditor's ground truth) or in a Flower ``ClientApp`` (one
+client's data and defenses). Every side derives all of it from the config and the seed alone, so
+nothing but the model and the update ever crosses the wire."""
 
 from __future__ import annotations
 
@@ -16,13 +19,61 @@ from leakshield.data import DatasetSplits, ImageSet, load_dataset, partition_ind
 from leakshield.data.types import DatasetInfo
 from leakshield.defenses.base import DefensePipeline
 from leakshield.errors import ConfigError
-from leakshield.experiment.config import ExperimentConfig
-from leakshield.experiment.fitting import FitSetting, fit_defenses
+from leakshield.experiment.config import Component, ExperimentConfig
+from leakshield.experiment.fitting import ArtifactUse, FitSetting, fit_defenses
 from leakshield.fl import HonestClient
 from leakshield.models import create_model
 
 #: ``fits_for`` value: fit no client's artifacts (a server never sees a client's data)
 NO_CLIENT = -1
+
+
+def load_world(config: ExperimentConfig) -> tuple[DatasetSplits, list[ImageSet]]:
+    """The config's data splits and every client's dataset (the deterministic partition)."""
+    ds = config.dataset
+    data = load_dataset(ds.name, ds.params, root=ds.root)
+    parts = partition_indices(data.train.y, config.fl.clients, config.fl.partition, config.partition_seed)
+    return data, [data.train.subset(p) for p in parts]
+
+
+def build_model(
+    spec: Component, pipeline: DefensePipeline, info: DatasetInfo, seed: int, device: torch.device | str
+) -> nn.Module:
+    """The untrained global model the server builds: ``spec`` initialized with ``seed``, then the
+    defenses' model stage (PRECODE's bottleneck, dropout…, seeded alike), on ``device``."""
+    net = create_model(spec.name, spec.params, in_shape=info.shape, num_classes=info.num_classes, seed=seed)
+    return pipeline.model_hook(net, seed=seed).to(device)
+
+
+def fitted_model(
+    config: ExperimentConfig,
+    spec: Component,
+    entries: list[dict],
+    data: DatasetSplits,
+    clients: list[ImageSet],
+    seed: int,
+    device: torch.device,
+    cache: ArtifactCache,
+    progress: bool = False,
+) -> tuple[nn.Module, DefensePipeline, list[ArtifactUse]]:
+    """The untrained model (:func:`build_model`) and the defense stack ``entries`` with its fitted
+    artifacts: public fits on the public split, client fits on each defended client of ``clients``
+    (pass empty datasets for clients whose data this process must not see)."""
+    pipeline = DefensePipeline.from_config(entries)
+    net = build_model(spec, pipeline, data.info, seed, device)
+    setting = FitSetting(
+        info=data.info,
+        public=data.public,
+        clients=clients,
+        fl=config.fl,
+        model=net,
+        model_id={"name": spec.name, **spec.params},
+        seed=seed,
+        device=device,
+        progress=progress,
+    )
+    fitted, used = fit_defenses(pipeline, setting, cache)
+    return net, fitted, used
 
 
 @dataclass
@@ -58,31 +109,23 @@ class Federation:
             )
         seed = config.seeds[0] if seed is None else seed
         device = torch.device(device)
-        ds = config.dataset
-        data = load_dataset(ds.name, ds.params, root=ds.root)
-        parts = partition_indices(data.train.y, config.fl.clients, config.fl.partition, config.partition_seed)
-        clients = [data.train.subset(p) for p in parts]
+        data, clients = load_world(config)
         fit_clients = [
             c if fits_for is None or i == fits_for else c.subset(torch.zeros(0, dtype=torch.long))
             for i, c in enumerate(clients)
         ]
-        federation = cls(config, seed, device, data, clients, DefensePipeline())
-        net = federation.fresh_model()
-        setting = FitSetting(
-            info=data.info,
-            public=data.public,
-            clients=[c.to(device) for c in fit_clients],
-            fl=config.fl,
-            model=net,
-            model_id={"name": config.models[0].name, **config.models[0].params},
-            seed=seed,
-            device=device,
-            progress=progress,
+        _, pipeline, _ = fitted_model(
+            config,
+            config.models[0],
+            config.defenses[0].entries,
+            data,
+            [c.to(device) for c in fit_clients],
+            seed,
+            device,
+            cache or ArtifactCache(),
+            progress,
         )
-        federation.pipeline, _ = fit_defenses(
-            federation.pipeline_of_config(), setting, cache or ArtifactCache()
-        )
-        return federation
+        return cls(config, seed, device, data, clients, pipeline)
 
     @property
     def info(self) -> DatasetInfo:
@@ -94,11 +137,9 @@ class Federation:
 
     def fresh_model(self) -> nn.Module:
         """The untrained global model the server builds (seeded; with the defenses' model stage)."""
-        spec, info = self.config.models[0], self.data.info
-        net = create_model(
-            spec.name, spec.params, in_shape=info.shape, num_classes=info.num_classes, seed=self.seed
+        return build_model(
+            self.config.models[0], self.pipeline_of_config(), self.info, self.seed, self.device
         )
-        return self.pipeline_of_config().model_hook(net, seed=self.seed).to(self.device)
 
     def client(self, client_id: int) -> HonestClient:
         """Honest client ``client_id`` as :meth:`FederatedSimulation.honest` builds it."""

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from leakshield.attacks.base import create_attack
 from leakshield.data.types import ImageSet
 from leakshield.defenses.base import DefensePipeline
 from leakshield.errors import ConfigError
@@ -51,7 +50,7 @@ class SilencedClient:
 def run_participant_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
     """One participant-attack cell (see the module docstring)."""
     assert cell.model and cell.defense and cell.attack and cell.round is not None and cell.seed is not None
-    attack = create_attack(cell.attack.name, cell.attack.params)
+    attack = world.config.create_attack(cell.attack)
     fl, plan, info = world.config.fl, attack.participation(), world.info
     attacker_id = fl.clients - 1 if plan.attacker is None else plan.attacker
     if attacker_id >= fl.clients:

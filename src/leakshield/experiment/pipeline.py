@@ -5,8 +5,6 @@ evaluator. No defense or attack has a private code path here; see docs/architect
 
 from __future__ import annotations
 
-from leakshield.attacks.base import create_attack
-
 # importing the protocol modules registers them
 from leakshield.experiment import detection, participant_attack, reference_cells, server_attack  # noqa: F401
 from leakshield.experiment.cells import Cell
@@ -23,7 +21,7 @@ def cell_threat(config: ExperimentConfig, cell: Cell) -> Threat | None:
     (labels); None for a cell without an attack."""
     if cell.attack is None:
         return None
-    declared = create_attack(cell.attack.name, cell.attack.params).threat
+    declared = config.create_attack(cell.attack).threat
     return declared.granting(labels_known=config.attack.threat.labels_known)
 
 

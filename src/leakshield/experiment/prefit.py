@@ -11,10 +11,10 @@ import torch
 from tqdm.auto import tqdm
 
 from leakshield.artifacts import ArtifactCache
-from leakshield.attacks.base import ATTACKS, create_attack
-from leakshield.data import load_dataset, partition_indices
+from leakshield.attacks.base import ATTACKS
 from leakshield.defenses.base import create_defense
 from leakshield.experiment.config import ExperimentConfig
+from leakshield.experiment.federation import load_world
 from leakshield.experiment.fitting import FitSetting, fit_attack
 from leakshield.experiment.training import TrainedModels
 
@@ -46,10 +46,8 @@ def fit_config(
     """Fit (or find in ``cache``) every artifact of ``config``: per seed, model and defense setting the
     defenses' public and client fits, per seed and model the attacks' public fits."""
     before = len(cache.fitted)
-    ds = config.dataset
-    data = load_dataset(ds.name, ds.params, root=ds.root)
-    parts = partition_indices(data.train.y, config.fl.clients, config.fl.partition, config.partition_seed)
-    clients = [data.train.subset(p).to(device) for p in parts]
+    data, clients = load_world(config)
+    clients = [c.to(device) for c in clients]
     models = TrainedModels(config, data, clients, data.public.to(device), device, cache, progress)
     jobs = [(s, m, d) for s in config.seeds for m in config.models for d in config.defenses]
     for seed, model, defense in tqdm(jobs, desc="fitting defenses", disable=not progress, unit="setting"):
@@ -69,7 +67,7 @@ def fit_config(
             device,
             progress,
         )
-        _, used = fit_attack(create_attack(entry.name, entry.params), setting, cache)
+        _, used = fit_attack(config.create_attack(entry), setting, cache)
         models.used.extend(u for u in used if u not in models.used)
     fitted = len(cache.fitted) - before
     return FitSummary(len(models.used), fitted, len(models.used) - fitted, cache.root)

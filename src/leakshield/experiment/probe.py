@@ -12,11 +12,12 @@ from typing import Any
 import torch
 
 from leakshield.attacks import create_attack
-from leakshield.data.types import DatasetSplits
+from leakshield.data.types import DatasetSplits, ImageSet
 from leakshield.defenses import DefensePipeline
+from leakshield.experiment.config import Component, MetricSection
+from leakshield.experiment.evaluation import score_reconstructions
+from leakshield.experiment.federation import build_model
 from leakshield.fl import HonestClient, LocalTraining, ServerKnowledge, ThreatModel, observe_victim
-from leakshield.metrics import match_reconstructions, ssim
-from leakshield.models import create_model
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,7 @@ def probe_attack(
     and the attack's starts (victim k uses 1000·seed + k)."""
     info = data.info
     pipeline = DefensePipeline.from_config([{"name": n, "params": dict(p)} for n, p in defenses])
-    net = create_model(
-        model, dict(model_params or {}), in_shape=info.shape, num_classes=info.num_classes, seed=0
-    )
-    net = pipeline.model_hook(net).eval()
+    net = build_model(Component(name=model, **dict(model_params or {})), pipeline, info, 0, "cpu").eval()
     client = HonestClient(
         0,
         data.train.subset(list(range(pool))),
@@ -85,10 +83,13 @@ def probe_attack(
         for batch, s in zip(batches, seeds, strict=True)
     ]
     recs = adversary.reconstruct_many([o.views[0] for o in observations], seeds=seeds)
-    private, defended = [], []
-    for rec, batch, observation in zip(recs, batches, observations, strict=True):
-        matched = rec.images[match_reconstructions(rec.images, batch.x)]
-        private.append(float(ssim(matched, batch.x).mean()))
-        if observation.trace.defended_x is not None:
-            defended.append(float(ssim(matched, observation.trace.defended_x.clamp(0, 1)).mean()))
-    return ProbeResult(private, defended)
+    private = score_reconstructions(recs, batches, metrics=MetricSection()).victims
+    # against the defended inputs x' (clamped to pixels: InstaHide's signs leave the range)
+    defended_x = [o.trace.defended_x for o in observations]
+    as_truth = [
+        ImageSet(d.clamp(0, 1), b.y) for d, b in zip(defended_x, batches, strict=True) if d is not None
+    ]
+    kept = [r for r, d in zip(recs, defended_x, strict=True) if d is not None]
+    defended = score_reconstructions(kept, as_truth, metrics=MetricSection()).victims if kept else []
+    return ProbeResult([statistics.fmean(v["ssim"]) for v in private],
+                       [statistics.fmean(v["ssim"]) for v in defended])  # fmt: skip

@@ -11,27 +11,17 @@ models of a whole federation)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import torch
+from typing import TYPE_CHECKING
 
 from leakshield.errors import LeakshieldError
+from leakshield.experiment.evaluation import CellOutput
 from leakshield.threats import Adversary, Threat
 
 if TYPE_CHECKING:
     from leakshield.experiment.cells import Cell
     from leakshield.experiment.world import ExperimentContext
 
-
-@dataclass(frozen=True)
-class CellOutput:
-    """A computed cell: aggregate ``metrics``, per-victim rows, the image grid's rows."""
-
-    metrics: dict[str, float]
-    victims: list[dict[str, Any]]
-    grid_rows: list[torch.Tensor] | None = None
-
+__all__ = ["CELL_PROTOCOLS", "CellOutput", "protocol_for_threat", "protocol_of", "register_protocol"]
 
 Protocol = Callable[["ExperimentContext", "Cell"], CellOutput]
 

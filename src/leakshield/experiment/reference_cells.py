@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from leakshield.attacks.base import Reconstruction
 from leakshield.data import ImageSet
 from leakshield.experiment.cells import Cell
@@ -17,13 +15,8 @@ from leakshield.metrics.utility import accuracy
 def run_baseline(world: ExperimentContext, cell: Cell) -> CellOutput:
     """The no-information 'reconstruction': the mean image of the public split for every victim."""
     mean_image = world.data.public.x.mean(dim=0, keepdim=True)
-    scores = []
-    for batch in world.victims:
-        guess = Reconstruction(images=mean_image.expand(len(batch), -1, -1, -1).clone())
-        scores.append(world.score(guess, batch))
-    return world.output(
-        scores, grid=[torch.cat([b.x for b in world.victims]), torch.cat([s.matched for s in scores])]
-    )
+    guesses = [Reconstruction(images=mean_image.expand(len(b), -1, -1, -1).clone()) for b in world.victims]
+    return world.score(guesses, list(world.victims))
 
 
 @register_protocol("utility", "FL training under the defense setting → test accuracy and privacy spent")

@@ -6,11 +6,8 @@ the refused share."""
 
 from __future__ import annotations
 
-import torch
-
-from leakshield.attacks.base import Reconstruction, create_attack
+from leakshield.attacks.base import Reconstruction
 from leakshield.experiment.cells import Cell
-from leakshield.experiment.evaluation import VictimScore
 from leakshield.experiment.fitting import FitSetting, fit_attack
 from leakshield.experiment.protocols import CellOutput, register_protocol
 from leakshield.experiment.world import ExperimentContext
@@ -22,7 +19,7 @@ from leakshield.seeds import victim_attack_seed, victim_round_generator
 def run_server_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
     assert cell.model and cell.defense and cell.attack and cell.round is not None
     assert cell.seed is not None
-    attack = create_attack(cell.attack.name, cell.attack.params)
+    attack = world.config.create_attack(cell.attack)
     if attack.fit_scope is not None:
         net, _ = world.models.fresh(cell.model, cell.defense, cell.seed)
         setting = FitSetting(
@@ -79,26 +76,18 @@ def run_server_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
         )
     by_victim = dict(zip(heard, found, strict=True))
     mean_image = world.data.public.x.mean(dim=0, keepdim=True)
-    scores: list[VictimScore] = []
-    truths, defended_rows, victims_info = [], [], []
+    reconstructions, extra = [], []
     for k, (batch, observation) in enumerate(zip(world.victims, observations, strict=True)):
         reconstruction = by_victim.get(k)
         if reconstruction is None:  # refused: nothing was shared, the no-information guess remains
             reconstruction = Reconstruction(images=mean_image.expand(len(batch), -1, -1, -1).clone())
-        defended_x = observation.trace.defended_x
-        scores.append(world.score(reconstruction, batch, defended_x))
-        truths.append(batch.x)
-        defended_rows.append(defended_x.cpu() if defended_x is not None else batch.x)
+        reconstructions.append(reconstruction)
         info = {"labels": batch.y.tolist(), **reconstruction.stats}
         if observation.refused:
             info["refused"] = observation.refused
-        victims_info.append(info)
-    grid = [torch.cat(truths)]
-    defended = torch.cat(defended_rows)
-    if not torch.equal(defended, grid[0]):
-        grid.append(defended)
-    grid.append(torch.cat([s.matched for s in scores]))
-    output = world.output(scores, grid=grid, extra=victims_info)
+        extra.append(info)
+    defended = [o.trace.defended_x for o in observations]
+    output = world.score(reconstructions, list(world.victims), defended, extra)
     if any(o.refused for o in observations):
         output.metrics["refused"] = sum(bool(o.refused) for o in observations) / len(observations)
     return output

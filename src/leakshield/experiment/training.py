@@ -13,9 +13,9 @@ from leakshield.artifacts import ArtifactCache
 from leakshield.data.types import DatasetSplits, ImageSet
 from leakshield.defenses.base import DefensePipeline
 from leakshield.experiment.config import Component, DefenseSetting, ExperimentConfig
-from leakshield.experiment.fitting import ArtifactUse, FitSetting, fit_defenses
+from leakshield.experiment.federation import build_model, fitted_model
+from leakshield.experiment.fitting import ArtifactUse
 from leakshield.fl import FederatedSimulation
-from leakshield.models import create_model
 
 
 @dataclass
@@ -53,24 +53,17 @@ class TrainedModels:
     ) -> tuple[nn.Module, DefensePipeline]:
         """The untrained model the server builds for the cell (with the defenses' model stage) and the
         pipeline with its fitted artifacts."""
-        info = self.data.info
-        pipeline = DefensePipeline.from_config(defense.entries)
-        net = create_model(
-            model.name, model.params, in_shape=info.shape, num_classes=info.num_classes, seed=seed
+        net, pipeline, used = fitted_model(
+            self.config,
+            model,
+            defense.entries,
+            self.data,
+            self.clients,
+            seed,
+            self.device,
+            self.cache,
+            self.progress,
         )
-        net = pipeline.model_hook(net, seed=seed).to(self.device)
-        setting = FitSetting(
-            info=info,
-            public=self.data.public,
-            clients=self.clients,
-            fl=self.config.fl,
-            model=net,
-            model_id={"name": model.name, **model.params},
-            seed=seed,
-            device=self.device,
-            progress=self.progress,
-        )
-        pipeline, used = fit_defenses(pipeline, setting, self.cache)
         self.used.extend(u for u in used if u not in self.used)
         return net, pipeline
 
@@ -83,11 +76,7 @@ class TrainedModels:
         if cached:
             start = max(cached)
             state, pipeline, client_steps, client_time = self._states[(*base_key, start)]
-            info = self.data.info
-            net = create_model(
-                model.name, model.params, in_shape=info.shape, num_classes=info.num_classes, seed=seed
-            )
-            net = pipeline.model_hook(net, seed=seed).to(self.device)
+            net = build_model(model, pipeline, self.data.info, seed, self.device)
             net.load_state_dict(state)
         else:
             net, pipeline = self.fresh(model, defense, seed)

@@ -10,12 +10,12 @@ import torch
 
 from leakshield.artifacts import ArtifactCache
 from leakshield.attacks.base import Reconstruction
-from leakshield.data import ImageSet, load_dataset, partition_indices
+from leakshield.data import ImageSet
 from leakshield.errors import LeakshieldError
 from leakshield.experiment.config import ExperimentConfig
-from leakshield.experiment.evaluation import VictimScore, aggregate, load_cell_lpips, score_victim
+from leakshield.experiment.evaluation import CellOutput, load_cell_lpips, score_reconstructions
+from leakshield.experiment.federation import load_world
 from leakshield.experiment.fitting import ArtifactUse
-from leakshield.experiment.protocols import CellOutput
 from leakshield.experiment.training import TrainedModels
 from leakshield.experiment.victims import draw_victims
 
@@ -45,13 +45,8 @@ class ExperimentContext:
         self.config = config
         self.device = device
         self.progress = progress
-        ds = config.dataset
-        self.data = load_dataset(ds.name, ds.params, root=ds.root)
+        self.data, self.clients = load_world(config)
         self.info = self.data.info
-        parts = partition_indices(
-            self.data.train.y, config.fl.clients, config.fl.partition, config.partition_seed
-        )
-        self.clients = [self.data.train.subset(p) for p in parts]
         self.victims = draw_victims(config, self.clients)
         self.lpips, self.lpips_reason = load_cell_lpips(config.metrics.lpips, device)
         self.cache = cache or ArtifactCache()
@@ -70,28 +65,20 @@ class ExperimentContext:
         return self.models.used
 
     def score(
-        self, reconstruction: Reconstruction, batch: ImageSet, defended: torch.Tensor | None = None
-    ) -> VictimScore:
-        """The evaluator: ``reconstruction`` against the private ``batch`` (and the defended inputs)."""
-        return score_victim(
-            reconstruction,
-            batch.x,
-            batch.y,
-            sensitive=batch.sensitive,
-            defended=defended,
-            match_on=self.config.metrics.match_on,
-            lpips=self.lpips,
-        )
-
-    def output(
-        self, scores: list[VictimScore], grid: list[torch.Tensor], extra: list[dict[str, Any]] | None = None
+        self,
+        reconstructions: list[Reconstruction],
+        truths: list[ImageSet],
+        defended: list[torch.Tensor | None] | None = None,
+        extra: list[dict[str, Any]] | None = None,
     ) -> CellOutput:
-        """Aggregate victim scores into a cell's metrics and rows."""
-        metrics = aggregate(scores, self.config.metrics.asr_threshold)
-        if "lpips" not in metrics:
-            metrics["lpips_note"] = self.lpips_reason  # type: ignore[assignment]
-        victims = [
-            {**s.per_image, "label_acc": s.label_acc, **(extra[i] if extra else {})}
-            for i, s in enumerate(scores)
-        ]
-        return CellOutput(metrics=metrics, victims=victims, grid_rows=grid)
+        """The evaluator (it alone holds the private images): :func:`score_reconstructions` under the
+        run's metric settings and LPIPS network."""
+        return score_reconstructions(
+            reconstructions,
+            truths,
+            metrics=self.config.metrics,
+            lpips=self.lpips,
+            lpips_reason=self.lpips_reason,
+            defended=defended,
+            extra=extra,
+        )

@@ -15,11 +15,12 @@ from leakshield.attacks.base import create_attack
 from leakshield.defenses.base import DefensePipeline, PublicDefense
 from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.experiment.config import ExperimentConfig, load_config
-from leakshield.experiment.evaluation import score_victim
+from leakshield.experiment.evaluation import score_reconstructions
 from leakshield.experiment.federation import NO_CLIENT, Federation
 from leakshield.fl import ThreatModel, build_server_view
 from leakshield.flower.mods import announced
 from leakshield.flower.records import FACTS_RECORD, ReportedFacts, reply_state, state_of, update_from_reply
+from leakshield.seeds import audit_attack_seed
 
 
 def _config(config: ExperimentConfig | str | Path) -> ExperimentConfig:
@@ -174,9 +175,10 @@ class SelfAuditMod:
             defenses=facts.defenses,
             round=facts.round,
         )
-        seed = fed.seed * 100_003 + facts.round * 1_009 + facts.client_id
-        score = score_victim(self.attack.reconstruct(view, seed=seed), truth.x, truth.y)
+        seed = audit_attack_seed(fed.seed, facts.round, facts.client_id)
+        reconstruction = self.attack.reconstruct(view, seed=seed)
+        (scored,) = score_reconstructions([reconstruction], [truth], metrics=fed.config.metrics).victims
         metrics = next(iter(reply.content.metric_records.values()))
-        metrics["leakshield-psnr"] = sum(score.per_image["psnr"]) / len(truth)
-        metrics["leakshield-ssim"] = sum(score.per_image["ssim"]) / len(truth)
+        metrics["leakshield-psnr"] = sum(scored["psnr"]) / len(truth)
+        metrics["leakshield-ssim"] = sum(scored["ssim"]) / len(truth)
         return reply

@@ -158,7 +158,7 @@ class GradientInversion(Attack):
         """Whether :meth:`reconstruct_many` may advance these victims together (one FedSGD round of one
         deterministic eval-mode model; no BatchNorm prior; joint labels only with L-BFGS)."""
         p = self.params
-        if p.path == "loop" or len(views) < 2 or p.bn_stats:
+        if self.execution.path == "loop" or len(views) < 2 or p.bn_stats:
             return False
         if p.labels == "joint" and p.optimizer != "lbfgs":
             return False
@@ -173,7 +173,7 @@ class GradientInversion(Attack):
         if len(views) != len(seeds):
             raise ValueError(f"{len(views)} views but {len(seeds)} seeds")
         on_cpu = all(next(v.model.parameters()).device.type == "cpu" for v in views)
-        if self.params.victim_shards > 1 and len(views) > 1 and on_cpu and not in_worker():
+        if self.execution.victim_shards > 1 and len(views) > 1 and on_cpu and not in_worker():
             return attack_in_shards(self, views, seeds)
         if not self.vectorizable(views):
             return super().reconstruct_many(views, seeds=seeds, progress=progress)
@@ -228,4 +228,9 @@ class GradientInversion(Attack):
     def with_params(self, **update: object) -> GradientInversion:
         one = copy.copy(self)  # subclasses may take other constructor arguments
         one.params = self.params.model_copy(update=update)
+        return one
+
+    def with_execution(self, **update: object) -> GradientInversion:
+        one = copy.copy(self)
+        one.execution = self.execution.model_copy(update=update)
         return one

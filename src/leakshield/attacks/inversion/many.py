@@ -77,14 +77,8 @@ class ManyVictims:
         logits = torch.zeros(len(self.views), self.n, self.info.num_classes, device=self.device)
 
         def loop(steps: int) -> None:
-            timing = {
-                "optimizer": "adam",
-                "iterations": steps,
-                "restarts": 1,
-                "tolerance": 0.0,
-                "path": "loop",
-            }
-            self.attack.with_params(**timing).reconstruct(self.views[0], seed=0)
+            timing = {"optimizer": "adam", "iterations": steps, "restarts": 1, "tolerance": 0.0}
+            self.attack.with_params(**timing).with_execution(path="loop").reconstruct(self.views[0], seed=0)
 
         def vectorized(chunk: int, steps: int) -> None:
             idx = list(range(chunk))
@@ -124,8 +118,8 @@ def attack_many(
         steps,
         problem.candidates(),
         problem.device,
-        requested=p.path,
-        compile_after=p.compile_after,
+        requested=attack.execution.path,
+        compile_after=attack.execution.compile_after,
     )
     if choice.path == "compiled":  # L-BFGS's batches shrink as victims finish: pad them to one size
         problem.pad_to = choice.chunk

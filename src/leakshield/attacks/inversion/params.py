@@ -36,15 +36,8 @@ class GradientInversionParams(Params):
     Adaptive parts — match_released: compare only the entries the client released (non-zero in the
     observed update; against pruning). dropout_samples: average the dummy gradient over that many draws
     of the model's stochastic layers (expectation over dropout masks or PRECODE's bottleneck samples).
-    Speed — path: how independent victims of one FedSGD round on one deterministic eval-mode model are
-    attacked: ``auto`` (default) measures and takes the fastest (see
-    :mod:`~leakshield.attacks.inversion.calibration`), ``loop`` one by one, ``vectorized`` one vmapped
-    step for all (batched L-BFGS for L-BFGS), ``compiled`` that step compiled with torch.compile
-    (checked against eager on the first step, eager when it fails). The BatchNorm prior and
-    joint labels with Adam/SGD always run one by one. compile_after: with ``auto``, try compiling only
-    when the eager estimate exceeds this many seconds (a compilation takes 10–100 s). victim_shards:
-    attack the victims in that many single-threaded worker processes, each taking its path as above
-    (CPU only; at most one per core; unsharded inside ``leakshield run --workers N`` or Ray workers).
+    How it runs (path, compile_after, victim_shards) is not a parameter: see
+    :class:`~leakshield.attacks.execution.Execution`.
     """
 
     distance: Literal["l2", "l1", "cosine"] = "l2"
@@ -72,9 +65,6 @@ class GradientInversionParams(Params):
     lbfgs_line_search: Literal["strong_wolfe", "none"] = "strong_wolfe"
     match_released: bool = False
     dropout_samples: int = pydantic.Field(default=1, ge=1)
-    path: Literal["auto", "loop", "vectorized", "compiled"] = "auto"
-    compile_after: float = pydantic.Field(default=120.0, ge=0)
-    victim_shards: int = pydantic.Field(default=1, ge=1)
 
     @pydantic.model_validator(mode="after")
     def _image_init_needs_a_file(self) -> GradientInversionParams:

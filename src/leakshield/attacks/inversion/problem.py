@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from leakshield.attacks.base import Reconstruction
+from leakshield.attacks.execution import Execution
 from leakshield.attacks.inversion.params import GradientInversionParams
 from leakshield.data.types import DatasetInfo
 from leakshield.errors import ConfigError
@@ -25,6 +26,7 @@ class MatchingProblem(Protocol):
     its start, its one-victim solution, its loop over victims, and a copy with other parameters."""
 
     params: GradientInversionParams
+    execution: Execution
     name: str
 
     def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction: ...
@@ -44,6 +46,8 @@ class MatchingProblem(Protocol):
     ) -> list[Reconstruction]: ...
 
     def with_params(self, **update: object) -> MatchingProblem: ...
+
+    def with_execution(self, **update: object) -> MatchingProblem: ...
 
     def reconstruct_many(
         self, views: Sequence[ServerView], *, seeds: Sequence[int], progress: bool = False

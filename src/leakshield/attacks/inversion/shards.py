@@ -33,11 +33,11 @@ _POOLS: dict[int, ProcessPoolExecutor] = {}
 def attack_in_shards(
     attack: MatchingProblem, views: Sequence[ServerView], seeds: Sequence[int]
 ) -> list[Reconstruction]:
-    """Attack ``views`` in ``attack.params.victim_shards`` worker processes (fewer if fewer victims)."""
-    shards = min(attack.params.victim_shards, len(views))
+    """Attack ``views`` in ``attack.execution.victim_shards`` worker processes (fewer if fewer victims)."""
+    shards = min(attack.execution.victim_shards, len(views))
     bounds = [round(k * len(views) / shards) for k in range(shards + 1)]
     parts = [list(range(bounds[k], bounds[k + 1])) for k in range(shards)]
-    one = attack.with_params(victim_shards=1)
+    one = attack.with_execution(victim_shards=1)
     pool = _pool(shards)
     futures = [pool.submit(_shard, one, [views[i] for i in p], [seeds[i] for i in p]) for p in parts]
     try:
