@@ -18,6 +18,7 @@ demo: install
 
 test: install-test
 	$(PYTHON) -m ruff check src tests benchmarks
+	$(PYTHON) -c "from importlinter.cli import lint_imports_command; lint_imports_command()"
 	$(PYTHON) -m pytest
 
 lint:

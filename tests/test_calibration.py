@@ -127,3 +127,42 @@ def test_a_real_calibration_runs_for_an_attack_subclass_with_its_own_constructor
     out = attack.reconstruct_many(views, seeds=[0, 1, 2])
     assert len(out) == 3 and all(torch.isfinite(r.images).all() for r in out)
     assert out[0].stats["path"] in ("loop", "vectorized") and out[0].stats["calibration_loop_s"] > 0
+
+
+def test_decisions_go_to_the_runs_cache_folder_when_one_is_given(monkeypatch, tmp_path):
+    """``--cache-dir``: a run's calibrations live beside its artifacts, not in the default folder."""
+    default, run_cache = tmp_path / "default", tmp_path / "run-cache"
+    monkeypatch.setenv("LEAKSHIELD_CACHE_DIR", str(default))
+    _, candidates = fake(monkeypatch, {"loop": 1.0, "vectorized": 0.1})
+    choose_path({"m": 7}, 4, 10_000, candidates, CPU, compile_after=1e12, folder=run_cache)
+    assert (run_cache / CALIBRATION_FILE).is_file() and not (default / CALIBRATION_FILE).exists()
+    from leakshield.experiment.config import parse_config
+
+    config = parse_config({"models": ["lenet"], "attacks": ["ig"]})
+    attack = config.create_attack(config.attacks[0], run_cache)
+    assert attack.execution.calibration_dir == str(run_cache)
+
+
+def test_execution_settings_are_not_attack_parameters():
+    """path, compile_after and victim_shards change speed, not the method: they stay out of the attack's
+    parameters (so out of artifact keys), out of the config fingerprint, and are still validated."""
+    from leakshield.attacks import create_attack
+    from leakshield.errors import ConfigError
+    from leakshield.experiment.config import parse_config
+
+    attack = create_attack("ig", {"iterations": 5, "path": "loop", "victim_shards": 2})
+    assert attack.execution.path == "loop" and attack.execution.victim_shards == 2
+    assert "path" not in attack.params.model_dump() and "victim_shards" not in attack.params.model_dump()
+    base = {"models": ["lenet"], "attacks": [{"name": "ig", "iterations": 5}]}
+    plain = parse_config(base)
+    tuned = parse_config({**base, "attacks": [{"name": "ig", "iterations": 5, "path": "loop"}],
+                          "execution": {"victim_shards": 2, "compile_after": 3}})  # fmt: skip
+    assert plain.fingerprint() == tuned.fingerprint()
+    assert (
+        plain.fingerprint()
+        != parse_config({**base, "attacks": [{"name": "ig", "iterations": 6}]}).fingerprint()
+    )
+    assert tuned.create_attack(tuned.attacks[0]).execution.victim_shards == 2
+    assert tuned.create_attack(tuned.attacks[0]).execution.path == "loop"
+    with pytest.raises(ConfigError, match="path"):
+        parse_config({**base, "attacks": [{"name": "ig", "path": "warp"}]})

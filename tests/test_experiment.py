@@ -145,7 +145,9 @@ def test_report_files_and_baseline_row(tmp_path):
     files = build_report(out)
     table = files.markdown.read_text()
     assert "| metric | none | no-information baseline |" in table
-    assert "| psnr | " in table and "| accuracy | " in table and table.count("\n| ") == 4
+    results = table.split("\n## ")[0]  # the results table; the threat section follows
+    assert "| psnr | " in results and "| accuracy | " in results and results.count("\n| ") == 4
+    assert "## Threat models: to whom each attack leaks" in table
     html = files.html.read_text()
     assert html.count("data:image/png;base64") >= 3  # grid(s), baseline grid, scatter plot
     assert "LPIPS: n/a" in html

@@ -234,3 +234,46 @@ def test_a_reply_without_facts_fails_the_audit_not_the_round(
     assert arrays is not None  # FedAvg still aggregated the round
     (record,) = ResultStore(tmp_path / "audit" / "results.sqlite").records()
     assert record.status == "failed" and "no 'leakshield' ConfigRecord" in record.error
+
+
+def test_the_guard_mod_refuses_a_changed_architecture_and_a_guarded_layout(
+    tmp_path: Path, task_identity
+) -> None:
+    """The guard stage as a Flower mod ahead of the train step: the imprint attack's model (an extra
+    block: not the agreed architecture) and a model of the agreed architecture whose layer rows a
+    server made identical are refused with an error reply (the train step never runs); the honest
+    model passes through to the train step."""
+    from leakshield.attacks import create_attack
+    from leakshield.fl import ServerKnowledge
+    from leakshield.flower import GuardMod, LeakshieldTrainer
+
+    config = {**CONFIG, "defenses": [{"name": "row-guard"}], "models": [{"name": "mlp", "width": 32}]}
+    path = tmp_path / "guard.yaml"
+    path.write_text(yaml.safe_dump(config))
+    trainer = LeakshieldTrainer(path)
+    fed = trainer.federation(0, 0)
+    honest = fed.fresh_model()
+    reached: list[int] = []
+
+    def train_step(msg: Message, ctxt: Context) -> Message:
+        reached.append(partition_of(ctxt))
+        return trainer(msg, ctxt)
+
+    def partition_of(ctxt: Context) -> int:
+        return int(ctxt.node_config["partition-id"])
+
+    guard = GuardMod(trainer)
+    imprinted = create_attack("imprint", {"bins": 8}).prepare_model(
+        honest, ServerKnowledge(fed.info, fed.data.public)
+    )
+    reply = guard(_train_message(ArrayRecord(imprinted.model.state_dict())), _context(0), train_step)
+    assert reply.has_error() and "not the agreed architecture" in reply.error.reason and reached == []
+    flattened = fed.fresh_model()
+    with torch.no_grad():
+        first = next(m for m in flattened.modules() if isinstance(m, torch.nn.Linear))
+        first.weight.copy_(first.weight[:1].expand_as(first.weight))
+    reply = guard(_train_message(ArrayRecord(flattened.state_dict())), _context(1), train_step)
+    assert reply.has_error() and "near-duplicates" in reply.error.reason and reached == []
+    assert [(r, c) for r, c, _ in guard.refusals] == [(0, 0), (0, 1)]
+    reply = guard(_train_message(ArrayRecord(honest.state_dict())), _context(0), train_step)
+    assert not reply.has_error() and reached == [0]

@@ -100,3 +100,32 @@ def test_adding_the_optimizer_keeps_earlier_fingerprints():
     explicit = parse_config({**base, "fl": {"local": {"algorithm": "fedavg", "optimizer": "sgd"}}})
     adam = parse_config({**base, "fl": {"local": {"algorithm": "fedavg", "optimizer": "adam"}}})
     assert explicit.fingerprint() == plain != adam.fingerprint()
+
+
+def test_the_attacks_fedavg_replay_follows_the_clients_optimizer(digits):
+    """An attack that unrolls a FedAvg update replays the client's local optimizer from the protocol
+    facts: fed the client's true images, the replay of an Adam client's update equals the update, and
+    replaying it with SGD instead does not."""
+    import dataclasses
+
+    from leakshield.attacks.inversion.replay import dummy_update
+    from leakshield.fl import ThreatModel, build_server_view
+
+    info = digits.info
+    model = create_model("mlp", {"width": 16}, in_shape=info.shape, num_classes=10, seed=2).eval()
+    data = digits.train.subset(list(range(12)))
+    local = LocalTraining(algorithm="fedavg", local_lr=1e-2, batch_size=4, optimizer="adam", shuffle=False)
+    client = HonestClient(0, data, local, DefensePipeline(), info, model_mode="eval")
+    update, _ = client.compute(model, 0, data, client.generator(0))
+    view = build_server_view(model, update, info, ThreatModel(labels_known=True), labels=data.y)
+    names = [n for n, _ in view.model.named_parameters()]
+    replayed, _ = dummy_update(view.model, names, info.normalize(data.x), data.y, view)
+    for name, delta in zip(names, replayed, strict=True):
+        assert (delta.detach() - update.delta[name]).abs().max().item() < 1e-6, name
+    as_sgd = dataclasses.replace(update, protocol=dataclasses.replace(update.protocol, optimizer="sgd"))
+    wrong = dataclasses.replace(view, update=as_sgd)
+    replayed_sgd, _ = dummy_update(wrong.model, names, info.normalize(data.x), data.y, wrong)
+    gaps = [
+        (d.detach() - update.delta[n]).abs().max().item() for n, d in zip(names, replayed_sgd, strict=True)
+    ]
+    assert max(gaps) > 1e-4

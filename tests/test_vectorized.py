@@ -268,6 +268,13 @@ def test_compiled_lbfgs_pads_shrinking_batches_to_one_size(digits3, monkeypatch)
         step = self.step
         self.step = lambda x, *rest: (sizes.append(len(x)), step(x, *rest))[1]
 
+    # make one victim finish first whatever this machine's floats: after 2 iterations the victims'
+    # distances differ; with the median as tolerance the best victim stops by then while the worst one
+    # (its best distance, never increasing, is above the median until then) is still running
+    first = create_attack("idlg", params).reconstruct_many(views, seeds=[0, 1, 2])
+    distances = sorted(r.stats["grad_distance"] for r in first)
+    assert distances[0] < distances[1] < distances[2]
+    params = {**params, "iterations": 4, "tolerance": distances[1]}
     monkeypatch.setattr(VectorizedObjective, "__init__", recording)
     plain = create_attack("idlg", params).reconstruct_many(views, seeds=[0, 1, 2])
     assert min(sizes) < 3  # a victim finished first: the batch shrank

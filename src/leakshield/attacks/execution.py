@@ -26,11 +26,13 @@ class Execution(Params):
     with Adam/SGD always run one by one. compile_after: with ``auto``, try compiling only when the eager
     estimate exceeds this many seconds (a compilation takes 10–100 s). victim_shards: attack the victims
     in that many single-threaded worker processes, each taking its path as above (CPU only; at most one
-    per core; unsharded inside ``leakshield run --workers N`` or Ray workers)."""
+    per core; unsharded inside ``leakshield run --workers N`` or Ray workers). calibration_dir: where the
+    path measurements are remembered (the run's ``--cache-dir``; default: the default cache folder)."""
 
     path: Literal["auto", "loop", "vectorized", "compiled"] = "auto"
     compile_after: float = pydantic.Field(default=120.0, ge=0)
     victim_shards: int = pydantic.Field(default=1, ge=1)
+    calibration_dir: str | None = None
 
 
 def split_execution(params: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:

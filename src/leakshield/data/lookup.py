@@ -1,5 +1,7 @@
 """Finding a client's own images again: data-stage defenses that precompute a per-image replacement
-(LODA's obscured images, Anti-GAN's mixed images) look up each minibatch image in the client's dataset."""
+(LODA's obscured images, Anti-GAN's mixed images) take each minibatch image's row in the client's
+dataset from the client's minibatch indices, and look an image up by its pixels only when the batch
+came from outside the dataset."""
 
 from __future__ import annotations
 
@@ -28,9 +30,13 @@ def swap_in(
     replacements: torch.Tensor,
     images: torch.Tensor,
     fresh: Callable[[torch.Tensor], torch.Tensor],
+    indices: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Each of ``images`` replaced by the row of ``replacements`` of its row in ``dataset``; the images
-    found nowhere get ``fresh(positions)`` (their positions in ``images``)."""
+    """Each of ``images`` replaced by the row of ``replacements`` of its row in ``dataset``: the rows
+    ``indices`` when the caller knows them (the client's minibatch indices), else found by the pixels;
+    the images found nowhere get ``fresh(positions)`` (their positions in ``images``)."""
+    if indices is not None:
+        return replacements.to(images.device)[indices.to(replacements.device)].to(images.device)
     rows = find_rows(dataset.to(images.device), images)
     out = replacements.to(images.device)[rows.clamp_min(0)]
     missing = (rows < 0).nonzero().flatten()

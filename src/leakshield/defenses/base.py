@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from leakshield.artifacts import Artifact, FitScope, Fittable
+from leakshield.artifacts import Artifact, ArtifactCache, FitScope, Fittable
 from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.gradients import plain_gradient
 from leakshield.registry import Params, Registry
@@ -50,7 +50,9 @@ class ClientContext:
     client's own ``dataset`` and current minibatch ``batch`` (pixels in [0, 1], labels, per-sample
     flags; None outside a minibatch), the client's ``generator`` (its randomness for this round), the
     dataset's public ``info`` and ``public`` split, and ``artifact``: this defense's fitted artifact for
-    this client (client-scope fits; None otherwise)."""
+    this client (client-scope fits; None otherwise). ``indices``: the minibatch's rows in ``dataset``
+    (None when the batch did not come from it, e.g. a batch handed in from outside); ``seed``: the
+    client's seed (the one its fits used); ``cache``: the run's artifact cache (None outside a run)."""
 
     client_id: int
     round: int
@@ -61,10 +63,13 @@ class ClientContext:
     batch: ImageSet | None = None
     step: int = 0
     artifact: Artifact | None = None
+    indices: torch.Tensor | None = None
+    seed: int = 0
+    cache: ArtifactCache | None = None
 
-    def at_step(self, batch: ImageSet, step: int) -> ClientContext:
-        """The context of one minibatch."""
-        return dataclasses.replace(self, batch=batch, step=step)
+    def at_step(self, batch: ImageSet, step: int, indices: torch.Tensor | None = None) -> ClientContext:
+        """The context of one minibatch (``indices``: its rows in the client's dataset, if known)."""
+        return dataclasses.replace(self, batch=batch, step=step, indices=indices)
 
 
 @dataclass(frozen=True)

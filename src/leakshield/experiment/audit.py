@@ -38,8 +38,8 @@ from leakshield.fl import (
     build_server_view,
     seeded_generator,
 )
+from leakshield.image_grid import image_grid, png_bytes
 from leakshield.registry import Params
-from leakshield.report.grids import image_grid, png_bytes
 from leakshield.seeds import audit_attack_seed
 from leakshield.threats import Adversary
 
@@ -71,7 +71,8 @@ class UpdateAuditor(RoundObserver):
 
     As a :class:`RoundObserver` it audits each round when the round finishes; the Flower strategy calls
     :meth:`audit` directly. ``federation``: reuse one already built for ``config`` (else it is built
-    without fitting any client's artifacts: the server never sees a client's data)."""
+    without fitting any client's artifacts: the server never sees a client's data). ``cache``: the run's
+    artifact cache (its fits and path calibrations; default: the default cache folder)."""
 
     def __init__(
         self,
@@ -83,10 +84,14 @@ class UpdateAuditor(RoundObserver):
         seed: int | None = None,
         device: torch.device | str = "cpu",
         progress: bool = False,
+        cache: ArtifactCache | None = None,
     ) -> None:
         self.config = config
+        self.cache = cache or ArtifactCache()
         self.settings = settings or AuditSettings()
-        self.federation = federation or Federation.build(config, seed=seed, device=device, fits_for=NO_CLIENT)
+        self.federation = federation or Federation.build(
+            config, seed=seed, device=device, fits_for=NO_CLIENT, cache=self.cache
+        )
         self.device = self.federation.device
         self.progress = progress
         self.attack = self._attack(config)
@@ -102,7 +107,7 @@ class UpdateAuditor(RoundObserver):
         if len(config.attacks) != 1:
             raise ConfigError(f"attacks: an audit runs one attack; the config lists {len(config.attacks)}")
         spec = config.attacks[0]
-        attack = config.create_attack(spec)
+        attack = config.create_attack(spec, self.cache.root)
         if attack.threat.modifies_model:
             raise ConfigError(
                 f"attacks[0]: {spec.name} is a malicious-server attack (it changes the model sent); "
@@ -124,7 +129,7 @@ class UpdateAuditor(RoundObserver):
             fed.seed,
             fed.device,
         )
-        attack, _ = fit_attack(attack, setting, ArtifactCache())
+        attack, _ = fit_attack(attack, setting, self.cache)
         return attack
 
     # -- as a round observer of leakshield's own simulation -----------------------------------------

@@ -14,7 +14,7 @@ from leakshield.experiment.evaluation import CellOutput
 from leakshield.experiment.pipeline import cell_threat, run_cell
 from leakshield.experiment.store import CellRecord
 from leakshield.experiment.world import ExperimentContext
-from leakshield.report.grids import image_grid, png_bytes
+from leakshield.image_grid import image_grid, png_bytes
 
 
 def environment(device: torch.device) -> dict[str, object]:

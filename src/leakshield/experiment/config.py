@@ -295,9 +295,13 @@ class ExperimentConfig(Section):
         """The protocol of the attacked update."""
         return self.attack.update or self.fl.local
 
-    def create_attack(self, spec: Component) -> Attack:
-        """The attack of ``spec`` with this run's execution settings (the entry's own take precedence)."""
-        return create_attack(spec.name, spec.params, self.execution.model_dump())
+    def create_attack(self, spec: Component, cache_dir: str | Path | None = None) -> Attack:
+        """The attack of ``spec`` with this run's execution settings (the entry's own take precedence);
+        ``cache_dir``: the run's cache folder, where path calibrations are remembered."""
+        execution = self.execution.model_dump()
+        if cache_dir is not None:
+            execution["calibration_dir"] = str(cache_dir)
+        return create_attack(spec.name, spec.params, execution)
 
     def fingerprint(self) -> str:
         """Hash of everything that determines the results (the report layout and the location of the

@@ -19,7 +19,7 @@ from leakshield.seeds import victim_attack_seed, victim_round_generator
 def run_server_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
     assert cell.model and cell.defense and cell.attack and cell.round is not None
     assert cell.seed is not None
-    attack = world.config.create_attack(cell.attack)
+    attack = world.config.create_attack(cell.attack, world.cache.root)
     if attack.fit_scope is not None:
         net, _ = world.models.fresh(cell.model, cell.defense, cell.seed)
         setting = FitSetting(
@@ -49,6 +49,7 @@ def run_server_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
         public=world.models.public,
         seed=cell.seed,
         model_mode=world.config.attack.model_mode,
+        cache=world.cache,
     )
     observations = [
         observe_victim(

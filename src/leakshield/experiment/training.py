@@ -82,7 +82,14 @@ class TrainedModels:
             net, pipeline = self.fresh(model, defense, seed)
         if rounds > start:
             sim = FederatedSimulation.honest(
-                net, self.clients, self.config.fl, pipeline, self.data.info, public=self.public, seed=seed
+                net,
+                self.clients,
+                self.config.fl,
+                pipeline,
+                self.data.info,
+                public=self.public,
+                seed=seed,
+                cache=self.cache,
             )
             sim.round = start
             sim.client_steps = dict(client_steps)

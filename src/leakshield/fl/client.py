@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from leakshield.artifacts import ArtifactCache
 from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.defenses.base import ACCEPTED, ClientContext, DefensePipeline, Verdict
 from leakshield.fl.config import LocalTraining
@@ -73,6 +74,8 @@ class HonestClient:
     seed: int = 0
     model_mode: str = "train"
     accounted: bool = True
+    #: the run's artifact cache (handed to the defenses' stages)
+    cache: ArtifactCache | None = field(default=None, compare=False, repr=False)
     #: (round, reason) of every model this client's guards refused (observable refusals)
     refusals: list[tuple[int, str]] = field(default_factory=list, compare=False, repr=False)
 
@@ -95,7 +98,8 @@ class HonestClient:
         if not verdict.accepted:
             self.refusals.append((round, verdict.reason))
             return None
-        update, _ = self.compute(model, round, self._round_data(generator), generator)
+        data, indices = self._round_data(generator)
+        update, _ = self.compute(model, round, data, generator, indices=indices)
         return update
 
     def inspect(self, model: nn.Module, round: int, generator: torch.Generator) -> Verdict:
@@ -113,41 +117,52 @@ class HonestClient:
             info=self.info,
             generator=generator,
             public=self.public,
+            seed=self.seed,
+            cache=self.cache,
         )
 
     def round_data(self, round: int, device: torch.device | str = "cpu") -> ImageSet:
         """The samples the client computes its update on in ``round`` (FedSGD: the minibatch it draws;
         FedAvg: its whole dataset): what an auditor in a simulation rebuilds as ground truth. ``device``
         is where the client's model lives (its generator draws there; CPU and CUDA streams differ)."""
-        return self._round_data(self.generator(round, device))
+        return self._round_data(self.generator(round, device))[0]
 
-    def _round_data(self, generator: torch.Generator) -> ImageSet:
+    def _round_data(self, generator: torch.Generator) -> tuple[ImageSet, torch.Tensor]:
+        """The round's samples and their rows in the client's dataset."""
         data = self.dataset
         if self.local.algorithm == "fedsgd":
             pick = torch.randperm(len(data), generator=generator, device=generator.device)
-            data = data.subset(pick[: self.local.batch_size].sort().values.cpu())
-        return data
+            rows = pick[: self.local.batch_size].sort().values.cpu()
+            return data.subset(rows), rows
+        return data, torch.arange(len(data))
 
     def compute(
-        self, model: nn.Module, round: int, data: ImageSet, generator: torch.Generator
+        self,
+        model: nn.Module,
+        round: int,
+        data: ImageSet,
+        generator: torch.Generator,
+        *,
+        indices: torch.Tensor | None = None,
     ) -> tuple[ClientUpdate, ClientTrace]:
         """The update on ``data`` (FedSGD: one gradient of it as one batch; FedAvg: ``local_epochs``
         epochs of SGD with momentum over it in minibatches), computed on a private copy of ``model``,
-        and the client's trace. ``model`` itself is left untouched."""
+        and the client's trace. ``indices``: the rows of ``data`` in the client's dataset, when it came
+        from it (data-stage defenses find their precomputed images by them). ``model`` is untouched."""
         start = {k: v.detach().clone() for k, v in model.state_dict().items()}
         worker = private_copy(model)
         worker.train(self.model_mode == "train")
         context = self.context(round, generator)
         local = self.local
         if local.algorithm == "fedsgd":
-            step_context = context.at_step(data, 0)
+            step_context = context.at_step(data, 0, indices)
             x, y = self.pipeline.data_hook(data.x, data.y, step_context)
             with client_rng(generator, 0):
                 delta = self.pipeline.gradient(worker, self.info.normalize(x), y, step_context)
             steps, batch = 1, len(data)
             trace = ClientTrace(x.detach() if len(x) == len(data) else None)
         else:
-            delta, steps, trace = self._train(worker, data, context)
+            delta, steps, trace = self._train(worker, data, context, indices)
             batch = local.batch_size
         buffers = {}
         if self.model_mode == "train" or local.algorithm == "fedavg":
@@ -170,7 +185,7 @@ class HonestClient:
         return ClientUpdate(global_params=start, delta=delta, protocol=facts, buffers=buffers), trace
 
     def _train(
-        self, worker: nn.Module, data: ImageSet, context: ClientContext
+        self, worker: nn.Module, data: ImageSet, context: ClientContext, rows: torch.Tensor | None
     ) -> tuple[dict[str, torch.Tensor], int, ClientTrace]:
         local, generator = self.local, context.generator
         params = dict(worker.named_parameters())
@@ -194,7 +209,7 @@ class HonestClient:
             nonlocal complete, steps
             step, idx = scheduled
             batch = data.subset(idx)
-            step_context = context.at_step(batch, step)
+            step_context = context.at_step(batch, step, None if rows is None else rows[idx.cpu()])
             x, y = self.pipeline.data_hook(batch.x, batch.y, step_context)
             if step < batches:  # the first epoch: the defended inputs the evaluator compares with
                 if len(x) == len(idx):

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from leakshield.artifacts import ArtifactCache
 from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.defenses.base import DefensePipeline
 from leakshield.fl.aggregation import Aggregator, create_aggregator
@@ -65,6 +66,7 @@ class FederatedSimulation:
         public: ImageSet | None = None,
         seed: int = 0,
         observers: Sequence[RoundObserver] = (),
+        cache: ArtifactCache | None = None,
     ) -> FederatedSimulation:
         """A federation of honest clients holding ``clients`` (their local datasets); the clients in
         ``config.defended_clients`` (default all) run ``pipeline``'s client stages, the others none."""
@@ -78,6 +80,7 @@ class FederatedSimulation:
                 public=public,
                 seed=seed,
                 accounted=config.is_defended(i),
+                cache=cache,
             )
             for i, data in enumerate(clients)
         ]

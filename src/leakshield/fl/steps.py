@@ -50,7 +50,7 @@ class DefenseSteps:
         """The stages of client ``client_id`` (holding ``dataset``, pixels in [0, 1]) in ``round``, its
         randomness seeded by (``seed``, round, client id) as leakshield's client seeds it."""
         generator = seeded_generator(seed, round, client_id, device=device)
-        return cls(pipeline, ClientContext(client_id, round, dataset, info, generator, public))
+        return cls(pipeline, ClientContext(client_id, round, dataset, info, generator, public, seed=seed))
 
     def fedsgd_batch(self, batch_size: int) -> ImageSet:
         """The FedSGD minibatch leakshield's client draws (first use of the round's generator)."""

@@ -137,7 +137,7 @@ def sample_grid(generator: ConditionalGenerator, per_class: int = 8, seed: int =
 
 def write_sample_grid(generator: ConditionalGenerator, path: Path, seed: int = 0) -> None:
     """:func:`sample_grid` as a PNG file (one row per class)."""
-    from leakshield.report.grids import image_grid, png_bytes  # the report package imports the runner
+    from leakshield.image_grid import image_grid, png_bytes
 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(png_bytes(image_grid(list(sample_grid(generator, seed=seed)))))

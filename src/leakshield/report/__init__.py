@@ -1,6 +1,6 @@
 """Reports: results CSV, configurable Markdown/HTML tables, reconstruction grids, privacy–utility plot."""
 
-from leakshield.report.grids import image_grid
+from leakshield.image_grid import image_grid
 from leakshield.report.html import ReportFiles, build_report
 from leakshield.report.tables import PivotTable, joined_rows, pivot, results_csv
 

@@ -10,8 +10,8 @@ tie does not flip from run to run), and compiling is tried only when the eager e
 in half the free memory; if not even one fits vectorized, the loop runs.
 
 Decisions are remembered per (model shapes, attack settings, victims, device, threads) for the process
-and in ``calibration.json`` in the cache folder, so a rerun takes the same path and gives the same
-numbers (the paths agree to float rounding only). Short attacks skip calibration: below
+and in ``calibration.json`` in the run's cache folder (``--cache-dir``), so a rerun takes the same path
+and gives the same numbers (the paths agree to float rounding only). Short attacks skip calibration: below
 :data:`SMALL_JOB` steps per victim the vectorized path is taken without measuring (a step count, not
 victims × steps: 1,600 victim·steps take 5 s on LeNet but 80 s on ConvNet-32).
 """
@@ -79,8 +79,10 @@ def choose_path(
     *,
     requested: str = "auto",
     compile_after: float = 120.0,
+    folder: str | Path | None = None,
 ) -> PathChoice:
-    """The path for ``victims`` victims × ``steps`` steps (see the module docstring)."""
+    """The path for ``victims`` victims × ``steps`` steps (see the module docstring); the measurement
+    is remembered in ``folder`` (the run's cache folder; default: the default cache folder)."""
     if requested == "loop" or victims < 2:
         return PathChoice("loop", 1)
     if requested in ("vectorized", "compiled"):
@@ -104,13 +106,13 @@ def choose_path(
     )
     if memo in _MEMO:
         return _with_compile(_MEMO[memo], candidates)
-    stored = _load(memo)
+    stored = _load(memo, folder)
     if stored is not None:
         _MEMO[memo] = stored
         return _with_compile(stored, candidates)
     choice = _measure(victims, steps, candidates, device, compile_after)
     _MEMO[memo] = choice
-    _save(memo, choice)
+    _save(memo, choice, folder)
     return choice
 
 
@@ -208,20 +210,20 @@ def _status_kib(field_name: str) -> float:
     raise ValueError(field_name)
 
 
-def _path() -> Path:
-    return default_cache_dir() / CALIBRATION_FILE
+def _path(folder: str | Path | None = None) -> Path:
+    return (Path(folder).expanduser() if folder is not None else default_cache_dir()) / CALIBRATION_FILE
 
 
-def _load(memo: str) -> PathChoice | None:
+def _load(memo: str, folder: str | Path | None = None) -> PathChoice | None:
     try:
-        entry = json.loads(_path().read_text())[memo]
+        entry = json.loads(_path(folder).read_text())[memo]
         return PathChoice(**entry)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def _save(memo: str, choice: PathChoice) -> None:
-    path = _path()
+def _save(memo: str, choice: PathChoice, folder: str | Path | None = None) -> None:
+    path = _path(folder)
     try:
         known = json.loads(path.read_text()) if path.exists() else {}
     except (OSError, ValueError):

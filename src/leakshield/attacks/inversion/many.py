@@ -120,6 +120,7 @@ def attack_many(
         problem.device,
         requested=attack.execution.path,
         compile_after=attack.execution.compile_after,
+        folder=attack.execution.calibration_dir,
     )
     if choice.path == "compiled":  # L-BFGS's batches shrink as victims finish: pad them to one size
         problem.pad_to = choice.chunk

@@ -161,7 +161,8 @@ class AntiGan(Defense):
         if context.artifact is None:
             raise RuntimeError("antigan needs the client's fitted artifact (its mixed dataset)")
         mixed = context.artifact.tensors["mixed"]
-        return swap_in(context.dataset.x, mixed, x, lambda i: self._mix_fresh(x[i], y[i], context)), y
+        fresh = lambda i: self._mix_fresh(x[i], y[i], context)  # noqa: E731
+        return swap_in(context.dataset.x, mixed, x, fresh, context.indices), y
 
     def _mix_fresh(self, x: torch.Tensor, y: torch.Tensor, context: ClientContext) -> torch.Tensor:
         """Images outside the client's dataset: mixed with the client's generator, seeded by the pixels."""

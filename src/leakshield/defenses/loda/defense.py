@@ -3,8 +3,9 @@ server (and any attacker) only ever sees gradients of obscured images.
 
 A client fit: each defended client encodes its own dataset (from random images of the public split, with
 the extractor trained on the public split), chunk by chunk, every chunk an artifact, so an interrupted
-encoding resumes. The data stage swaps each minibatch image for its obscured version (looked up by the
-image; an image outside the client's dataset is encoded on the spot, seeded by its content).
+encoding resumes. The data stage swaps each minibatch image for its obscured version (by the minibatch's
+indices; an image outside the client's dataset is encoded on the spot, seeded by its content, with the
+extractor of the client's own fit: same seed, the run's cache).
 """
 
 from __future__ import annotations
@@ -88,14 +89,15 @@ class Loda(Defense):
         if context.artifact is None:
             raise RuntimeError("loda needs the client's fitted artifact (its obscured dataset)")
         obscured = context.artifact.tensors["obscured"]
-        return swap_in(context.dataset.x, obscured, x, lambda i: self._encode_fresh(x[i], context)), y
+        fresh = lambda i: self._encode_fresh(x[i], context)  # noqa: E731
+        return swap_in(context.dataset.x, obscured, x, fresh, context.indices), y
 
     def _encode_fresh(self, images: torch.Tensor, context: ClientContext) -> torch.Tensor:
         """Encode images outside the client's dataset (seeded by their pixels)."""
         if context.public is None:
             raise ConfigError("loda: an image outside the client's dataset needs the public split")
         p = self.params
-        net = fitted_extractor(p, context.info, context.public, 0, None, images.device)
+        net = fitted_extractor(p, context.info, context.public, context.seed, context.cache, images.device)
         seed = int(hashlib.sha256(images.detach().cpu().numpy().tobytes()).hexdigest()[:8], 16)
         picks = torch.randint(
             len(context.public), (len(images),), generator=torch.Generator().manual_seed(seed)
