@@ -58,10 +58,12 @@ def markdown_sections(records: Sequence[CellRecord]) -> str:
 
 
 def html_sections(records: Sequence[CellRecord]) -> str:
-    out = []
+    out, left = [], " style='text-align:left'"
     for title, head, rows in _sections(records):
-        header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+        text = head is THREAT_HEAD  # words, left-aligned; the detection table's rates stay right-aligned
+        header = "".join(f"<th{left if text else ''}>{html.escape(h)}</th>" for h in head)
+        body = "".join("<tr>" + "".join(f"<td{left if text else ''}>{html.escape(c)}</td>" for c in row)
+                       + "</tr>" for row in rows)  # fmt: skip
         out.append(f"<h2>{html.escape(title)}</h2><table><tr>{header}</tr>{body}</table>")
     return "\n".join(out)
 
