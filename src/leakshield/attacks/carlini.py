@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 
 from leakshield.attacks.adaptive import find_defense
 from leakshield.attacks.base import ATTACKS, Attack, Reconstruction, create_attack
+from leakshield.attacks.execution import Execution, split_execution
 from leakshield.data.types import DatasetInfo
 from leakshield.defenses.mixing import InstaHideParams, MixUpParams, sample_coefficients
 from leakshield.errors import ConfigError
@@ -55,7 +56,9 @@ class CarliniParams(Params):
     def _inner_is_valid(self) -> CarliniParams:
         if self.inner == "carlini":
             raise ValueError("inner: carlini cannot invert a single round")
-        ATTACKS.validate(self.inner, self.resolved_inner_params)  # unknown names/fields fail here
+        method, execution = split_execution(self.resolved_inner_params)
+        ATTACKS.validate(self.inner, method)  # unknown names/fields fail here
+        Execution(**execution)  # how the inner attack runs (path, shards) is checked too
         return self
 
     @property
@@ -164,7 +167,8 @@ class CarliniAttack(Attack):
             adapted["labels"] = "bias"
         if isinstance(defense, InstaHideParams) and defense.sign_flip:
             adapted.update({k: v for k, v in (("boxed", False), ("tv", 0.0)) if k in fields})
-        return create_attack(p.inner, {**adapted, **p.resolved_inner_params})
+        # the inner attack runs as this one does (path, shards, where calibrations are remembered)
+        return create_attack(p.inner, {**adapted, **p.resolved_inner_params}, self.execution.model_dump())
 
     def decode(
         self,
