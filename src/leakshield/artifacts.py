@@ -14,6 +14,7 @@ The cache folder is ``--cache-dir``, else ``$LEAKSHIELD_CACHE_DIR``, else ``$XDG
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -31,6 +32,7 @@ from torch import nn
 
 from leakshield import __version__
 from leakshield.data.types import DatasetInfo, ImageSet
+from leakshield.errors import LeakshieldError
 
 CACHE_ENV = "LEAKSHIELD_CACHE_DIR"
 TENSORS_FILE = "tensors.safetensors"
@@ -89,6 +91,39 @@ class Fittable:
         return other
 
 
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes (remembered per path, size and modification time)."""
+    stat = path.stat()
+    return _file_digest(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _file_digest(path: str, size: int, mtime: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def with_file_digests(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` with the content hash of every file a string value names (``{field}@sha256``): a
+    weights file overwritten with other tensors gives another key, so a fit is never silently reused for
+    different inputs."""
+    out = dict(params)
+    for name, value in params.items():
+        if isinstance(value, str) and value and "\x00" not in value:
+            try:
+                path = Path(value).expanduser()
+                if path.is_file():
+                    out[f"{name}@sha256"] = file_digest(path)
+            except OSError:
+                continue
+        elif isinstance(value, Mapping):
+            out[name] = with_file_digests(value)
+    return out
+
+
 @dataclass(frozen=True)
 class FitKey:
     """Everything that determines an artifact. ``scope``: ``public`` (the fit saw the public split
@@ -107,7 +142,7 @@ class FitKey:
     def payload(self) -> dict[str, Any]:
         return {
             "component": self.component,
-            "params": dict(self.params),
+            "params": with_file_digests(self.params),
             "scope": self.scope,
             "client": self.client,
             "data": self.data,
@@ -199,13 +234,42 @@ class ArtifactCache:
                 "metadata": dict(artifact.metadata),
             }
             (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
-            if folder.exists():
-                shutil.rmtree(folder)
-            os.replace(tmp, folder)
+            for _ in range(3):  # concurrent writers of one key write the same content: one rename wins
+                if self._valid(key, folder):
+                    break  # another writer stored it first: keep theirs
+                shutil.rmtree(folder, ignore_errors=True)  # absent, or a damaged leftover
+                try:
+                    os.replace(tmp, folder)
+                    break
+                except OSError:  # another writer renamed in between (the folder is not empty)
+                    continue
+            else:
+                raise OSError(f"could not store artifact {digest[:12]} in {folder.parent}")
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
         return Artifact(tensors=tensors, metadata=dict(artifact.metadata), key=digest)
+
+    def _valid(self, key: FitKey, folder: Path) -> bool:
+        if not folder.exists():
+            return False
+        try:
+            return self.load(key) is not None
+        except (CorruptArtifactError, OSError):
+            return False
+
+    def ensure_usable(self) -> None:
+        """Refuse an unusable cache folder (a file, an unwritable folder) before any work is done."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            handle, probe = tempfile.mkstemp(prefix=".probe.", dir=self.root)
+            os.close(handle)
+            os.unlink(probe)
+        except OSError as exc:
+            raise LeakshieldError(
+                f"--cache-dir {self.root}: not a writable folder ({exc.strerror or exc}); choose another "
+                "(or set $LEAKSHIELD_CACHE_DIR)"
+            ) from None
 
     def get_or_fit(self, key: FitKey, fit: Callable[[], Artifact]) -> Artifact:
         """The stored artifact of ``key``, else ``fit()`` stored under it. A corrupt stored artifact is

@@ -248,10 +248,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if not needs_fitting(config):
         print(f"{config.name}: no defense or attack of this config needs fitting; nothing to do")
         return 0
+    cache.ensure_usable()
     summary = fit_config(config, resolve_device(args.device), cache, progress=not args.quiet)
-    print(
-        f"{summary.artifacts} artifacts: {summary.fitted} fitted, {summary.reused} reused → {summary.cache}"
-    )
+    extra = f" (+{summary.intermediate} intermediate results)" if summary.intermediate else ""
+    counts = f"{summary.artifacts} artifacts: {summary.fitted} fitted, {summary.reused} reused{extra}"
+    print(f"{counts} → {summary.cache}")
     return 0
 
 

@@ -28,7 +28,7 @@ class SearchConfig(pydantic.BaseModel):
     """A search: the dataset (its public split is searched on), the model the policies are for, the
     search settings (:class:`~leakshield.defenses.ats.search.SearchParams`) and the seed."""
 
-    model_config = pydantic.ConfigDict(extra="forbid")
+    model_config = pydantic.ConfigDict(extra="forbid", allow_inf_nan=False)
     name: str = "ats-search"
     seed: int = 0
     dataset: dict[str, Any] = pydantic.Field(default_factory=lambda: {"name": "digits"})
@@ -113,6 +113,7 @@ def _search(args: argparse.Namespace, set_threads: Any) -> int:
     out = args.out or Path("runs") / config.name
     out.mkdir(parents=True, exist_ok=True)
     cache = ArtifactCache(args.cache_dir)
+    cache.ensure_usable()
     start = time.perf_counter()
     result = search_policies(
         model,

@@ -20,9 +20,10 @@ T = TypeVar("T")
 
 
 class Params(pydantic.BaseModel):
-    """Base of every component's parameter model: unknown fields are errors, values are validated."""
+    """Base of every component's parameter model: unknown fields are errors, values are validated, and
+    no number may be infinite or NaN (a component must never loop on, or fail late from, such a value)."""
 
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class NoParams(Params):

@@ -17,6 +17,7 @@ network; its utility row reflects that).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping
 
 import pydantic
@@ -71,6 +72,12 @@ def dp_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: f
         return 0.0
     if noise_multiplier == 0:
         return float("inf")
+    if not math.isfinite(noise_multiplier) or not 0 < sample_rate <= 1 or not 0 < delta < 1:
+        # Opacus's accountant never returns for an infinite σ: refuse what has no meaning instead
+        raise ValueError(
+            f"dp_epsilon: noise multiplier {noise_multiplier} (finite), sample rate {sample_rate} (0, 1], "
+            f"δ {delta} (0, 1)"
+        )
     from opacus.accountants import RDPAccountant
 
     accountant = RDPAccountant()

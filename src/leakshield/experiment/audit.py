@@ -98,6 +98,7 @@ class UpdateAuditor(RoundObserver):
         self.out = Path(out)
         prepare_run_dir(config, self.out)
         self.store = ResultStore(self.out / STORE_FILE)
+        self.store.claim(config.fingerprint())
         self.lpips, self.lpips_reason = load_cell_lpips(config.metrics.lpips, self.device)
         self._sent: dict[int, nn.Module] = {}
         self._replies: dict[int, dict[int, ClientUpdate]] = {}

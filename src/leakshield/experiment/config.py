@@ -34,7 +34,7 @@ ADDED_FIELDS = ((("fl", "aggregator"), "mean"), (("fl", "local", "optimizer"), "
 
 
 class Section(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid")
+    model_config = pydantic.ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class Component(pydantic.BaseModel):
@@ -230,6 +230,18 @@ class ExperimentConfig(Section):
     report: ReportSection = pydantic.Field(default_factory=ReportSection)
     #: how attacks run (speed only, outside the fingerprint): path, compile_after, victim_shards
     execution: Execution = pydantic.Field(default_factory=Execution)
+
+    @pydantic.field_validator("name")
+    @classmethod
+    def _name_is_a_file_name(cls, value: str) -> str:
+        """The name becomes the default run folder ``runs/<name>``: one plain file name."""
+        bad = [c for c in value if c in "/\\" or ord(c) < 32 or ord(c) == 127]
+        if not value.strip() or value in (".", "..") or bad:
+            raise ValueError(
+                f"{value!r} is not a file name (the default run folder is runs/<name>): use letters, digits, "
+                "'-', '_' or '.', no path separators, no control characters, not empty, '.' or '..'"
+            )
+        return value
 
     @pydantic.field_validator("models", "attacks", mode="before")
     @classmethod

@@ -25,6 +25,8 @@ class FitSummary:
     fitted: int
     reused: int
     cache: Path
+    #: intermediate results fitted on the way (chunks, checkpoints, per-policy scores)
+    intermediate: int = 0
 
 
 def needs_fitting(config: ExperimentConfig) -> bool:
@@ -69,5 +71,7 @@ def fit_config(
         )
         _, used = fit_attack(config.create_attack(entry), setting, cache)
         models.used.extend(u for u in used if u not in models.used)
-    fitted = len(cache.fitted) - before
-    return FitSummary(len(models.used), fitted, len(models.used) - fitted, cache.root)
+    new = set(cache.fitted[before:])
+    fitted = sum(1 for use in models.used if use.key in new)
+    intermediate = len(new) - fitted
+    return FitSummary(len(models.used), fitted, len(models.used) - fitted, cache.root, intermediate)

@@ -87,10 +87,13 @@ class ExperimentRunner:
         cells = self.cells()
         done: set[str] = set()
         if exists and store_path.exists() and not repair:
-            done = ResultStore(store_path).finished_keys(include_failed=not retry_failed)
+            existing = ResultStore(store_path)
+            existing.check(self.config.fingerprint())
+            done = existing.finished_keys(include_failed=not retry_failed)
         todo = [c for c in cells if c.key not in done]
         failed, repaired = 0, None
         if todo:
+            self.cache.ensure_usable()  # an unusable --cache-dir is refused before any work
             # loading data and checking victims may fail on bad input: do it before writing anything
             parallel = workers > 1 or executor == "ray"
             context = ExperimentContext(
@@ -101,6 +104,7 @@ class ExperimentRunner:
                 if repair and store_path.exists():
                     repaired = _repair_if_damaged(store_path)
                 store = ResultStore(store_path)
+                store.claim(self.config.fingerprint())
                 if retry_failed:
                     store.drop_failed()
                 done = store.finished_keys(include_failed=not retry_failed)

@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS cells (
     attack_name TEXT,
     threat TEXT
 );
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 #: columns added after the first release: (name, type), added to older stores when they are opened
 ADDED_COLUMNS = (("environment", "TEXT"), ("image_png", "BLOB"), ("attack_name", "TEXT"), ("threat", "TEXT"))
@@ -100,6 +101,10 @@ class CorruptStoreError(LeakshieldError):
     """The result store cannot be read; the message says how to recover."""
 
 
+class StoreMismatchError(LeakshieldError):
+    """The result store holds cells of another config than its run directory's."""
+
+
 class ResultStore:
     """SQLite-backed store at ``run_dir/results.sqlite``. Opening a damaged file raises
     :class:`CorruptStoreError` (never a traceback, never silently); :func:`repair_store` salvages it."""
@@ -131,6 +136,29 @@ class ResultStore:
                 yield db
         finally:
             db.close()
+
+    def fingerprint(self) -> str | None:
+        """The fingerprint of the config whose cells this store holds (None: a store written before
+        stores recorded it)."""
+        with self._connect() as db:
+            row = db.execute("SELECT value FROM meta WHERE key = 'fingerprint'").fetchone()
+        return row[0] if row else None
+
+    def claim(self, fingerprint: str) -> None:
+        """Record that this store holds cells of the config ``fingerprint``; a store of another config
+        is refused (:class:`StoreMismatchError`), never mixed."""
+        with self._connect() as db:
+            db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('fingerprint', ?)", (fingerprint,))
+        self.check(fingerprint)
+
+    def check(self, fingerprint: str) -> None:
+        """Raise :class:`StoreMismatchError` if the store records another config's fingerprint."""
+        held = self.fingerprint()
+        if held is not None and held != fingerprint:
+            raise StoreMismatchError(
+                f"{self.path} holds cells of another config (fingerprint {held} ≠ {fingerprint} of the run "
+                "directory's config.json); it was copied or replaced: restore the matching store or rerun"
+            )
 
     def finished_keys(self, include_failed: bool = True) -> set[str]:
         query = "SELECT key FROM cells" + ("" if include_failed else " WHERE status = 'ok'")

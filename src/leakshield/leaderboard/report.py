@@ -184,7 +184,9 @@ def build_leaderboard(run_dir: str | Path, preset: str = "custom") -> Leaderboar
     """Write the leaderboard files into ``run_dir`` from its stored cells."""
     run_dir = Path(run_dir)
     config = load_run_config(run_dir)
-    records = ResultStore(run_dir / STORE_FILE).records()
+    store = ResultStore(run_dir / STORE_FILE)
+    store.check(config.fingerprint())
+    records = store.records()
     restore_missing_images(run_dir, records)
     rows = standings(records)
     baseline = baseline_ssim(records)

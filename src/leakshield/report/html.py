@@ -62,7 +62,9 @@ def build_report(run_dir: str | Path) -> ReportFiles:
     """Write ``results.csv``, ``table.md`` and ``report.html`` into ``run_dir`` from its stored cells."""
     run_dir = Path(run_dir)
     config = load_run_config(run_dir)
-    records = ResultStore(run_dir / STORE_FILE).records()
+    store = ResultStore(run_dir / STORE_FILE)
+    store.check(config.fingerprint())  # a store copied from another run: refuse, never mislabel
+    records = store.records()
     restore_missing_images(run_dir, records)
     rows, baseline = joined_rows(records)
     layout = config.report

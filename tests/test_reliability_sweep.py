@@ -1,0 +1,156 @@
+"""Regression tests from the reliability probe (one line and exit 2 at load, never a hang, never a late
+failure, never a write outside the run folder, never another config's numbers under this one's title)."""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import time
+
+import pytest
+
+from leakshield.cli import main
+from leakshield.defenses.dpsgd import dp_epsilon
+
+from helpers import tiny_config, write_config
+
+ARGS = ["--quiet", "--device", "cpu", "--threads", "1", "--no-report"]
+
+
+def one_line_exit_2(capsys, argv) -> str:
+    start = time.monotonic()
+    assert main(argv) == 2
+    assert time.monotonic() - start < 60  # refused at load, not after work (generous: a loaded machine)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+@pytest.mark.parametrize(
+    ("defense", "field"),
+    [
+        ({"name": "dp-sgd", "noise_multiplier": math.inf}, "noise_multiplier"),  # hung Opacus's accountant
+        ({"name": "gs-wgan", "sigma": math.inf}, "sigma"),  # the same accountant
+        ({"name": "loda", "c": math.inf}, "c"),
+        ({"name": "gaussian-noise", "sigma": math.nan}, "sigma"),
+    ],
+)
+def test_infinite_or_nan_values_are_refused_at_load(tmp_path, capsys, defense, field):
+    path = write_config(tmp_path / "cfg.yaml", tiny_config(defenses=[defense]))
+    line = one_line_exit_2(capsys, ["run", str(path), "--out", str(tmp_path / "run"), *ARGS])
+    assert f"{field}: Input should be a finite number" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_accountant_refuses_an_infinite_noise_multiplier_at_once():
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="finite"):
+        dp_epsilon(math.inf, 0.5, 2, 1e-5)
+    assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "/absolute/dir", "", "..", "nul\x00byte", "a/b"])
+def test_a_run_name_is_a_file_name(tmp_path, capsys, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    path = write_config(tmp_path / "cfg.yaml", tiny_config(name=name))
+    line = one_line_exit_2(capsys, ["run", str(path), *ARGS])
+    assert "name:" in line and "not a file name" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.yaml", "work"]
+    assert not any((tmp_path / "work").iterdir())
+
+
+def test_report_refuses_a_store_of_another_config(tmp_path, capsys):
+    """A run directory whose results.sqlite came from another config (copied over it) is refused in one
+    line; it once printed this config's title over the other run's numbers."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert (
+        main(
+            ["run", str(write_config(tmp_path / "a.yaml", tiny_config(name="a"))), "--out", str(first), *ARGS]
+        )
+        == 0
+    )
+    other = tiny_config(name="b", seeds=[1])
+    assert main(["run", str(write_config(tmp_path / "b.yaml", other)), "--out", str(second), *ARGS]) == 0
+    shutil.copy(first / "results.sqlite", second / "results.sqlite")
+    line = one_line_exit_2(capsys, ["report", str(second)])
+    assert "holds cells of another config" in line
+    line = one_line_exit_2(capsys, ["run", str(tmp_path / "b.yaml"), "--out", str(second), *ARGS])
+    assert "holds cells of another config" in line
+
+
+def test_a_weights_file_enters_the_artifact_key_by_content(tmp_path, capsys):
+    """LODA's ``weights`` once entered the key by path: overwriting the file with other tensors gave "0
+    fitted, 2 reused" and the old numbers. Now the content hash is in the key: a changed file refits."""
+    from safetensors.torch import save_file
+
+    from leakshield.data import load_dataset
+    from leakshield.defenses.loda.extractor import ExtractorParams, build_extractor
+
+    info = load_dataset("digits", {"channels": 1, "size": 16}).info
+    weights = tmp_path / "extractor.safetensors"
+
+    def write(seed: int) -> None:
+        net = build_extractor(ExtractorParams(), info, seed)
+        save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(weights))
+
+    write(0)
+    loda = {"name": "loda", "weights": str(weights), "steps": 2, "chunk": 8}
+    config = tiny_config(defenses=[loda], dataset={"name": "digits", "channels": 1, "size": 16})
+    path = write_config(tmp_path / "cfg.yaml", config)
+    fit = ["fit", str(path), "--quiet", "--device", "cpu", "--cache-dir", str(tmp_path / "cache")]
+
+    def fitted() -> int:
+        assert main(fit) == 0
+        return int(re.search(r": (\d+) fitted", capsys.readouterr().out).group(1))
+
+    assert fitted() > 0
+    assert fitted() == 0  # the same file: every artifact reused
+    write(1)  # the same path, other tensors
+    assert fitted() > 0
+
+
+def _save_many(root: str, rounds: int) -> int:
+    import torch
+
+    from leakshield.artifacts import Artifact, ArtifactCache, FitKey
+
+    cache = ArtifactCache(root)
+    key = FitKey("test:race", {"n": 1}, "public", "data", 0)
+    for _ in range(rounds):
+        cache.save(key, Artifact({"x": torch.arange(1000.0)}))
+    return rounds
+
+
+def test_concurrent_saves_of_one_artifact_never_fail(tmp_path):
+    """Four processes storing the same artifact 150 times each, all at once: every save succeeds (it once
+    failed with "Directory not empty" about once in 170) and the stored artifact is whole."""
+    import multiprocessing
+
+    import torch
+
+    from leakshield.artifacts import ArtifactCache, FitKey
+
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        done = pool.starmap(_save_many, [(str(tmp_path), 150)] * 4)
+    assert done == [150] * 4
+    stored = ArtifactCache(tmp_path).load(FitKey("test:race", {"n": 1}, "public", "data", 0))
+    assert stored is not None and torch.equal(stored.tensors["x"], torch.arange(1000.0))
+    assert not [p for p in tmp_path.rglob(".*") if p.is_dir()]  # no temporary folder left behind
+
+
+@pytest.mark.parametrize("kind", ["file", "dev-null"])
+def test_an_unusable_cache_folder_is_refused_before_any_work(tmp_path, capsys, kind):
+    target = tmp_path / "a-file" if kind == "file" else "/dev/null"
+    if kind == "file":
+        target.write_text("not a folder")
+    path = write_config(tmp_path / "cfg.yaml", tiny_config())
+    line = one_line_exit_2(capsys, ["run", str(path), "--out", str(tmp_path / "run"), *ARGS,
+                                    "--cache-dir", str(target)])  # fmt: skip
+    assert "--cache-dir" in line and "not a writable folder" in line
+    assert not (tmp_path / "run").exists()
+    fitting = write_config(tmp_path / "fits.yaml", tiny_config(defenses=[{"name": "loda", "steps": 2}]))
+    line = one_line_exit_2(capsys, ["fit", str(fitting), "--quiet", "--cache-dir", str(target)])
+    assert "not a writable folder" in line
