@@ -154,3 +154,47 @@ def test_an_unusable_cache_folder_is_refused_before_any_work(tmp_path, capsys, k
     fitting = write_config(tmp_path / "fits.yaml", tiny_config(defenses=[{"name": "loda", "steps": 2}]))
     line = one_line_exit_2(capsys, ["fit", str(fitting), "--quiet", "--cache-dir", str(target)])
     assert "not a writable folder" in line
+
+
+def bad_files(tmp_path):
+    """The damaged files every command must refuse in one line (a name → its path)."""
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\x00\x01\x02 not yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: [unclosed\n")
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- a\n- b\n")
+    folder = tmp_path / "folder.yaml"
+    folder.mkdir()
+    return {
+        "binary": binary,
+        "broken": broken,
+        "list": listed,
+        "folder": folder,
+        "missing": tmp_path / "no.yaml",
+    }
+
+
+def test_every_command_reads_its_file_through_one_reader(tmp_path, capsys):
+    for name, path in bad_files(tmp_path).items():
+        for argv in (["run", str(path)], ["fit", str(path)], ["ats", "search", str(path)],
+                     ["leaderboard", "--config", str(path), "--out", str(tmp_path / "lb")]):  # fmt: skip
+            line = one_line_exit_2(capsys, [*argv, "--quiet"])
+            assert str(path) in line or path.name in line, (name, argv, line)
+
+
+def test_leaderboard_params_must_be_mappings(tmp_path, capsys):
+    board = tmp_path / "board.yaml"
+    board.write_text("base: {name: b, models: [lenet], attacks: [ig]}\npresets: {quick: {params: {ig: 5}}}\n")
+    line = one_line_exit_2(capsys, ["leaderboard", "--config", str(board), "--quiet"])
+    assert "params" in line and "ig" in line
+
+
+def test_leaderboard_readme_and_workers_are_checked_before_any_work(tmp_path, capsys):
+    out = tmp_path / "lb"
+    line = one_line_exit_2(capsys, ["leaderboard", "--readme", str(tmp_path / "NO-README.md"), "--out",
+                                    str(out), "--quiet"])  # fmt: skip
+    assert "--readme" in line and not out.exists()
+    for workers in ("0", "-3", "999"):
+        line = one_line_exit_2(capsys, ["leaderboard", "--workers", workers, "--out", str(out), "--quiet"])
+        assert "--workers" in line and not out.exists()

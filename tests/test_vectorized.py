@@ -39,7 +39,10 @@ def test_per_step_image_gradients_equal_the_one_by_one_engine(digits3, name, par
         d = cosine_distance(dummy, [view.update.delta[n] for n in names])
         reference = torch.autograd.grad(d + 1e-4 * total_variation(xi), xi)[0]
         relative = float((grad_x[i] - reference).norm() / reference.norm())
-        assert relative < 1e-5, f"victim {i}: relative error {relative:.2e}"
+        # float32 double backward in two orders of reduction: measured here ≤ 1.2e-6 (LeNet) and ≤ 4.4e-6
+        # (ConvNet) at 1 and 2 threads, idle or beside a CPU-bound process; 1.89e-5 was reported on
+        # another machine's kernels. A wrong gradient is off by O(1): 1e-4 keeps a 5× margin on the worst
+        assert relative < 1e-4, f"victim {i}: relative error {relative:.2e}"
         assert float(distance[i]) == pytest.approx(float(d), abs=1e-6)  # 1 − cos: cancellation
 
 

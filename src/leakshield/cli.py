@@ -31,6 +31,13 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(EXIT_USAGE)
 
 
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, else the machine's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 def _threads(value: str) -> int:
     n = int(value)
     if n < 1:
@@ -189,6 +196,14 @@ def _run(config, out: Path, args: argparse.Namespace) -> int:
     from leakshield.report import build_report
 
     _set_threads(args.threads)
+    workers, cores = getattr(args, "workers", 1), available_cores()
+    if workers < 1:
+        raise LeakshieldError(f"--workers {workers}: must be at least 1")
+    if workers > cores and getattr(args, "executor", "local") == "local":
+        raise LeakshieldError(
+            f"--workers {workers}: this process may use {cores} cores; at most one single-threaded worker "
+            "per core (more would slow every worker down, see the README's Speed and scale)"
+        )
     runner = ExperimentRunner(
         config, out, device=args.device, progress=not args.quiet, cache_dir=args.cache_dir
     )

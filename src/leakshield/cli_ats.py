@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pydantic
-import yaml
 
 from leakshield.errors import ConfigError
+from leakshield.experiment.config import read_yaml
 from leakshield.registry import format_validation_error
 
 EXAMPLE = """\
@@ -58,12 +58,9 @@ def add_parser(sub: Any, common: Any) -> None:
 
 
 def load_search_config(path: Path) -> SearchConfig:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    data = read_yaml(path, "search config")  # the one reader of every command (one line per problem)
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     try:
         return SearchConfig(**(data or {}))
     except (pydantic.ValidationError, TypeError) as exc:

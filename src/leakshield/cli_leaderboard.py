@@ -46,10 +46,13 @@ def add_parser(sub: Any, common: Any) -> None:
 
 
 def cmd_leaderboard(args: argparse.Namespace, run: Callable[..., int]) -> int:
+    from leakshield.errors import LeakshieldError
     from leakshield.leaderboard.export import readme_section, records_from_json, replace_readme_section
     from leakshield.leaderboard.presets import load_leaderboard
     from leakshield.leaderboard.report import build_leaderboard
 
+    if args.readme is not None and not args.readme.is_file():  # say so now, not after the whole run
+        raise LeakshieldError(f"--readme {args.readme}: no such file (the README whose Results to rewrite)")
     config = load_leaderboard(args.preset, path=args.config, data_root=args.data_root)
     out = args.out or Path("runs") / config.name
     status = run(config, out, args)

@@ -349,23 +349,30 @@ def parse_config(data: Any, source: str = "config") -> ExperimentConfig:
 
 def load_config(path: str | Path) -> ExperimentConfig:
     """Read and validate a YAML experiment config."""
+    return parse_config(read_yaml(path), source=str(path))
+
+
+def read_yaml(path: str | Path, what: str = "config") -> Any:
+    """The YAML document of ``path`` — every command reads its files through here, so a missing file, a
+    folder, a binary or non-UTF-8 file and broken YAML are each one line naming the file."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder, not a YAML {what} file")
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     if b"\x00" in raw[:4096]:
-        raise ConfigError(f"{path} is a binary file, not a YAML config")
+        raise ConfigError(f"{path} is a binary file, not a YAML {what}")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(
-            f"{path}: not UTF-8 text (byte {exc.start}); a config is a YAML text file"
+            f"{path}: not UTF-8 text (byte {exc.start}); a {what} is a YAML text file"
         ) from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{path}: not valid YAML{where}") from None
-    return parse_config(data, source=str(path))

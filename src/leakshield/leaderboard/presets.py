@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from leakshield.errors import ConfigError
-from leakshield.experiment.config import ExperimentConfig, parse_config
+from leakshield.experiment.config import ExperimentConfig, parse_config, read_yaml
 
 PRESET_KEYS = ("params", "add_defenses")
 
@@ -47,15 +47,30 @@ def leaderboard_data(
     text: str, preset: str, *, data_root: str | Path | None = None, source: str = "leaderboard config"
 ) -> dict[str, Any]:
     """The experiment config (as a mapping) of ``preset`` in the leaderboard file ``text``."""
-    document = yaml.safe_load(text) or {}
+    document = yaml.safe_load(text) if isinstance(text, str) else text
+    document = document or {}
+    if not isinstance(document, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(document).__name__}")
     presets = document.get("presets") or {}
-    if "base" not in document:
-        raise ConfigError(f"{source}: no 'base' section (the shared protocol)")
+    if "base" not in document or not isinstance(document["base"], dict):
+        raise ConfigError(f"{source}: no 'base' section (the shared protocol, a mapping)")
+    if not isinstance(presets, dict):
+        raise ConfigError(f"{source}: presets: expected a mapping of preset names")
     if preset not in presets:
         raise ConfigError(f"--preset {preset!r}; {source} defines: {', '.join(sorted(presets)) or 'none'}")
+    if not isinstance(presets[preset] or {}, dict):
+        raise ConfigError(f"{source}: presets.{preset}: expected a mapping")
     changes = dict(presets[preset] or {})
     params = changes.pop("params", {}) or {}
     extra = changes.pop("add_defenses", []) or []
+    bad = sorted(
+        str(k) for k, v in (params.items() if isinstance(params, dict) else []) if not isinstance(v, dict)
+    )
+    if not isinstance(params, dict) or bad:
+        raise ConfigError(f"{source}: presets.{preset}.params: expected component name → mapping of "
+                          f"parameters (e.g. ig: {{iterations: 500}}); not a mapping: {bad}")  # fmt: skip
+    if not isinstance(extra, list):
+        raise ConfigError(f"{source}: presets.{preset}.add_defenses: expected a list of defenses")
     data = deep_merge(document["base"], changes)
     data.setdefault("name", f"leaderboard-{preset}")
     data["defenses"] = _with_params([*data.get("defenses", []), *extra], params)
@@ -71,6 +86,6 @@ def load_leaderboard(
     preset: str, *, path: str | Path | None = None, data_root: str | Path | None = None
 ) -> ExperimentConfig:
     """The validated experiment config of ``preset`` (from ``path``, default the shipped file)."""
-    text = Path(path).read_text() if path is not None else default_leaderboard_text()
+    text = read_yaml(path, "leaderboard file") if path is not None else default_leaderboard_text()
     source = str(path) if path is not None else "configs/leaderboard.yaml"
     return parse_config(leaderboard_data(text, preset, data_root=data_root, source=source), source=source)
