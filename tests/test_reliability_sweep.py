@@ -198,3 +198,78 @@ def test_leaderboard_readme_and_workers_are_checked_before_any_work(tmp_path, ca
     for workers in ("0", "-3", "999"):
         line = one_line_exit_2(capsys, ["leaderboard", "--workers", workers, "--out", str(out), "--quiet"])
         assert "--workers" in line and not out.exists()
+
+
+def write_idx(folder, *, labels_train=None, gz_plain=False, truncate_gz=False):
+    """MNIST's four IDX files (60 train, 20 test images), optionally damaged."""
+    import gzip
+    import struct
+
+    import numpy as np
+
+    def idx(array):
+        header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + b"".join(
+            struct.pack(">I", d) for d in array.shape
+        )
+        return header + array.astype(np.uint8).tobytes()
+
+    rng = np.random.default_rng(0)
+    arrays = {
+        "train-images-idx3-ubyte": rng.integers(0, 256, (60, 28, 28)),
+        "train-labels-idx1-ubyte": rng.integers(0, 10, 60) if labels_train is None else labels_train,
+        "t10k-images-idx3-ubyte": rng.integers(0, 256, (20, 28, 28)),
+        "t10k-labels-idx1-ubyte": rng.integers(0, 10, 20),
+    }
+    for name, array in arrays.items():
+        data = gzip.compress(idx(array))
+        if gz_plain:
+            data = idx(array)  # a plain file named .gz
+        if truncate_gz:
+            data = data[: len(data) // 2]
+        (folder / f"{name}.gz").write_bytes(data)
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        ({"gz_plain": True}, "damaged or not in mnist's format"),
+        ({"truncate_gz": True}, "damaged or not in mnist's format"),
+        ({"labels_train": list(range(10)) * 5 + [1] * 9}, r"x \(60, 1, 28, 28\), y \(59,\)"),
+        ({"labels_train": [200] + [1] * 59}, "label 200; classes are 0..9"),
+    ],
+)
+def test_a_damaged_data_file_is_one_line(tmp_path, capsys, damage, expected):
+    import numpy as np
+
+    from leakshield.data import load_dataset
+    from leakshield.errors import DataFileMissingError
+
+    if "labels_train" in damage:
+        damage = {**damage, "labels_train": np.array(damage["labels_train"])}
+    write_idx(tmp_path, **damage)
+    with pytest.raises(DataFileMissingError, match=expected):
+        load_dataset("mnist", root=tmp_path)
+    config = tiny_config(dataset={"name": "mnist", "root": str(tmp_path)})
+    line = one_line_exit_2(capsys, ["run", str(write_config(tmp_path / "cfg.yaml", config)), "--out",
+                                    str(tmp_path / "run"), *ARGS])  # fmt: skip
+    assert re.search(expected.split(";")[0], line), line
+
+
+def test_a_decompression_bomb_is_refused_with_the_limit_stated(tmp_path, monkeypatch):
+    """Pillow's pixel limit (89,478,485 by default) guards every picture loader; a picture above it is one
+    line (a 20000² PNG once raised DecompressionBombError). Shown with the limit lowered to 100 pixels."""
+    from PIL import Image
+
+    from leakshield.data import load_dataset
+    from leakshield.errors import DataFileMissingError
+
+    for k in range(2):
+        (tmp_path / f"c{k}").mkdir()
+        for i in range(3):
+            Image.new("RGB", (8, 8), (k * 100, i * 50, 0)).save(tmp_path / f"c{k}" / f"{i}.png")
+    Image.new("RGB", (300, 300)).save(tmp_path / "c1" / "bomb.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)
+    with pytest.raises(
+        DataFileMissingError, match=r"bomb\.png: over 100 pixels, refused as a possible decompression"
+    ):
+        load_dataset("imagefolder", {"size": 8}, root=tmp_path)

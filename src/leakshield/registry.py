@@ -57,12 +57,18 @@ def format_validation_error(exc: pydantic.ValidationError, prefix: str = "") -> 
     """One line per problem, ``field: message``, joined by '; '."""
     parts = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
-        msg = err["msg"]
+        loc = ".".join(_location(p) for p in (prefix, *err["loc"]) if p != "")
+        msg = " ".join(str(err["msg"]).split())  # one line, whatever the value held
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts)
+
+
+def _location(part: object) -> str:
+    """A field name as it can be shown on one line (quoted when it holds spaces or control characters)."""
+    text = str(part)
+    return text if text.isprintable() and text.strip() == text and text else repr(text)
 
 
 class Registry(Generic[T]):

@@ -3,6 +3,7 @@ center crop, the resize and the one-line error that names an unreadable file."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,8 +25,14 @@ def read_picture(path: Path, size: int, crop: int | None = None) -> np.ndarray:
     """One RGB picture as uint8 H×W×3: optionally center-cropped to a ``crop``-pixel square, then resized
     to ``size``×``size`` (bilinear, Pillow's antialiasing when shrinking)."""
     try:
-        with Image.open(path) as img:
-            rgb = img.convert("RGB")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as img:
+                rgb = img.convert("RGB")
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise DataFileMissingError(
+            f"{path}: over {Image.MAX_IMAGE_PIXELS:,} pixels, refused as a possible decompression bomb"
+        ) from None
     except (UnidentifiedImageError, OSError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise DataFileMissingError(f"{path}: not a readable image ({reason})") from None

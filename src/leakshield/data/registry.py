@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,10 +11,11 @@ from typing import Any, Literal
 
 import pydantic
 import torch
+from PIL import Image
 
 from leakshield.data.transforms import convert_channels, resize_images
 from leakshield.data.types import DatasetInfo, DatasetSplits, ImageSet
-from leakshield.errors import ConfigError, DataFileMissingError
+from leakshield.errors import ConfigError, DataFileMissingError, LeakshieldError
 from leakshield.registry import Params, Registry
 
 
@@ -76,7 +79,17 @@ def load_dataset(
     folder = Path(root).expanduser() if root is not None else None
     if folder is not None and folder.exists() and not folder.is_dir():
         raise DataFileMissingError(f"data root {folder} is a file, not a folder holding the {name} files")
-    raw = entry.factory(validated, root=folder)
+    try:
+        raw = entry.factory(validated, root=folder)
+    except LeakshieldError:
+        raise
+    except DAMAGED as exc:  # a damaged or foreign file: one line naming it, never a traceback
+        raise DataFileMissingError(
+            f"{name}: a data file under {folder} is damaged or not in {name}'s format ({_describe(exc)})"
+        ) from None
+    for split, data in (("train", raw.train), ("test", raw.test)):
+        if data is not None:
+            _check_split(name, split, data, raw.num_classes)
 
     def convert(data: ImageSet) -> ImageSet:
         x = convert_channels(resize_images(data.x, validated.size), validated.channels)
@@ -103,6 +116,34 @@ def load_dataset(
         class_names=raw.class_names,
     )
     return DatasetSplits(train=train, test=test, public=public, info=info)
+
+
+#: what a loader raises on a damaged file (truncated archives, foreign formats, a decompression bomb)
+DAMAGED = (OSError, EOFError, ValueError, KeyError, IndexError, TypeError, RuntimeError, zlib.error,
+           struct.error, Image.DecompressionBombError)  # fmt: skip
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    where = f" {exc.filename}" if isinstance(exc, OSError) and exc.filename else ""
+    return f"{type(exc).__name__}{where}{': ' + text[:200] if text else ''}"
+
+
+def _check_split(name: str, split: str, data: ImageSet, num_classes: int) -> None:
+    """One line for a split whose labels do not fit its images or its classes."""
+    if len(data.x) != len(data.y):
+        raise DataFileMissingError(
+            f"{name}: the {split} split has {len(data.x)} images but {len(data.y)} labels"
+        )
+    if data.y.dtype.is_floating_point or data.y.dtype == torch.bool:
+        raise DataFileMissingError(f"{name}: the {split} split's labels are not integers ({data.y.dtype})")
+    if len(data.y) and (int(data.y.min()) < 0 or int(data.y.max()) >= num_classes):
+        bad = int(data.y.min()) if int(data.y.min()) < 0 else int(data.y.max())
+        raise DataFileMissingError(
+            f"{name}: the {split} split has label {bad}; classes are 0..{num_classes - 1}"
+        )
+    if data.x.dtype.is_floating_point and not bool(torch.isfinite(data.x).all()):
+        raise DataFileMissingError(f"{name}: the {split} split has NaN or infinite pixels")
 
 
 def list_datasets() -> list[str]:
