@@ -273,3 +273,54 @@ def test_a_decompression_bomb_is_refused_with_the_limit_stated(tmp_path, monkeyp
         DataFileMissingError, match=r"bomb\.png: over 100 pixels, refused as a possible decompression"
     ):
         load_dataset("imagefolder", {"size": 8}, root=tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "pickle", "shape"])
+def test_a_damaged_weights_file_is_one_line_and_never_unpickled(tmp_path, capsys, damage):
+    import pickle
+
+    import torch
+    from safetensors.torch import save_file
+
+    from leakshield.data import load_dataset
+    from leakshield.defenses.loda.extractor import ExtractorParams, build_extractor
+
+    info = load_dataset("digits", {"channels": 1, "size": 16}).info
+    weights = tmp_path / "w.safetensors"
+    state = {k: v.contiguous() for k, v in build_extractor(ExtractorParams(), info, 0).state_dict().items()}
+    if damage == "empty":
+        weights.write_bytes(b"")
+    elif damage == "truncated":
+        save_file(state, str(weights))
+        weights.write_bytes(weights.read_bytes()[:200])
+    elif damage == "pickle":
+        marker = tmp_path / "unpickled"
+        weights.write_bytes(pickle.dumps(_Boom(str(marker))))
+    else:
+        save_file({**state, "features.0.weight": torch.zeros(3, 3)}, str(weights))
+    config = tiny_config(defenses=[{"name": "loda", "weights": str(weights), "steps": 2}],
+                         dataset={"name": "digits", "channels": 1, "size": 16})  # fmt: skip
+    path = write_config(tmp_path / "cfg.yaml", config)
+    line = one_line_exit_2(capsys, ["fit", str(path), "--quiet", "--cache-dir", str(tmp_path / "cache")])
+    assert line.startswith("leakshield: error: weights:") and str(weights) in line
+    if damage == "pickle":
+        assert not (tmp_path / "unpickled").exists()
+    if damage == "shape":
+        assert "of another shape" in line
+
+
+class _Boom:
+    """A pickle that would leave a file behind if anything unpickled it."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_participant_attacker_outside_the_federation_is_refused_at_load(tmp_path, capsys):
+    config = tiny_config(attacks=[{"name": "hitaj", "attacker": 99}])
+    path = write_config(tmp_path / "cfg.yaml", config)
+    line = one_line_exit_2(capsys, ["run", str(path), "--out", str(tmp_path / "run"), *ARGS])
+    assert "attacks[0].attacker: client 99" in line and not (tmp_path / "run").exists()

@@ -26,6 +26,7 @@ from leakshield.fl.config import FLConfig, LocalTraining
 from leakshield.metrics.sensitivity import SensitivityRule
 from leakshield.models import MODELS
 from leakshield.registry import Registry, format_validation_error
+from leakshield.threats import Adversary
 
 #: (section, field, default) of fields added to the config after 0.1.0 runs were stored
 #: (path, default) of fields added after runs were stored; a path is the keys from the payload's root
@@ -274,6 +275,12 @@ class ExperimentConfig(Section):
                 raise ConfigError(f"attacks[{i}]: {exc}") from None
             except pydantic.ValidationError as exc:
                 raise ConfigError(f"attacks[{i}]: {format_validation_error(exc)}") from None
+            attack = create_attack(a.name, method)
+            if attack.threat.adversary is Adversary.PARTICIPANT:  # its client must exist: say so now
+                attacker = attack.participation().attacker
+                if attacker is not None and attacker >= self.fl.clients:
+                    raise ConfigError(f"attacks[{i}].attacker: client {attacker}; the federation has clients "
+                                      f"0..{self.fl.clients - 1} (fl.clients)")  # fmt: skip
             unknown = sorted(set(a.against or ()) - set(defense_labels))
             if unknown:
                 raise ConfigError(

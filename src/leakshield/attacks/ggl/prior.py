@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pydantic
 import torch
-from safetensors.torch import load_file
 
 from leakshield.artifacts import Artifact, ArtifactCache, FitKey, data_fingerprint
 from leakshield.data.types import DatasetInfo, ImageSet
@@ -23,6 +22,7 @@ from leakshield.errors import ConfigError
 from leakshield.generative import ConditionalDiscriminator, ConditionalGenerator, GANSchedule, GANState
 from leakshield.generative.training import CheckpointStore, train_cgan
 from leakshield.registry import Params
+from leakshield.weights import load_weights
 
 
 class GeneratorPriorParams(Params):
@@ -72,11 +72,7 @@ def fitted_generator(
     (resuming from the cache's latest checkpoint; sample grids under ``<cache>/samples/``)."""
     generator = build_generator(params, info)
     if params.generator_weights is not None:
-        path = Path(params.generator_weights).expanduser()
-        try:
-            generator.load_state_dict(load_file(str(path)))
-        except (RuntimeError, OSError) as exc:
-            raise ConfigError(f"generator_weights: {path} does not fit the generator ({exc})") from None
+        load_weights(generator, params.generator_weights, "generator_weights")
         return generator.to(device).eval()
     if public is None or not len(public):
         raise ConfigError("ggl: needs the public split to train its generator; set dataset.public_fraction "

@@ -13,7 +13,6 @@ from typing import Any, Literal
 
 import pydantic
 import torch
-from safetensors.torch import load_file
 from torch import nn
 
 from leakshield.artifacts import Artifact, ArtifactCache, FitKey, data_fingerprint
@@ -21,6 +20,7 @@ from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.errors import ConfigError
 from leakshield.models import create_model
 from leakshield.registry import Params
+from leakshield.weights import load_weights
 
 
 class ExtractorParams(Params):
@@ -84,11 +84,7 @@ def fitted_extractor(
 ) -> nn.Module:
     """The extractor of ``params``: from ``weights``, else trained on the public split (cached)."""
     if params.weights is not None:
-        net = build_extractor(params, info, seed)
-        try:
-            net.load_state_dict(load_file(str(Path(params.weights).expanduser())))
-        except (RuntimeError, OSError) as exc:
-            raise ConfigError(f"weights: {params.weights} does not fit {params.extractor} ({exc})") from None
+        net = load_weights(build_extractor(params, info, seed), params.weights, "weights")
         return net.to(device).eval()
     fields = params.model_dump(mode="json", include={"extractor", "extractor_params", "epochs", "lr"})
     key = FitKey("loda:extractor", fields, "public", data_fingerprint(public), seed)
