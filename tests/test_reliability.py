@@ -83,7 +83,7 @@ def _bad_inputs(tmp_path):
     return [
         (["run", str(binary)], "is a binary file, not a YAML config"),
         (["run", str(latin)], "not UTF-8 text"),
-        (["run", str(tmp_path)], "cannot read config"),
+        (["run", str(tmp_path)], "is a folder, not a YAML config file"),
         (["run", str(tmp_path / "missing.yaml")], "cannot read config"),
         (["run", str(listing)], "expected a mapping"),
         (["run", str(good), "--out", str(a_file)], "is a file, not a run directory"),

@@ -324,3 +324,49 @@ def test_a_participant_attacker_outside_the_federation_is_refused_at_load(tmp_pa
     path = write_config(tmp_path / "cfg.yaml", config)
     line = one_line_exit_2(capsys, ["run", str(path), "--out", str(tmp_path / "run"), *ARGS])
     assert "attacks[0].attacker: client 99" in line and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "list", "images-file"])
+def test_a_damaged_run_directory_is_one_line(tmp_path, capsys, damage):
+    out = tmp_path / "run"
+    path = write_config(tmp_path / "cfg.yaml", tiny_config())
+    assert main(["run", str(path), "--out", str(out), *ARGS]) == 0
+    if damage == "garbage":
+        (out / "config.json").write_bytes(b"\x00garbage{")
+    elif damage == "list":
+        (out / "config.json").write_text("[1, 2, 3]")
+    else:
+        import shutil as sh
+
+        sh.rmtree(out / "images")
+        (out / "images").write_text("a file where the images were")
+    line = one_line_exit_2(capsys, ["report", str(out)])
+    assert str(out) in line
+    if damage != "images-file":
+        line = one_line_exit_2(capsys, ["run", str(path), "--out", str(out), *ARGS])
+        assert "config.json" in line
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ("seed: 12345678901234567890123\n", "seed"),
+        ("model: {}\n", "model"),
+        ("search: {accuracy_threshold: .nan}\n", "accuracy_threshold"),
+        ("name: ../out\n", "name"),
+    ],
+)
+def test_ats_search_refuses_at_load(tmp_path, capsys, config, expected):
+    path = tmp_path / "search.yaml"
+    path.write_text(config)
+    line = one_line_exit_2(capsys, ["ats", "search", str(path), "--out", str(tmp_path / "out"), "--quiet"])
+    assert expected in line and not (tmp_path / "out").exists()
+
+
+def test_ats_search_refuses_an_out_that_is_a_file_before_searching(tmp_path, capsys):
+    path = tmp_path / "search.yaml"
+    path.write_text("model: {name: lenet}\ndataset: {name: digits, size: 16, channels: 1}\n")
+    target = tmp_path / "out"
+    target.write_text("a file")
+    line = one_line_exit_2(capsys, ["ats", "search", str(path), "--out", str(target), "--quiet"])
+    assert "--out" in line and "is a file" in line

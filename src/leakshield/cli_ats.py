@@ -11,7 +11,7 @@ from typing import Any
 
 import pydantic
 
-from leakshield.errors import ConfigError
+from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.experiment.config import read_yaml
 from leakshield.registry import format_validation_error
 
@@ -30,10 +30,26 @@ class SearchConfig(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(extra="forbid", allow_inf_nan=False)
     name: str = "ats-search"
-    seed: int = 0
+    seed: int = pydantic.Field(default=0, ge=0, lt=2**63)  # torch's seeds are 64-bit
     dataset: dict[str, Any] = pydantic.Field(default_factory=lambda: {"name": "digits"})
     model: dict[str, Any] = pydantic.Field(default_factory=lambda: {"name": "resnet20"})
     search: dict[str, Any] = pydantic.Field(default_factory=dict)
+
+    @pydantic.field_validator("name")
+    @classmethod
+    def _name_is_a_file_name(cls, value: str) -> str:
+        if not value.strip() or value in (".", "..") or any(c in "/\\" or ord(c) < 32 for c in value):
+            raise ValueError(f"{value!r} is not a file name (the default output folder is runs/<name>)")
+        return value
+
+    @pydantic.field_validator("model", "dataset")
+    @classmethod
+    def _named(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(value.get("name"), str):
+            raise ValueError(
+                "needs a 'name' (a registered model or dataset: leakshield list models|datasets)"
+            )
+        return value
 
 
 def add_parser(sub: Any, common: Any) -> None:
@@ -91,6 +107,9 @@ def _search(args: argparse.Namespace, set_threads: Any) -> int:
         params = SearchParams(**config.search)
     except pydantic.ValidationError as exc:
         raise ConfigError(f"{args.config}: {format_validation_error(exc, 'search')}") from None
+    out = args.out or Path("runs") / config.name
+    if out.exists() and not out.is_dir():  # say so now, not after the whole search
+        raise ConfigError(f"--out {out} is a file; the search writes a folder (policies.txt, scores.csv)")
     set_threads(args.threads)
     dataset = dict(config.dataset)
     name = dataset.pop("name", "digits")
@@ -98,7 +117,10 @@ def _search(args: argparse.Namespace, set_threads: Any) -> int:
     splits = load_dataset(name, dataset, root=root)
     model_params = dict(config.model)
     model_name = model_params.pop("name")
-    MODELS.validate(model_name, model_params)
+    try:
+        MODELS.validate(model_name, model_params)
+    except LeakshieldError as exc:
+        raise ConfigError(f"{args.config}: model: {exc}") from None
     device = resolve_device(args.device)
     model = create_model(
         model_name,
@@ -107,7 +129,6 @@ def _search(args: argparse.Namespace, set_threads: Any) -> int:
         num_classes=splits.info.num_classes,
         seed=config.seed,
     ).to(device)
-    out = args.out or Path("runs") / config.name
     out.mkdir(parents=True, exist_ok=True)
     cache = ArtifactCache(args.cache_dir)
     cache.ensure_usable()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from leakshield.errors import RunDirectoryError
-from leakshield.experiment.config import ExperimentConfig
+from leakshield.errors import LeakshieldError, RunDirectoryError
+from leakshield.experiment.config import ExperimentConfig, parse_config
 from leakshield.experiment.lock import LOCK_FILE
 from leakshield.experiment.store import atomic_write_bytes
 
@@ -28,8 +28,10 @@ def check_run_dir(config: ExperimentConfig, out: Path) -> bool:
     if marker.exists():
         try:
             stored = json.loads(marker.read_text())
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError):
             raise RunDirectoryError(f"{out}: unreadable {CONFIG_FILE}; not a leakshield run") from None
+        if not isinstance(stored, dict):
+            raise RunDirectoryError(f"{out}: {CONFIG_FILE} is not a run's record; not a leakshield run")
         if stored.get("fingerprint") != config.fingerprint():
             raise RunDirectoryError(
                 f"{out} holds a run of a different config ({stored.get('name', '?')}, fingerprint "
@@ -81,4 +83,11 @@ def load_run_config(run_dir: Path) -> ExperimentConfig:
     marker = Path(run_dir) / CONFIG_FILE
     if not marker.is_file():
         raise RunDirectoryError(f"{run_dir}: no {CONFIG_FILE}; not a leakshield run directory")
-    return ExperimentConfig.model_validate(json.loads(marker.read_text())["config"])
+    try:
+        stored = json.loads(marker.read_text())
+        return parse_config(stored["config"], source=str(marker))
+    except (OSError, ValueError, KeyError, TypeError, LeakshieldError) as exc:
+        reason = " ".join(str(exc).split())[:200]
+        raise RunDirectoryError(
+            f"{marker}: damaged or not a run's record ({type(exc).__name__}: {reason})"
+        ) from None

@@ -7,6 +7,7 @@ import html
 from dataclasses import dataclass
 from pathlib import Path
 
+from leakshield.errors import RunDirectoryError
 from leakshield.experiment.rundir import STORE_FILE, load_run_config
 from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
 from leakshield.report.figures import privacy_utility_png, sweep_png
@@ -53,7 +54,12 @@ def restore_missing_images(run_dir: Path, records: list) -> int:
     restored = 0
     for record in records:
         if record.images and record.image_png and not (run_dir / record.images).is_file():
-            atomic_write_bytes(run_dir / record.images, record.image_png)
+            try:
+                atomic_write_bytes(run_dir / record.images, record.image_png)
+            except OSError as exc:
+                raise RunDirectoryError(
+                    f"{run_dir}: cannot restore {record.images} ({exc.strerror or exc}); is images/ a file?"
+                ) from None
             restored += 1
     return restored
 

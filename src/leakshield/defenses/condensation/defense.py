@@ -123,7 +123,7 @@ class GSWGANParams(Params):
     lr: float = pydantic.Field(default=1e-4, gt=0)
     max_steps: int | None = pydantic.Field(default=None, ge=1)
     width: int = pydantic.Field(default=64, ge=4)
-    critic_widths: tuple[int, ...] = (64, 128, 256)
+    critic_widths: tuple[pydantic.PositiveInt, ...] = pydantic.Field(default=(64, 128, 256), min_length=1)
     ipc: int = pydantic.Field(default=50, ge=1)
 
     def steps(self) -> int:
