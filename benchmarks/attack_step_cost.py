@@ -1,7 +1,7 @@
 """Cost of one gradient-inversion step relative to a plain forward + backward of the same model.
 
 One attack step = forward, backward with create_graph (the dummy gradient), distance to the target, and
-a second backward w.r.t. the image. Its FLOPs are ≈ 2.7× a plain forward + backward (SPEC §6), so the
+a second backward w.r.t. the image. Its FLOPs are ≈ 2.7× a plain forward + backward, so the
 ratio printed here says how much Python/operator overhead the eager step adds on this machine.
 
     python benchmarks/attack_step_cost.py [--repeats 30] [--threads 2]

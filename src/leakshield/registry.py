@@ -1,4 +1,4 @@
-"""Name → component registries with validated parameters (DESIGN.md principle 5).
+"""Name → component registries with validated parameters (registries, not if-chains).
 
 Every dataset, model, defense, attack and metric is looked up by name. An entry carries a factory, an
 optional pydantic model of its parameters, a one-line summary and its paper reference, so that

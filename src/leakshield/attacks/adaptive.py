@@ -214,7 +214,7 @@ ATTACKS.register(
     "soteria-bypass",
     summary="adaptive vs Soteria: cosine matching with the defended layer's weight dropped, TV 4e-4, "
     "4000 Adam steps",
-    reference="Balunović et al., Bayesian Framework for Gradient Leakage, ICLR 2022 (SPEC §2.9)",
+    reference="Balunović et al., Bayesian Framework for Gradient Leakage, ICLR 2022",
     params=preset_params("soteria-bypass", {**ADAPTIVE_IG, "iterations": 4000, "tv": 4e-4}),
     threat=ADAPTIVE_OBSERVER,
     targets=("soteria",),

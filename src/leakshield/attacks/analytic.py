@@ -1,5 +1,5 @@
 """Analytic recovery of a fully connected layer's input from its weight and bias gradients
-(Phong et al. 2017; Geiping et al. 2020, Prop. D.1; Balunović et al. 2022 against PRECODE), SPEC §2.8.
+(Phong et al. 2017; Geiping et al. 2020, Prop. D.1; Balunović et al. 2022 against PRECODE).
 
 For y = Wx + b and a batch of one, ∂L/∂W_l = (∂L/∂y_l)·xᵀ and ∂L/∂b_l = ∂L/∂y_l, so every row with a
 nonzero bias gradient gives x = ∇W_l / ∇b_l exactly. For a larger batch a row isolates one sample when

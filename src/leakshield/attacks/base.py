@@ -1,6 +1,6 @@
 """Attacks receive a :class:`~leakshield.fl.types.ServerView` and return a :class:`Reconstruction`.
 
-No attack signature accepts the private batch (DESIGN.md principle 1): the evaluator keeps it.
+No attack signature accepts the private batch (the attacker never touches the truth): the evaluator keeps it.
 """
 
 from __future__ import annotations

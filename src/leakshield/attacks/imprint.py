@@ -1,4 +1,4 @@
-"""The malicious-server imprint attack, "Robbing the Fed" (Fowl et al., ICLR 2022), SPEC §2.7.
+"""The malicious-server imprint attack, "Robbing the Fed" (Fowl et al., ICLR 2022).
 
 The server prepends an imprint block to the model it sends: Linear(N → k) with every row the same
 linear query q (the average of the normalized pixels) and biases −t_i at k thresholds t_0 < … < t_{k−1}
@@ -80,7 +80,7 @@ class ImprintParams(Params):
     "imprint",
     summary="malicious server: imprint block (linear query, quantile bins, cumulative layout) recovers "
     "single images from a whole batch's gradient",
-    reference="Fowl et al., Robbing the Fed, ICLR 2022 (SPEC §2.7)",
+    reference="Fowl et al., Robbing the Fed, ICLR 2022",
     params=ImprintParams,
     threat=threat(Adversary.ARCHITECTURE_SERVER, (Knowledge.PROTOCOL, Knowledge.PUBLIC_SPLIT)),
 )

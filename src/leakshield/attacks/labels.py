@@ -1,5 +1,5 @@
 """Label inference from the last layer's weight gradient (iDLG, Zhao et al. 2020; batch rule as in
-GradAttack / Wainakh et al.), SPEC §2.2."""
+GradAttack / Wainakh et al.)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Defenses plug into the client pipeline at four stages (DESIGN.md "one pipeline, many stages").
+"""Defenses plug into the client pipeline at four stages (docs/architecture.md).
 
 =============  ==========================================================  ==========================
 stage          what it does                                                examples

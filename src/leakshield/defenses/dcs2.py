@@ -1,5 +1,5 @@
 """DCS²: defense by concealing sensitive samples (Wu et al., *Concealing Sensitive Samples against
-Gradient Leakage in Federated Learning*, AAAI 2024, Sec. 3.3, Eq. 9–12, Algorithm 1; SPEC §3.1).
+Gradient Leakage in Federated Learning*, AAAI 2024, Sec. 3.3, Eq. 9–12, Algorithm 1).
 
 For every local minibatch that holds sensitive samples x_s the client
 

@@ -1,5 +1,5 @@
 """Instance-mixing defenses: MixUp (Zhang et al., ICLR 2018) and InstaHide (Huang et al., ICML 2020), as
-evaluated by LODA (Wan et al., Sec. 3.2, Eq. 2) with the coefficient sampling of GradAttack (SPEC §2.10).
+evaluated by LODA (Wan et al., Sec. 3.2, Eq. 2) with the coefficient sampling of GradAttack.
 
 Each training image x becomes ``Σ_j λ_j x_j``: λ ~ Dirichlet(α) with α = [3, 1, …, 1] (the image itself
 takes the first, largest-on-average coefficient), resampled until max λ ≤ 0.65; the partners are drawn
@@ -131,8 +131,7 @@ DEFENSES.register(
     "mixup",
     summary="trains on mixtures of k images of the client's data with mixed labels [k 4, Dirichlet "
     "(3,1,1,1), max 0.65]",
-    reference="Zhang et al., mixup, ICLR 2018; as a defense: LODA (Wan et al.) Sec. 5.1; GradAttack "
-    "(SPEC §2.10)",
+    reference="Zhang et al., mixup, ICLR 2018; as a defense: LODA (Wan et al.) Sec. 5.1; GradAttack",
     params=MixUpParams,
 )(MixUp)
 
@@ -141,7 +140,7 @@ DEFENSES.register(
     "instahide",
     summary="MixUp of k images (k_private own, the rest public) plus random pixel sign flips [k 4, "
     "k_private 2]",
-    reference="Huang et al., InstaHide, ICML 2020; LODA (Wan et al.) Eq. 2; GradAttack (SPEC §2.10)",
+    reference="Huang et al., InstaHide, ICML 2020; LODA (Wan et al.) Eq. 2; GradAttack",
     params=InstaHideParams,
 )
 class InstaHide(MixUp):

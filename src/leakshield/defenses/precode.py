@@ -1,5 +1,5 @@
 """PRECODE: a variational bottleneck inserted into the model (Scheliga, Mäder and Seeland, *PRECODE – A
-Generic Model Extension to Prevent Deep Gradient Leakage*, WACV 2022, Sec. 3.2, Eq. 3; SPEC §1.5).
+Generic Model Extension to Prevent Deep Gradient Leakage*, WACV 2022, Sec. 3.2, Eq. 3).
 
 The bottleneck encodes its input z into a Gaussian N(μ, σ) over K latent units, samples b = μ + σ·ε on
 every forward (in eval mode too: the randomness is the defense) and decodes b back to the width of z.

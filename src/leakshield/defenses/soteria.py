@@ -1,5 +1,5 @@
 """Soteria (Sun et al., *Soteria: Provable Defense against Privacy Leakage in Federated Learning from
-Representation Perspective*, CVPR 2021; SPEC §2.9).
+Representation Perspective*, CVPR 2021).
 
 The defended layer is the fully connected layer fed by the representation r (by default the model's last
 ``nn.Linear``). For every feature f the defense scores how much r_f reveals about the input,
@@ -78,7 +78,7 @@ def representation_scores(r: torch.Tensor, x: torch.Tensor, delta: float, chunk:
     "soteria",
     summary="prunes the classifier's weight-gradient columns of the features that reveal most of the "
     "input (smallest ||∂r/∂x||/|r|) [percentile 60]",
-    reference="Sun et al., Soteria, CVPR 2021 (SPEC §2.9)",
+    reference="Sun et al., Soteria, CVPR 2021",
     params=SoteriaParams,
 )
 class Soteria(Defense):

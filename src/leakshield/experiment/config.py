@@ -127,7 +127,7 @@ class ThreatSection(Section):
 class AttackSection(Section):
     """rounds: FL rounds after which the victim is attacked (0 = the untrained model). update: how the
     victim computes the attacked update (default: as in ``fl.local``; e.g. train with FedAvg but attack a
-    FedSGD gradient). model_mode: whether the victim runs the model in eval mode (SPEC §4) or train mode."""
+    FedSGD gradient). model_mode: whether the victim runs the model in eval mode or train mode."""
 
     rounds: list[pydantic.NonNegativeInt] = pydantic.Field(default_factory=lambda: [0], min_length=1)
     update: LocalTraining | None = None

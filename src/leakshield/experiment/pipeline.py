@@ -1,4 +1,4 @@
-"""The one pipeline of DESIGN.md that every cell runs through: the run's world (data, partition,
+"""The one pipeline that every cell runs through: the run's world (data, partition,
 victims, models with the defenses' model stage and fitted artifacts) → the cell's protocol, chosen by
 the cell's kind and the attack's declared threat (:mod:`~leakshield.experiment.protocols`) → the
 evaluator. No defense or attack has a private code path here; see docs/architecture.md."""

@@ -1,5 +1,5 @@
 """The honest client: defense stages around FedSGD or FedAvg on its own copy of the model the server
-sent (DESIGN.md flow; issue "the house": a participant sees only its own data and its own copy)."""
+sent (a participant sees only its own data and its own copy)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What the server observes of one victim client: the single function the runner, the tests and the
-benchmarks use to turn a private batch into server views (DESIGN.md principle 1).
+benchmarks use to turn a private batch into server views (the attacker never touches the truth).
 
 For every observed round the server prepares the model it sends (an honest server sends it as it is;
 a malicious one, e.g. the imprint attack, modifies it and keeps secrets), the client computes its

@@ -1,4 +1,4 @@
-"""What crosses the wire in FL, and what an attacker is allowed to see (DESIGN.md principle 1)."""
+"""What crosses the wire in FL, and what an attacker may see (it never touches the truth)."""
 
 from __future__ import annotations
 

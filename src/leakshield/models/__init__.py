@@ -1,4 +1,4 @@
-"""Models (registry): lenet, lenet4, convnet, resnet20, resnet18, mlp — SPEC §1; antigan-cnn."""
+"""Models (registry): lenet, lenet4, convnet, resnet20, resnet18, mlp; antigan-cnn."""
 
 from leakshield.models import convnet, lenet, mlp, resnet, small_cnn  # noqa: F401  (register models)
 from leakshield.models.base import FeatureClassifier

@@ -1,4 +1,4 @@
-"""The "ConvNet" of Inverting Gradients (Geiping et al., NeurIPS 2020), SPEC §1.3."""
+"""The "ConvNet" of Inverting Gradients (Geiping et al., NeurIPS 2020)."""
 
 from __future__ import annotations
 

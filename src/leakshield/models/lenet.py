@@ -1,4 +1,4 @@
-"""The sigmoid LeNets of DLG/iDLG (3 convolutions) and Soteria/CPL (4 convolutions), SPEC §1.1–1.2."""
+"""The sigmoid LeNets of DLG/iDLG (3 convolutions) and Soteria/CPL (4 convolutions)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PRECODE's fully connected networks: SMLP (2 hidden layers of 1024) and DMLP (4), SPEC §1.5."""
+"""PRECODE's fully connected networks: SMLP (2 hidden layers of 1024) and DMLP (4)."""
 
 from __future__ import annotations
 

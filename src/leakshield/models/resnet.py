@@ -1,4 +1,4 @@
-"""CIFAR-style ResNets (He et al., CVPR 2016) as used by Inverting Gradients and ATS, SPEC §1.4."""
+"""CIFAR-style ResNets (He et al., CVPR 2016) as used by Inverting Gradients and ATS."""
 
 from __future__ import annotations
 

@@ -36,9 +36,7 @@ from leakshield.attacks.labels import resolve_labels
 from leakshield.fl.types import ServerView
 from leakshield.threats import PRIOR_OBSERVER, Adversary, Knowledge, threat
 
-REFERENCE = (
-    "Li et al., Auditing Privacy Defenses in FL via Generative Gradient Leakage, CVPR 2022 (SPEC §2.6)"
-)
+REFERENCE = "Li et al., Auditing Privacy Defenses in FL via Generative Gradient Leakage, CVPR 2022"
 
 
 class GGLParams(GeneratorPriorParams):

@@ -1,4 +1,4 @@
-"""Gradient distances and image priors of gradient inversion (SPEC §2.1–2.6).
+"""Gradient distances and image priors of gradient inversion.
 
 Distances take the dummy and target updates as lists of tensors (one per matched parameter) and
 optional per-layer weights; a weight of 0 drops a layer (adaptive attacks down-weight defended layers).

@@ -39,23 +39,23 @@ PRESETS: dict[str, tuple[str, str, dict[str, Any]]] = {
     ),
     "dlg": (
         "DLG: L2 + L-BFGS (lr 1, 300 steps), images and soft labels optimized jointly",
-        "Zhu et al., Deep Leakage from Gradients, NeurIPS 2019 (SPEC §2.1)",
+        "Zhu et al., Deep Leakage from Gradients, NeurIPS 2019",
         {"distance": "l2", "optimizer": "lbfgs", "lr": 1.0, "iterations": 300, "labels": "joint"},
     ),
     "idlg": (
         "iDLG: L2 + L-BFGS (lr 1, 300 steps), label inferred from the last layer, stop at 1e-6",
-        "Zhao et al., iDLG: Improved Deep Leakage from Gradients, arXiv:2001.02610 (SPEC §2.2)",
+        "Zhao et al., iDLG: Improved Deep Leakage from Gradients, arXiv:2001.02610",
         {"distance": "l2", "optimizer": "lbfgs", "lr": 1.0, "iterations": 300, "labels": "infer"},
     ),
     "ig": (
         "Inverting Gradients as run for its paper: cosine + TV 1e-4, signed Adam lr 0.1, boxed, "
         "24,000 steps with the milestone schedule scaled to the budget",
-        "Geiping et al., Inverting Gradients, NeurIPS 2020 (SPEC §2.3)",
+        "Geiping et al., Inverting Gradients, NeurIPS 2020",
         {"distance": "cosine", "iterations": 24_000, **IG_LIKE},
     ),
     "cpl": (
         "CPL: L2 + task-loss term (weight 1), patterned init, L-BFGS 300 steps, label inferred",
-        "Wei et al., A Framework for Evaluating Gradient Leakage Attacks in FL, ESORICS 2020 (SPEC §2.4)",
+        "Wei et al., A Framework for Evaluating Gradient Leakage Attacks in FL, ESORICS 2020",
         {
             "distance": "l2",
             "optimizer": "lbfgs",

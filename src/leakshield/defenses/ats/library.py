@@ -2,7 +2,7 @@
 Deep Leakage from Gradients*, TPAMI 2023, Table 1; AutoAugment's operations, Cubuk et al., CVPR 2019).
 
 Each entry is an operation and a magnitude index m ∈ 0..9 that maps into ``linspace(lo, hi, 10)`` as in
-the authors' PIL code (SPEC §3.2): shearX/Y 0–0.3 (random sign, bicubic, black fill); translateX/Y 0–150/331
+the authors' PIL code: shearX/Y 0–0.3 (random sign, bicubic, black fill); translateX/Y 0–150/331
 of the width/height (random sign, nearest, black fill); rotate 0–30° (counter-clockwise, grey 128 fill);
 color/contrast/sharpness/brightness factor 1 ± (0–0.5) (random sign); posterize to round(linspace(8, 4))
 bits; solarize above linspace(256, 0); autocontrast, equalize and invert ignore m. Every operation of a
