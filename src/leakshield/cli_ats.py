@@ -12,7 +12,7 @@ from typing import Any
 import pydantic
 
 from leakshield.errors import ConfigError, LeakshieldError
-from leakshield.experiment.config import read_yaml
+from leakshield.experiment.config import file_name, read_yaml
 from leakshield.registry import format_validation_error
 
 EXAMPLE = """\
@@ -38,9 +38,7 @@ class SearchConfig(pydantic.BaseModel):
     @pydantic.field_validator("name")
     @classmethod
     def _name_is_a_file_name(cls, value: str) -> str:
-        if not value.strip() or value in (".", "..") or any(c in "/\\" or ord(c) < 32 for c in value):
-            raise ValueError(f"{value!r} is not a file name (the default output folder is runs/<name>)")
-        return value
+        return file_name(value, "the default output folder is runs/<name>")
 
     @pydantic.field_validator("model", "dataset")
     @classmethod

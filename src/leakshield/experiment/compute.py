@@ -35,7 +35,7 @@ def compute_cell(world: ExperimentContext, cell: Cell) -> CellRecord:
     try:
         declared = cell_threat(world.config, cell)
         threat = None if declared is None else declared.as_json()
-        output = run_cell(world, cell)
+        output = run_cell(world, cell, declared)
         if output.grid_rows:
             png = png_bytes(image_grid(output.grid_rows))
     except (Exception, torch.OutOfMemoryError) as exc:  # a failing cell must not stop the grid

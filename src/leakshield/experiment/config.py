@@ -34,6 +34,17 @@ ADDED_FIELDS = ((("fl", "aggregator"), "mean"), (("fl", "local", "optimizer"), "
                 (("attack", "update", "optimizer"), "sgd"))  # fmt: skip
 
 
+def file_name(value: str, why: str) -> str:
+    """``value`` if it is one plain file name (``why``: where it becomes a folder), else a ValueError."""
+    bad = [c for c in value if c in "/\\" or ord(c) < 32 or ord(c) == 127]
+    if not value.strip() or value in (".", "..") or bad:
+        raise ValueError(
+            f"{value!r} is not a file name ({why}): use letters, digits, '-', '_' or '.', no path "
+            "separators, no control characters, not empty, '.' or '..'"
+        )
+    return value
+
+
 class Section(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -235,14 +246,7 @@ class ExperimentConfig(Section):
     @pydantic.field_validator("name")
     @classmethod
     def _name_is_a_file_name(cls, value: str) -> str:
-        """The name becomes the default run folder ``runs/<name>``: one plain file name."""
-        bad = [c for c in value if c in "/\\" or ord(c) < 32 or ord(c) == 127]
-        if not value.strip() or value in (".", "..") or bad:
-            raise ValueError(
-                f"{value!r} is not a file name (the default run folder is runs/<name>): use letters, digits, "
-                "'-', '_' or '.', no path separators, no control characters, not empty, '.' or '..'"
-            )
-        return value
+        return file_name(value, "the default run folder is runs/<name>")
 
     @pydantic.field_validator("models", "attacks", mode="before")
     @classmethod

@@ -25,7 +25,9 @@ def cell_threat(config: ExperimentConfig, cell: Cell) -> Threat | None:
     return declared.granting(labels_known=config.attack.threat.labels_known)
 
 
-def run_cell(world: ExperimentContext, cell: Cell) -> CellOutput:
-    """Compute ``cell`` with its protocol."""
-    function, _ = CELL_PROTOCOLS[protocol_of(cell, cell_threat(world.config, cell))]
+def run_cell(world: ExperimentContext, cell: Cell, threat: Threat | None = None) -> CellOutput:
+    """Compute ``cell`` with its protocol (``threat``: the cell's, when the caller has it already)."""
+    if threat is None:
+        threat = cell_threat(world.config, cell)
+    function, _ = CELL_PROTOCOLS[protocol_of(cell, threat)]
     return function(world, cell)
