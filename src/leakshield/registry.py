@@ -25,6 +25,10 @@ class Params(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
+    def check_data(self, shape: tuple[int, int, int], num_classes: int) -> None:
+        """Refuse, before any work, values that cannot work on images of ``shape`` (C, H, W) from
+        ``num_classes`` classes: raise :class:`ValueError` with ``"field: why"``. Default: none."""
+
 
 class NoParams(Params):
     """For components without parameters."""
@@ -61,6 +65,8 @@ def format_validation_error(exc: pydantic.ValidationError, prefix: str = "") -> 
         msg = " ".join(str(err["msg"]).split())  # one line, whatever the value held
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
+        elif err["type"] == "value_error":  # our own validators' messages, without pydantic's prefix
+            msg = msg.removeprefix("Value error, ")
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts)
 

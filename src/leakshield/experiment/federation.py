@@ -29,9 +29,11 @@ NO_CLIENT = -1
 
 
 def load_world(config: ExperimentConfig) -> tuple[DatasetSplits, list[ImageSet]]:
-    """The config's data splits and every client's dataset (the deterministic partition)."""
+    """The config's data splits and every client's dataset (the deterministic partition); the
+    components' values are checked against the data's image shape and classes before anything trains."""
     ds = config.dataset
     data = load_dataset(ds.name, ds.params, root=ds.root)
+    config.check_data(data.info.shape, data.info.num_classes)
     parts = partition_indices(data.train.y, config.fl.clients, config.fl.partition, config.partition_seed)
     return data, [data.train.subset(p) for p in parts]
 

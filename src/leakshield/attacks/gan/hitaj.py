@@ -67,6 +67,15 @@ class HitajParams(Params):
     samples: int = pydantic.Field(default=1000, ge=1)
     window: int = pydantic.Field(default=8, ge=2)
 
+    def check_data(self, shape: tuple[int, int, int], num_classes: int) -> None:
+        outside = sorted({t for t in self.targets or () if not 0 <= t < num_classes})
+        if outside:
+            raise ValueError(f"targets: {outside} outside the classes 0..{num_classes - 1}")
+        if self.inject_label is not None and self.inject_label >= num_classes:
+            raise ValueError(f"inject_label: {self.inject_label} outside the classes 0..{num_classes - 1}")
+        if self.window > min(shape[1:]):
+            raise ValueError(f"window: {self.window} is larger than the {shape[1]}×{shape[2]} images")
+
 
 class FakeClassHead(nn.Module):
     """The classifier's last linear layer with one more output, "fake" (its weights the attacker's)."""

@@ -59,6 +59,11 @@ class AntiGanParams(Params):
     extractor_weights: str | None = None
     extractor_epochs: int = pydantic.Field(default=30, ge=0)
 
+    def check_data(self, shape: tuple[int, int, int], num_classes: int) -> None:
+        if self.window > min(shape[1:]):
+            raise ValueError(f"window: {self.window} is larger than the {shape[1]}×{shape[2]} images "
+                             "(Eq. 2 would have no window to score)")  # fmt: skip
+
     def extractor_config(self) -> ExtractorParams:
         return ExtractorParams(
             extractor=self.extractor,

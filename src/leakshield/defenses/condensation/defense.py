@@ -63,6 +63,13 @@ class CondensationParams(Params):
     batch_real: int = pydantic.Field(default=256, ge=1)
     checkpoint_every: int = pydantic.Field(default=10, ge=1)
 
+    def check_data(self, shape: tuple[int, int, int], num_classes: int) -> None:
+        side = min(shape[1:])
+        if side >> self.depth < 1:  # each block halves the side (2×2 average pooling)
+            deepest = side.bit_length() - 1
+            raise ValueError(f"depth: {self.depth} halves {side}-pixel images below one pixel; "
+                             f"allowed: 1..{deepest}")  # fmt: skip
+
 
 class GradientMatchingParams(CondensationParams):
     """DC/DSA (Zhao et al., Algorithm 1): outer_loop, inner_loop (None: the reference's table by ipc,
