@@ -101,6 +101,59 @@ def test_svhn_missing_or_damaged_files_are_one_line_errors(tmp_path):
         load_dataset("svhn", root=tmp_path)
 
 
+def _v73_mat(path):
+    """A MATLAB v7.3 file's signature: the 128-byte MAT header (version 0x0200) before an HDF5 body."""
+    text = b"MATLAB 7.3 MAT-file, Platform: GLNXA64, HDF5 schema 1.00 .".ljust(116, b" ")
+    path.write_bytes(text + bytes(8) + b"\x00\x02IM" + b"\x89HDF\r\n\x1a\n" + bytes(64))
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        ("v7.3", r"train_32x32\.mat: a MATLAB v7\.3 \(HDF5\) file"),
+        ("label-0", r"train_32x32\.mat: label 0 in y; SVHN's labels are 1\.\.10"),
+        ("label-nan", r"train_32x32\.mat: label nan in y"),
+        ("label-negative", r"train_32x32\.mat: label -3 in y"),
+    ],
+)
+def test_svhn_v73_files_and_labels_outside_1_to_10_are_one_line(tmp_path, damage, expected):
+    write_svhn(tmp_path)
+    path = tmp_path / "train_32x32.mat"
+    if damage == "v7.3":
+        _v73_mat(path)
+    else:
+        x = np.zeros((32, 32, 3, 3), dtype=np.uint8)
+        bad = {"label-0": 0.0, "label-nan": np.nan, "label-negative": -3.0}[damage]
+        savemat(path, {"X": x, "y": np.array([[1.0], [bad], [10.0]])})
+    with pytest.raises(DataFileMissingError, match=expected) as info:
+        load_dataset("svhn", root=tmp_path)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("dataset", "listing"),
+    [
+        ("tinyimagenet", "wnids.txt"),
+        ("tinyimagenet", "val/val_annotations.txt"),
+        ("celeba", "list_eval_partition.txt"),
+        ("celeba", "identity_CelebA.txt"),
+    ],
+)
+def test_a_binary_text_listing_is_one_line_naming_it(tmp_path, dataset, listing):
+    (write_tinyimagenet if dataset == "tinyimagenet" else write_celeba)(tmp_path)
+    (tmp_path / listing).write_bytes(bytes(range(256)) * 4)  # not UTF-8
+    with pytest.raises(DataFileMissingError, match=rf"{listing}: not UTF-8 text") as info:
+        load_dataset(dataset, root=tmp_path)
+    assert "\n" not in str(info.value)
+
+
+def test_an_empty_wnids_listing_blames_wnids_txt(tmp_path):
+    write_tinyimagenet(tmp_path)
+    (tmp_path / "wnids.txt").write_text("\n\n")
+    with pytest.raises(DataFileMissingError, match=r"wnids\.txt: lists no classes"):
+        load_dataset("tinyimagenet", root=tmp_path)
+
+
 def test_tinyimagenet_official_layout(tmp_path):
     write_tinyimagenet(tmp_path)
     data = load_dataset("tinyimagenet", {"public_fraction": 0.0001}, root=tmp_path)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pydantic
 
+from leakshield.data.files import read_text_lines
 from leakshield.data.imagefolder import FolderParams
 from leakshield.data.pictures import cap_per_class, labelled_pictures
 from leakshield.data.registry import DATASETS, RawDataset
@@ -43,7 +44,7 @@ def _file(base: Path, name: str) -> Path:
 
 def _pairs(path: Path) -> dict[str, str]:
     out = {}
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in enumerate(read_text_lines(path), start=1):
         if line.strip():
             fields = line.split()
             if len(fields) != 2:
@@ -53,7 +54,7 @@ def _pairs(path: Path) -> dict[str, str]:
 
 
 def _attributes(path: Path, wanted: list[str]) -> tuple[dict[str, int], tuple[str, ...]]:
-    lines = path.read_text().splitlines()
+    lines = read_text_lines(path)
     if len(lines) < 2:
         raise DataFileMissingError(f"{path}: expected a count line and a line of attribute names")
     header = lines[1].split()

@@ -10,6 +10,7 @@ from sklearn.datasets import load_digits
 from leakshield.data.registry import DATASETS, DatasetParams, RawDataset
 from leakshield.data.transforms import resize_images
 from leakshield.data.types import ImageSet
+from leakshield.errors import ConfigError
 
 
 @DATASETS.register(
@@ -20,6 +21,10 @@ from leakshield.data.types import ImageSet
 )
 def load_digits_dataset(params: DatasetParams, root: Path | None = None) -> RawDataset:
     """Digits scaled from 0..16 to [0, 1]; default size 32×32 by bilinear interpolation, 1 channel."""
+    if root is not None:  # a data root given for the embedded set is a mistake, not a silent no-op
+        raise ConfigError(f"dataset.root {root}: digits is embedded (scikit-learn) and reads no files; "
+                          "drop the root (--data-root) or name a dataset that reads them "
+                          "(leakshield list datasets)")  # fmt: skip
     bunch = load_digits()
     x = torch.from_numpy(bunch.images).float().div_(16.0).unsqueeze(1)
     x = resize_images(x, params.size or 32)

@@ -41,3 +41,15 @@ def locate(
         f"{dataset}: missing files under {where}; expected {expected} from {source}; "
         "leakshield never downloads data"
     )
+
+
+def read_text_lines(path: Path) -> list[str]:
+    """The lines of the text file ``path`` (one of a dataset's listings); a binary or non-UTF-8 file
+    is a :class:`DataFileMissingError` naming it."""
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise DataFileMissingError(
+            f"{path}: not UTF-8 text (byte {exc.start}); expected the dataset's text listing — is it a "
+            "binary file or a damaged copy?"
+        ) from None

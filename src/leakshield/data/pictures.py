@@ -33,7 +33,7 @@ def read_picture(path: Path, size: int, crop: int | None = None) -> np.ndarray:
         raise DataFileMissingError(
             f"{path}: over {Image.MAX_IMAGE_PIXELS:,} pixels, refused as a possible decompression bomb"
         ) from None
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:  # SyntaxError: a broken PNG
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise DataFileMissingError(f"{path}: not a readable image ({reason})") from None
     if crop is not None:

@@ -120,7 +120,7 @@ def load_dataset(
 
 #: what a loader raises on a damaged file (truncated archives, foreign formats, a decompression bomb)
 DAMAGED = (OSError, EOFError, ValueError, KeyError, IndexError, TypeError, RuntimeError, zlib.error,
-           struct.error, Image.DecompressionBombError)  # fmt: skip
+           struct.error, Image.DecompressionBombError, SyntaxError)  # fmt: skip
 
 
 def _describe(exc: BaseException) -> str:

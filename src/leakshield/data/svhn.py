@@ -29,6 +29,11 @@ def read_svhn_mat(path: Path) -> ImageSet:
 
     try:
         mat = loadmat(path, variable_names=("X", "y"))
+    except NotImplementedError:  # scipy reads MATLAB v4–v7.2; v7.3 files are HDF5 containers
+        raise DataFileMissingError(
+            f"{path}: a MATLAB v7.3 (HDF5) file; SVHN's published files are v5 — use them, or save "
+            "the arrays with MATLAB's -v7 flag"
+        ) from None
     except (MatReadError, ValueError, OSError) as exc:
         raise DataFileMissingError(f"{path}: not a readable SVHN .mat file ({exc})") from None
     if "X" not in mat or "y" not in mat or mat["X"].ndim != 4 or mat["X"].shape[:3] != (32, 32, 3):
@@ -36,7 +41,14 @@ def read_svhn_mat(path: Path) -> ImageSet:
             f"{path}: expected variables X (32×32×3×N) and y (N×1), as in SVHN's files"
         )
     x = np.ascontiguousarray(mat["X"].transpose(3, 0, 1, 2))
-    y = mat["y"].reshape(-1).astype(np.int64) % 10  # label 10 is the digit 0
+    raw = mat["y"].reshape(-1)
+    valid = np.isfinite(raw) & (raw == np.round(raw)) & (raw >= 1) & (raw <= 10)
+    if not valid.all():
+        bad = raw[~valid][0]
+        raise DataFileMissingError(
+            f"{path}: label {float(bad):g} in y; SVHN's labels are 1..10 (10 for the digit 0)"
+        )
+    y = raw.astype(np.int64) % 10  # label 10 is the digit 0
     if len(y) != len(x):
         raise DataFileMissingError(f"{path}: {len(x)} images but {len(y)} labels")
     return ImageSet(to_float_images(x), torch.from_numpy(y))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from leakshield.data.files import read_text_lines
 from leakshield.data.imagefolder import FolderParams
 from leakshield.data.pictures import cap_per_class, is_picture, labelled_pictures
 from leakshield.data.registry import DATASETS, RawDataset
@@ -40,7 +41,10 @@ def load_tinyimagenet(params: FolderParams, root: Path | None = None) -> RawData
     """Classes in ``wnids.txt`` order, named by the first synonym in ``words.txt``; pictures are read at
     ``size`` (default 64) directly, so a smaller size never holds the 64-pixel set in memory."""
     base = _root(root)
-    wnids = [w.strip() for w in _require(base / "wnids.txt", "wnids.txt").read_text().split() if w.strip()]
+    listing = _require(base / "wnids.txt", "wnids.txt")
+    wnids = [w.strip() for line in read_text_lines(listing) for w in line.split() if w.strip()]
+    if not wnids:
+        raise DataFileMissingError(f"{listing}: lists no classes; expected one wnid per line (n01443537…)")
     index = {w: i for i, w in enumerate(wnids)}
     names = dict.fromkeys(wnids, "")
     words = base / "words.txt"
@@ -55,7 +59,7 @@ def load_tinyimagenet(params: FolderParams, root: Path | None = None) -> RawData
         train_items += [(p, index[wnid]) for p in sorted(folder.iterdir()) if is_picture(p)]
     annotations = _require(base / "val" / "val_annotations.txt", "val/val_annotations.txt")
     val_items = []
-    for number, line in enumerate(annotations.read_text().splitlines(), start=1):
+    for number, line in enumerate(read_text_lines(annotations), start=1):
         fields = line.split("\t")
         if not line.strip():
             continue
