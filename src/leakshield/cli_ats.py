@@ -12,7 +12,7 @@ from typing import Any
 import pydantic
 
 from leakshield.errors import ConfigError, LeakshieldError
-from leakshield.experiment.config import file_name, read_yaml
+from leakshield.experiment.yaml_files import file_name, read_yaml
 from leakshield.registry import format_validation_error
 
 EXAMPLE = """\
@@ -75,8 +75,11 @@ def load_search_config(path: Path) -> SearchConfig:
     data = read_yaml(path, "search config")  # the one reader of every command (one line per problem)
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    if not data:  # an empty file is more likely a mistake than a request for the full default search
+        raise ConfigError(f"{path}: the search config is empty; write at least 'search: {{}}' to run the "
+                          "full default search (ATS's 100 candidates, hours on a CPU)")  # fmt: skip
     try:
-        return SearchConfig(**(data or {}))
+        return SearchConfig(**data)
     except (pydantic.ValidationError, TypeError) as exc:
         detail = format_validation_error(exc) if isinstance(exc, pydantic.ValidationError) else str(exc)
         raise ConfigError(f"{path}: {detail}") from None

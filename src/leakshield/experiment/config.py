@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
-import yaml
 
 from leakshield.attacks import ATTACKS
 from leakshield.attacks.base import Attack, create_attack
@@ -22,27 +22,18 @@ from leakshield.attacks.execution import EXECUTION_FIELDS, Execution, split_exec
 from leakshield.data import DATASETS
 from leakshield.defenses import DEFENSES
 from leakshield.errors import ConfigError, LeakshieldError
+from leakshield.experiment.yaml_files import file_name, read_yaml
 from leakshield.fl.config import FLConfig, LocalTraining
 from leakshield.metrics.sensitivity import SensitivityRule
 from leakshield.models import MODELS
 from leakshield.registry import Registry, format_validation_error
 from leakshield.threats import Adversary
 
-#: (section, field, default) of fields added to the config after 0.1.0 runs were stored
+#: the most cells one run may hold (a cell takes seconds to hours: more is a mistyped range)
+MAX_CELLS = 100_000
 #: (path, default) of fields added after runs were stored; a path is the keys from the payload's root
 ADDED_FIELDS = ((("fl", "aggregator"), "mean"), (("fl", "local", "optimizer"), "sgd"),
                 (("attack", "update", "optimizer"), "sgd"))  # fmt: skip
-
-
-def file_name(value: str, why: str) -> str:
-    """``value`` if it is one plain file name (``why``: where it becomes a folder), else a ValueError."""
-    bad = [c for c in value if c in "/\\" or ord(c) < 32 or ord(c) == 127]
-    if not value.strip() or value in (".", "..") or bad:
-        raise ValueError(
-            f"{value!r} is not a file name ({why}): use letters, digits, '-', '_' or '.', no path "
-            "separators, no control characters, not empty, '.' or '..'"
-        )
-    return value
 
 
 class Section(pydantic.BaseModel):
@@ -259,6 +250,23 @@ class ExperimentConfig(Section):
             raise ValueError("victims.sensitive needs metrics.sensitive (which samples are sensitive)")
         return self
 
+    @pydantic.model_validator(mode="after")
+    def _grid_within_bounds(self) -> ExperimentConfig:
+        # an upper bound on the cells (adaptive attacks pair with fewer defenses), counted without
+        # expanding the grid: a mistyped range must be one line now, not minutes of silence
+        settings = len(self.seeds) * len(self.models) * len(self.defenses)
+        cells = 1 + settings * (2 + len(self.attack.rounds) * len(self.attacks))
+        if cells > MAX_CELLS:
+            raise ValueError(
+                f"the grid has up to {cells:,} cells (seeds {len(self.seeds)} × models {len(self.models)} × "
+                f"defenses {len(self.defenses)} × attack rounds {len(self.attack.rounds)} × attacks "
+                f"{len(self.attacks)}); at most {MAX_CELLS:,} per run: split it into several runs"
+            )
+        repeated = sorted(seed for seed, n in Counter(self.seeds).items() if n > 1)
+        if repeated:
+            raise ValueError(f"seeds: repeated {repeated[:5]}; each seed is one repetition, list it once")
+        return self
+
     def check_components(self) -> None:
         """Validate every component against its registry and require unique labels."""
         try:
@@ -313,6 +321,23 @@ class ExperimentConfig(Section):
             if dupes:
                 raise ConfigError(f"{section}: duplicate labels {dupes}; give each entry a unique label")
 
+    def check_data(self, shape: tuple[int, int, int], num_classes: int) -> None:
+        """Refuse components whose values cannot work on this dataset's images and classes (windows
+        larger than the image, classes that do not exist…): called once the data is loaded, before any
+        training, so nothing fails late as a stored cell."""
+        entries = [(f"attacks[{i}]", ATTACKS, a.name, split_execution(a.params)[0])
+                   for i, a in enumerate(self.attacks)]  # fmt: skip
+        for i, d in enumerate(self.defenses):
+            for j, entry in enumerate(d.entries):
+                where = f"defenses[{i}]" + (f".stack[{j}]" if d.stack else "")
+                entries.append((where, DEFENSES, entry["name"], entry["params"]))
+        for where, registry, name, params in entries:
+            validated = registry.validate(name, params)
+            try:
+                validated.check_data(shape, num_classes)
+            except ValueError as exc:
+                raise ConfigError(f"{where}.{exc}") from None
+
     @property
     def victim_update(self) -> LocalTraining:
         """The protocol of the attacked update."""
@@ -361,29 +386,3 @@ def parse_config(data: Any, source: str = "config") -> ExperimentConfig:
 def load_config(path: str | Path) -> ExperimentConfig:
     """Read and validate a YAML experiment config."""
     return parse_config(read_yaml(path), source=str(path))
-
-
-def read_yaml(path: str | Path, what: str = "config") -> Any:
-    """The YAML document of ``path`` — every command reads its files through here, so a missing file, a
-    folder, a binary or non-UTF-8 file and broken YAML are each one line naming the file."""
-    path = Path(path)
-    if path.is_dir():
-        raise ConfigError(f"{path} is a folder, not a YAML {what} file")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    if b"\x00" in raw[:4096]:
-        raise ConfigError(f"{path} is a binary file, not a YAML {what}")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{path}: not UTF-8 text (byte {exc.start}); a {what} is a YAML text file"
-        ) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}: not valid YAML{where}") from None

@@ -12,7 +12,8 @@ from typing import Any
 import yaml
 
 from leakshield.errors import ConfigError
-from leakshield.experiment.config import ExperimentConfig, parse_config, read_yaml
+from leakshield.experiment.config import ExperimentConfig, parse_config
+from leakshield.experiment.yaml_files import read_yaml
 
 PRESET_KEYS = ("params", "add_defenses")
 
@@ -76,7 +77,10 @@ def leaderboard_data(
     data["defenses"] = _with_params([*data.get("defenses", []), *extra], params)
     data["attacks"] = _with_params(data.get("attacks", []), params)
     if data_root is not None:
-        data = deep_merge(data, document.get("cifar10") or {})
+        if not isinstance(document.get("cifar10"), dict):
+            raise ConfigError(f"--data-root: {source} has no 'cifar10' section (the dataset and budgets "
+                              "to use with files), so the root would be ignored")  # fmt: skip
+        data = deep_merge(data, document["cifar10"])
         data["dataset"]["root"] = str(data_root)
         data["name"] = f"{data['name']}-{data['dataset']['name']}"
     return data
