@@ -333,8 +333,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return COMMANDS[args.command](args)
-    except LeakshieldError as exc:
-        sys.stderr.write(f"leakshield: error: {exc}\n")
+    except LeakshieldError as exc:  # one line, whatever a message quoted (file contents, names)
+        sys.stderr.write(f"leakshield: error: {' '.join(str(exc).split())}\n")
         return EXIT_USAGE
     except KeyboardInterrupt:
         sys.stderr.write("leakshield: interrupted; rerun the same command to resume\n")

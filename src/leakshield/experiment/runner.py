@@ -161,7 +161,7 @@ class ExperimentRunner:
 
 def _repair_if_damaged(path: Path) -> tuple[int, Path] | None:
     try:
-        ResultStore(path)
+        ResultStore(path).records()  # every row decodes, not only the pages
     except CorruptStoreError:
         return repair_store(path)
     return None

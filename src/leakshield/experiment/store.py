@@ -122,10 +122,12 @@ class ResultStore:
                     if name not in present:
                         db.execute(f"ALTER TABLE cells ADD COLUMN {name} {kind}")
                 db.execute("SELECT key, status FROM cells").fetchall()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, ValueError) as exc:  # ValueError: damaged text (not UTF-8)
+            problems = str(exc).splitlines() or ["unreadable"]  # quick_check lists one problem a line
+            more = f" and {len(problems) - 1} more problems" if len(problems) > 1 else ""
             raise CorruptStoreError(
-                f"{self.path} is damaged ({exc}); rerun with --repair to move it aside, keep every "
-                "readable finished cell and recompute the rest"
+                f"{self.path} is damaged ({problems[0]}{more}); rerun with --repair to move it aside, "
+                "keep every readable finished cell and recompute the rest"
             ) from None
 
     @contextmanager
@@ -137,12 +139,27 @@ class ResultStore:
         finally:
             db.close()
 
+    def _read(self, query: str) -> list[tuple]:
+        """The rows of ``query``; a page or a text damaged past the integrity check is a
+        :class:`CorruptStoreError` (one line, naming ``--repair``), never a traceback."""
+        try:
+            with self._connect() as db:
+                return db.execute(query).fetchall()
+        except (sqlite3.DatabaseError, ValueError) as exc:
+            raise self._damaged(exc) from None
+
+    def _damaged(self, exc: BaseException) -> CorruptStoreError:
+        detail = " ".join(str(exc).split())[:120]
+        return CorruptStoreError(
+            f"{self.path} is damaged (a cell row is unreadable: {type(exc).__name__}: {detail}); rerun "
+            "with --repair to move it aside, keep every readable finished cell and recompute the rest"
+        )
+
     def fingerprint(self) -> str | None:
         """The fingerprint of the config whose cells this store holds (None: a store written before
         stores recorded it)."""
-        with self._connect() as db:
-            row = db.execute("SELECT value FROM meta WHERE key = 'fingerprint'").fetchone()
-        return row[0] if row else None
+        rows = self._read("SELECT value FROM meta WHERE key = 'fingerprint'")
+        return rows[0][0] if rows else None
 
     def claim(self, fingerprint: str) -> None:
         """Record that this store holds cells of the config ``fingerprint``; a store of another config
@@ -162,8 +179,7 @@ class ResultStore:
 
     def finished_keys(self, include_failed: bool = True) -> set[str]:
         query = "SELECT key FROM cells" + ("" if include_failed else " WHERE status = 'ok'")
-        with self._connect() as db:
-            return {row[0] for row in db.execute(query)}
+        return {row[0] for row in self._read(query)}
 
     def drop_failed(self) -> int:
         with self._connect() as db:
@@ -197,22 +213,25 @@ class ResultStore:
             )
 
     def records(self) -> list[CellRecord]:
-        with self._connect() as db:
-            rows = db.execute(f"SELECT {COLUMNS} FROM cells ORDER BY rowid").fetchall()
-        # columns are in CellRecord's field order
-        return [
-            CellRecord(
-                *r[:8],
-                json.loads(r[8]),
-                json.loads(r[9]),
-                *r[10:14],
-                json.loads(r[14] or "{}"),
-                r[15],
-                r[16],
-                json.loads(r[17]) if r[17] else None,
-            )
-            for r in rows
-        ]
+        rows = self._read(f"SELECT {COLUMNS} FROM cells ORDER BY rowid")
+        try:
+            return [_record(r) for r in rows]
+        except (ValueError, TypeError) as exc:  # a cell's JSON cut short by a damaged page
+            raise self._damaged(exc) from None
+
+
+def _record(r: tuple) -> CellRecord:
+    """A stored row (columns in CellRecord's field order) → the record; ValueError if it is damaged."""
+    return CellRecord(
+        *r[:8],
+        json.loads(r[8]),
+        json.loads(r[9]),
+        *r[10:14],
+        json.loads(r[14] or "{}"),
+        r[15],
+        r[16],
+        json.loads(r[17]) if r[17] else None,
+    )
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -237,7 +256,7 @@ def repair_store(path: Path) -> tuple[int, Path]:
             for rowid in range(1, last + 1):
                 try:
                     row = old.execute("SELECT * FROM cells WHERE rowid = ?", (rowid,)).fetchone()
-                except sqlite3.DatabaseError:
+                except (sqlite3.DatabaseError, ValueError):  # ValueError: text that is not UTF-8
                     continue
                 if row is not None and len(row) in (14, 16, WIDTH):
                     rows.append(tuple(row) + (None,) * (WIDTH - len(row)))
@@ -250,7 +269,7 @@ def repair_store(path: Path) -> tuple[int, Path]:
     with store._connect() as db:
         for row in rows:
             try:
-                json.loads(row[8]), json.loads(row[9])
+                _record(row)  # every field decodes, or the row is not kept
                 db.execute(f"INSERT OR IGNORE INTO cells ({COLUMNS}) VALUES ({','.join('?' * WIDTH)})", row)
                 kept += 1
             except (ValueError, TypeError, sqlite3.DatabaseError):
