@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -54,3 +57,20 @@ def client_context(seed: int = 0, *, data=None, info=None, public=None, batch=No
         public=public,
         batch=batch,
     )
+
+
+@contextmanager
+def watchdog(seconds: int = 120) -> Iterator[None]:
+    """Fail instead of hanging the suite when the body runs longer than ``seconds`` (a hang detector
+    for bodies that take milliseconds; not a speed assertion)."""
+
+    def expired(signum, frame):
+        raise AssertionError(f"no answer within {seconds} s: a hang")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

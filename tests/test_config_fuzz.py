@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,7 +17,7 @@ from leakshield.errors import LeakshieldError
 from leakshield.experiment.cells import expand_grid
 from leakshield.experiment.config import parse_config
 
-from helpers import TINY
+from helpers import TINY, watchdog
 
 PATHS = [
     ("name",), ("seeds",), ("seeds", 0), ("dataset",), ("dataset", "name"), ("dataset", "channels"),
@@ -75,9 +74,9 @@ def check(mutations: list[tuple[tuple, object]]) -> str:
     data = TINY
     for path, value in mutations:
         data = mutate(data, path, value)
-    start = time.monotonic()
     try:
-        config = parse_config(data, source="fuzz")
+        with watchdog():
+            config = parse_config(data, source="fuzz")
     except LeakshieldError as exc:
         message = str(exc)
         assert message and "\n" not in message.strip(), message
@@ -87,7 +86,6 @@ def check(mutations: list[tuple[tuple, object]]) -> str:
         assert cells and len(config.fingerprint()) == 16
         assert all(math.isfinite(v) for v in _numbers(config.model_dump()))
         outcome = "loaded"
-    assert time.monotonic() - start < 10
     return outcome
 
 
