@@ -406,7 +406,7 @@ def test_a_stored_row_damaged_past_the_integrity_check_is_one_line_and_repaired(
         "results.sqlite is damaged (a cell row is unreadable: JSONDecodeError" in line and "--repair" in line
     )
     assert main(["run", str(path), "--out", str(out), "--repair", *ARGS]) == 0
-    assert "repaired: kept %d readable cells" % (total - 1) in capsys.readouterr().out
+    assert f"repaired: kept {total - 1} readable cells" in capsys.readouterr().out
     assert main(["report", str(out)]) == 0
 
 
