@@ -21,6 +21,7 @@ from leakshield.defenses.base import DEFENSES, ClientContext, Defense
 from leakshield.defenses.condensation.dpmerf import (
     FeatureGenerator,
     FourierFeatures,
+    gaussian_release,
     labelled_embedding,
     median_distance,
     noise_multiplier,
@@ -275,7 +276,7 @@ class DPMerf(CondensedData):
         phi = phi.to(device)
         sigma = noise_multiplier(p.epsilon, p.delta)
         clean = labelled_embedding(phi, real, info.num_classes)
-        noisy = clean + torch.randn(clean.shape, generator=gen).to(device) * (sigma * 2 / len(real))
+        noisy, applied = gaussian_release(clean, 2 / len(real), sigma, gen)  # Δ = 2/m (Sec. 3)
         classes, counts = torch.unique(real.y, return_counts=True)
         weights = counts.float() / counts.sum()
         with torch.random.fork_rng(devices=[]):
@@ -303,6 +304,7 @@ class DPMerf(CondensedData):
             "loss": float(loss.detach()),
             "epsilon": spent,
             "sigma": sigma,
+            "sigma_applied": applied,  # measured on the release: σ if the noise was added as stated
         }
 
     def privacy_spent(self, client_steps: dict) -> dict[str, float]:

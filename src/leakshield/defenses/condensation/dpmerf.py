@@ -42,6 +42,16 @@ def release_epsilon(sigma: float, delta: float) -> float:
         return dp_epsilon(sigma, 1.0, 1, delta)
 
 
+def gaussian_release(
+    clean: torch.Tensor, sensitivity: float, sigma: float, gen: torch.Generator
+) -> tuple[torch.Tensor, float]:
+    """The Gaussian mechanism: μ̃ = μ + N(0, (σ·Δ)²) for ``clean`` μ of L2 ``sensitivity`` Δ, and the
+    noise multiplier actually applied, measured on the draw (std(μ̃ − μ)/Δ ≈ σ; 0 if nothing was added)."""
+    noisy = clean + torch.randn(clean.shape, generator=gen).to(clean.device) * (sigma * sensitivity)
+    applied = float((noisy - clean).double().std()) / sensitivity if clean.numel() > 1 else sigma
+    return noisy, applied
+
+
 class FourierFeatures(nn.Module):
     """φ: images → D unit-norm random Fourier features (D even)."""
 
