@@ -10,7 +10,7 @@ public configuration names (the same content-addressed artifact the clients use)
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import pydantic
@@ -22,7 +22,7 @@ from leakshield.attacks.base import ATTACKS, Reconstruction
 from leakshield.attacks.inversion.engine import GradientInversion
 from leakshield.attacks.inversion.params import GradientInversionParams
 from leakshield.attacks.inversion.presets import preset_params
-from leakshield.data.types import ImageSet
+from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.defenses.loda.encoder import stationarity_residual
 from leakshield.defenses.loda.extractor import ExtractorParams, build_extractor, feature_map, fitted_extractor
 from leakshield.fl.types import ServerView
@@ -97,20 +97,40 @@ class LodaInverse(GradientInversion):
         g = feature_map(net.eval(), settings)
         x_prime = obscured.images.to(device)
         if self.params.inverse_init == "uniform":
-            gen = torch.Generator().manual_seed(seed)
-            x = torch.rand(x_prime.shape, generator=gen).to(device).requires_grad_(True)
+            x = torch.rand(x_prime.shape, generator=torch.Generator().manual_seed(seed)).to(device)
         else:
-            x = torch.full_like(x_prime, 0.5).requires_grad_(True)
-        opt = torch.optim.Adam([x], lr=self.params.inverse_lr)
-        for _ in range(self.params.inverse_steps):
-            loss = stationarity_residual(g, x_prime, x, info, self.params.inverse_c).sum()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            with torch.no_grad():
-                x.clamp_(0.0, 1.0)
-        stats = {**obscured.stats, "inverted": 1.0, "residual": float(loss.detach())}
-        return dataclasses.replace(obscured, images=x.detach().cpu(), stats=stats, normalized=None)
+            x = torch.full_like(x_prime, 0.5)
+        p = self.params
+        x, residual = solve_stationarity(
+            g, x_prime, x, info, c=p.inverse_c, steps=p.inverse_steps, lr=p.inverse_lr
+        )
+        stats = {**obscured.stats, "inverted": 1.0, "residual": residual}
+        return dataclasses.replace(obscured, images=x.cpu(), stats=stats, normalized=None)
+
+
+def solve_stationarity(
+    g: Callable[[torch.Tensor], torch.Tensor],
+    obscured: torch.Tensor,
+    start: torch.Tensor,
+    info: DatasetInfo,
+    *,
+    c: float,
+    steps: int,
+    lr: float,
+) -> tuple[torch.Tensor, float]:
+    """Eq. 6: x* = argmin_x ‖∇g(x′)ᵀ(g(x′) − g(x)) − c·(x′ − x)‖² by ``steps`` Adam steps of ``lr`` on x
+    in [0, 1] from ``start``; returns x* and the residual summed over the batch before the last step."""
+    x = start.detach().clone().requires_grad_(True)
+    opt = torch.optim.Adam([x], lr=lr)
+    loss = torch.zeros(())
+    for _ in range(steps):
+        loss = stationarity_residual(g, obscured, x, info, c).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            x.clamp_(0.0, 1.0)
+    return x.detach(), float(loss.detach())
 
 
 def _identity(settings: ExtractorParams) -> dict:
