@@ -27,6 +27,8 @@ def test_l1_and_layer_weights():
     zero = [torch.zeros(2), torch.zeros(1)]
     assert float(l1_distance(g, zero)) == 7.0
     assert float(l1_distance(g, zero, [1.0, 0.0])) == 3.0  # weight 0 drops the second layer
+    assert float(l1_distance(g, g)) == 0.0 and float(l2_distance(g, g)) == 0.0  # zero at the target
+    assert float(l1_distance(g, [torch.tensor([0.0, -2.0]), torch.tensor([1.0])])) == 4.0
     assert float(l2_distance(g, zero, [0.5, 1.0])) == pytest.approx(0.5 * 5 + 16)
     other = [torch.tensor([1.0, -2.0]), torch.tensor([-9.0])]
     assert float(cosine_distance(g, other, [1.0, 0.0])) == pytest.approx(0.0, abs=1e-7)

@@ -97,6 +97,7 @@ def test_asr_and_adr():
     assert attack_success_rate(torch.tensor([0.59, 0.6, 0.9, 0.1])) == 0.5
     assert attack_success_rate(torch.tensor([0.59, 0.6]), threshold=0.5) == 1.0
     assert accuracy_degradation(0.8, 0.6) == pytest.approx(0.25)
+    assert accuracy_degradation(0.8, 0.8) == 0.0 and accuracy_degradation(0.5, 0.6) < 0  # a defense may help
     assert math.isnan(accuracy_degradation(0.0, 0.5))
 
 
@@ -141,3 +142,27 @@ def test_convert_reference_checkpoints(tmp_path):
     model = load_lpips("alex", out)
     assert torch.equal(model.lins[2].weight, heads["lin2.model.1.weight"])
     assert torch.equal(model.features[0].weight, backbone["features.0.weight"])
+
+
+def test_accuracy_counts_the_top_1_class_and_restores_the_mode():
+    """Top-1 accuracy: a model whose logits favour class (x's first pixel > 0.5) is right on exactly the
+    images labelled that way."""
+    from torch import nn
+
+    from leakshield.data.types import ImageSet
+    from leakshield.metrics.utility import accuracy
+
+    class Threshold(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.unused = nn.Parameter(torch.zeros(1))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            high = (x.flatten(1)[:, 0] > 0.5).float()
+            return torch.stack([1 - high, high, torch.full_like(high, -5.0)], dim=1)
+
+    x = torch.tensor([0.1, 0.9, 0.7, 0.2]).view(4, 1, 1, 1)
+    model = Threshold().train()
+    data = ImageSet(x, torch.tensor([0, 1, 0, 2]))  # right, right, wrong, wrong
+    assert accuracy(model, data, normalize=lambda t: t, batch_size=3) == 0.5
+    assert model.training  # the caller's mode comes back

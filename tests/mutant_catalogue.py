@@ -1,0 +1,134 @@
+"""The mutant catalogue: for registered components, a named break of the core step (``old`` → ``new``
+in one file of the package) and the behaviour tests that must catch it. ``benchmarks/mutants.py``
+applies each to a copy of the package and runs its tests; ``tests/test_mutant_catalogue.py`` checks in
+the default suite that every mutant still names text that occurs once in its file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    kind: str  #: attack, defense, metric or aggregator
+    component: str  #: its registered name
+    name: str  #: what the break does
+    file: str  #: relative to src/leakshield
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+ANTIGAN = "tests/test_antigan.py"
+CONDENSATION = "tests/test_condensation.py"
+LODA = "tests/test_loda.py"
+DEFENSES = "tests/test_defenses.py"
+EFFECTS = "tests/test_defense_effects.py"
+METRICS = "tests/test_metrics.py"
+PARTICIPANTS = "tests/test_participants.py"
+ATTACKS_TESTS = "tests/test_attacks.py"
+SUITE = "tests/test_attack_suite.py"
+
+MUTANTS: list[Mutant] = [
+    # the four breaks that once passed every test
+    Mutant("attack", "hitaj", "generator loss negated (G moves away from its target class)",
+           "attacks/gan/hitaj.py", "loss = F.cross_entropy(D(norm(G(z, y))), y)",
+           "loss = -F.cross_entropy(D(norm(G(z, y))), y)",
+           (f"{ANTIGAN}::test_the_gan_attackers_generator_learns_the_classes_it_lacks",)),
+    Mutant("defense", "dp-merf", "noise removed from the released embedding",
+           "defenses/condensation/dpmerf.py", "noisy = clean + torch.randn(clean.shape, generator=gen)",
+           "noisy = clean + 0 * torch.randn(clean.shape, generator=gen)",
+           (f"{CONDENSATION}::test_the_gaussian_release_adds_the_noise_its_epsilon_implies",
+            f"{CONDENSATION}::test_each_method_gives_ipc_images_per_class_in_the_pixel_range")),
+    Mutant("defense", "dc", "synthetic images step up the matching loss",
+           "defenses/condensation/matching.py", "self.x.sub_(lr * self.momentum)",
+           "self.x.add_(lr * self.momentum)",
+           (f"{CONDENSATION}::test_condensation_descends_its_matching_loss_on_networks_it_never_saw",)),
+    Mutant("defense", "dsa", "the real batch is not augmented (siamese augmentation off)",
+           "defenses/condensation/matching.py",
+           "return siamese_augment(x, _seed(self.seed, *seed)) if self.augment else x", "return x",
+           (f"{CONDENSATION}::test_dsa_matches_siamese_augmented_views_and_dc_plain_ones",)),
+    Mutant("defense", "dm", "mean-embedding distance negated (the images move away from the real means)",
+           "defenses/condensation/matching.py", "loss = ((mean_real - mean_syn) ** 2).sum()",
+           "loss = -((mean_real - mean_syn) ** 2).sum()",
+           (f"{CONDENSATION}::test_condensation_descends_its_matching_loss_on_networks_it_never_saw",)),
+    Mutant("attack", "loda-inverse", "Eq. 6 maximized instead of minimized",
+           "attacks/loda_adaptive.py", "loss = stationarity_residual(g, obscured, x, info, c).sum()",
+           "loss = -stationarity_residual(g, obscured, x, info, c).sum()",
+           (f"{LODA}::test_eq_6_descends_its_residual_toward_the_private_image",)),
+    # baselines
+    Mutant("defense", "gaussian-noise", "σ ignored (no noise added)", "defenses/noise.py",
+           "        return self.params.sigma\n", "        return 0.0 * self.params.sigma\n",
+           (DEFENSES, EFFECTS)),
+    Mutant("defense", "laplacian-noise", "Gaussian noise drawn instead of Laplacian", "defenses/noise.py",
+           'kind = "laplacian"', 'kind = "gaussian"', (DEFENSES, EFFECTS)),
+    Mutant("defense", "clipping", "the update is never scaled down", "defenses/clipping.py",
+           "factor = min(1.0, self.params.bound / norm) if norm > 0 else 1.0", "factor = 1.0",
+           (DEFENSES, EFFECTS)),
+    Mutant("defense", "pruning", "the smallest entries kept instead of the largest", "defenses/pruning.py",
+           "mask[torch.topk(flat, keep, sorted=False).indices] = True",
+           "mask[torch.topk(flat, keep, largest=False, sorted=False).indices] = True", (DEFENSES, EFFECTS)),
+    Mutant("aggregator", "mean", "updates summed, not weighted by samples", "fl/aggregation.py",
+           "name: sum(w * u.delta[name] for w, u in zip(weights, updates, strict=True))",
+           "name: sum(u.delta[name] for w, u in zip(weights, updates, strict=True))",
+           (PARTICIPANTS, "tests/test_fl.py")),
+    Mutant("aggregator", "median", "the maximum taken instead of the median", "fl/aggregation.py",
+           "torch.stack([u.delta[name] for u in updates]).median(dim=0).values",
+           "torch.stack([u.delta[name] for u in updates]).max(dim=0).values", (PARTICIPANTS,)),
+    Mutant("metric", "mse", "absolute instead of squared error", "metrics/image.py",
+           "return (a - b).pow(2).flatten(1).mean(dim=1)", "return (a - b).abs().flatten(1).mean(dim=1)",
+           (METRICS,)),
+    Mutant("metric", "psnr", "the logarithm's argument inverted", "metrics/image.py",
+           "return 10.0 * torch.log10(1.0 / err.clamp_min(PSNR_MSE_FLOOR))",
+           "return 10.0 * torch.log10(err.clamp_min(PSNR_MSE_FLOOR))", (METRICS,)),
+    Mutant("metric", "ssim", "the covariance term's sign flipped", "metrics/image.py",
+           "num = (2 * mu_a * mu_b + c1) * (2 * cov + c2)", "num = (2 * mu_a * mu_b + c1) * (c2 - 2 * cov)",
+           (METRICS,)),
+    Mutant("metric", "asr", "the threshold excluded (> instead of ≥)", "metrics/privacy.py",
+           "return float((ssim_values >= threshold).double().mean())",
+           "return float((ssim_values > threshold).double().mean())", (METRICS,)),
+    Mutant("metric", "adr", "degradation's sign flipped", "metrics/utility.py",
+           "return (acc_clean - acc_defended) / acc_clean", "return (acc_defended - acc_clean) / acc_clean",
+           (METRICS,)),
+    Mutant("metric", "accuracy", "the argmax of the logits' negation (the least likely class)",
+           "metrics/utility.py", "correct += int((model(normalize(x)).argmax(dim=1) == y).sum())",
+           "correct += int((model(normalize(x)).argmin(dim=1) == y).sum())", (METRICS,)),
+    # attacks
+    Mutant("attack", "idlg", "the label read off the largest row sum instead of the smallest",
+           "attacks/labels.py", "return row_sum.argmin().view(1)", "return row_sum.argmax().view(1)",
+           (f"{ATTACKS_TESTS}::test_idlg_label_rule_is_exact_on_single_images",
+            f"{ATTACKS_TESTS}::test_idlg_reconstructs_digits")),
+    Mutant("attack", "ig", "cosine distance maximized (1 + cos)", "attacks/inversion/objectives.py",
+           "return 1 - dot / (norm_d.sqrt() * norm_t.sqrt() + 1e-12)",
+           "return 1 + dot / (norm_d.sqrt() * norm_t.sqrt() + 1e-12)",
+           (f"{ATTACKS_TESTS}::test_ig_reconstructs_through_an_mlp",)),
+    Mutant("attack", "dlg", "L2 distance to the negated target gradient", "attacks/inversion/objectives.py",
+           "return sum(wi * ((d - t) ** 2).sum()", "return sum(wi * ((d + t) ** 2).sum()",
+           (f"{SUITE}::test_dlg_recovers_image_and_label_jointly",)),
+    Mutant("attack", "adam-l1", "L1 distance to the negated target gradient",
+           "attacks/inversion/objectives.py",
+           "return sum(wi * (d - t).abs().sum()", "return sum(wi * (d + t).abs().sum()",
+           (f"{SUITE}::test_l1_and_layer_weights",)),
+    Mutant("attack", "analytic", "the row multiplied by, not divided by, its bias gradient",
+           "attacks/analytic.py", "x = grad_w[row] / grad_b[row]", "x = grad_w[row] * grad_b[row]",
+           (f"{SUITE}::test_analytic_attack_is_exact_on_an_mlp",)),
+    Mutant("attack", "gradinversion", "BatchNorm prior pulls the batch mean toward minus the running mean",
+           "attacks/inversion/objectives.py", "torch.linalg.vector_norm(mean - module.running_mean)",
+           "torch.linalg.vector_norm(mean + module.running_mean)",
+           (f"{SUITE}::test_batchnorm_prior_vanishes_at_the_running_statistics",
+            f"{SUITE}::test_gradinversion_bn_prior_pulls_batch_statistics_to_the_running_ones")),
+]  # fmt: skip
+
+
+def uncovered() -> list[str]:
+    """Registered attacks, defenses, metrics and aggregators without a mutant."""
+    from leakshield.attacks import ATTACKS
+    from leakshield.defenses import DEFENSES as DEFENSE_REGISTRY
+    from leakshield.fl import AGGREGATORS
+    from leakshield.metrics import METRICS as METRIC_REGISTRY
+
+    covered = {(m.kind, m.component) for m in MUTANTS}
+    registered = [("attack", n) for n in ATTACKS.names()] + [("defense", n) for n in DEFENSE_REGISTRY.names()]
+    registered += [("metric", n) for n in METRIC_REGISTRY.names()]
+    registered += [("aggregator", n) for n in AGGREGATORS.names()]
+    return [f"{kind} {name}" for kind, name in registered if (kind, name) not in covered]
