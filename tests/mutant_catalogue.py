@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Mutant:
-    kind: str  #: attack, defense, metric or aggregator
+    kind: str  #: attack, defense, metric, aggregator (or dataset)
     component: str  #: its registered name
     name: str  #: what the break does
     file: str  #: relative to src/leakshield
@@ -117,6 +117,10 @@ MUTANTS: list[Mutant] = [
            "torch.linalg.vector_norm(mean + module.running_mean)",
            (f"{SUITE}::test_batchnorm_prior_vanishes_at_the_running_statistics",
             f"{SUITE}::test_gradinversion_bn_prior_pulls_batch_statistics_to_the_running_ones")),
+    # datasets (not required to have mutants, but a layout can be read wrong silently)
+    Mutant("dataset", "svhn", "rows and columns swapped", "data/svhn.py",
+           'mat["X"].transpose(3, 0, 1, 2)', 'mat["X"].transpose(3, 1, 0, 2)',
+           ("tests/test_dataset_files.py::test_svhn_pixels_keep_their_row_column_channel_and_sample",)),
 ]  # fmt: skip
 
 

@@ -90,6 +90,27 @@ def test_svhn_reads_the_mat_files_and_maps_label_10_to_0(tmp_path):
     assert len(more.train) + len(more.public) == 35
 
 
+def test_svhn_pixels_keep_their_row_column_channel_and_sample(tmp_path):
+    """SVHN stores X as (row, column, channel, sample): red grows down the rows, green across the
+    columns, blue encodes the sample; a transposed or channel-mixed reading fails here."""
+    write_svhn(tmp_path)
+    rows = np.arange(32, dtype=np.uint8).reshape(32, 1, 1) * 8
+    cols = np.arange(32, dtype=np.uint8).reshape(1, 32, 1) * 8
+    x = np.zeros((32, 32, 3, 5), dtype=np.uint8)
+    for i in range(5):
+        x[:, :, 0, i] = np.broadcast_to(rows[..., 0], (32, 32))
+        x[:, :, 1, i] = np.broadcast_to(cols[..., 0], (32, 32))
+        x[:, :, 2, i] = 40 * i
+    savemat(tmp_path / "test_32x32.mat", {"X": x, "y": np.array([[1], [2], [3], [4], [10]], dtype=np.uint8)})
+    test = load_dataset("svhn", root=tmp_path).test
+    assert test.x.shape == (5, 3, 32, 32) and test.y.tolist() == [1, 2, 3, 4, 0]
+    expected_rows = torch.arange(32).float().mul(8).div(255).view(32, 1).expand(32, 32)
+    for i in range(5):
+        assert torch.allclose(test.x[i, 0], expected_rows)  # red: constant along a row, grows down
+        assert torch.allclose(test.x[i, 1], expected_rows.T)  # green: grows across the columns
+        assert torch.allclose(test.x[i, 2], torch.full((32, 32), 40 * i / 255))
+
+
 def test_svhn_missing_or_damaged_files_are_one_line_errors(tmp_path):
     write_svhn(tmp_path)
     (tmp_path / "test_32x32.mat").unlink()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from leakshield.attacks import ATTACKS
+from leakshield.data import DATASETS
 from leakshield.defenses import DEFENSES
 from leakshield.fl import AGGREGATORS
 from leakshield.metrics import METRICS
@@ -21,6 +22,7 @@ REGISTERED = {
     "defense": set(DEFENSES.names()),
     "metric": set(METRICS.names()),
     "aggregator": set(AGGREGATORS.names()),
+    "dataset": set(DATASETS.names()),
 }
 
 
