@@ -28,6 +28,7 @@ METRICS = "tests/test_metrics.py"
 PARTICIPANTS = "tests/test_participants.py"
 ATTACKS_TESTS = "tests/test_attacks.py"
 SUITE = "tests/test_attack_suite.py"
+ADAPTIVE = "tests/test_adaptive_attacks.py"
 
 MUTANTS: list[Mutant] = [
     # the four breaks that once passed every test
@@ -117,6 +118,21 @@ MUTANTS: list[Mutant] = [
            "torch.linalg.vector_norm(mean + module.running_mean)",
            (f"{SUITE}::test_batchnorm_prior_vanishes_at_the_running_statistics",
             f"{SUITE}::test_gradinversion_bn_prior_pulls_batch_statistics_to_the_running_ones")),
+    Mutant("attack", "imprint", "bins read without the consecutive differences", "attacks/imprint.py",
+           "diff_w = torch.cat([grad_w[:-1] - grad_w[1:], grad_w[-1:]])",
+           "diff_w = torch.cat([grad_w[:-1], grad_w[-1:]])",
+           (f"{SUITE}::test_imprint_recovers_most_of_a_batch_of_16",)),
+    Mutant("attack", "noise-aware", "the Gaussian likelihood's 1/2σ² replaced by 1/σ²", "attacks/adaptive.py",
+           "scale = 1 / (2 * std**2 * entries) if std > 0 else 1.0",
+           "scale = 1 / (std**2 * entries) if std > 0 else 1.0",
+           (f"{ADAPTIVE}::test_noise_aware_matches_with_the_noise_likelihood",)),
+    Mutant("attack", "soteria-bypass", "the defended layer kept in the matching", "attacks/adaptive.py",
+           'return {"layer_weights": {weight: 0.0, **layer_weights}}',
+           'return {"layer_weights": {weight: 1.0, **layer_weights}}',
+           (f"{ADAPTIVE}::test_soteria_bypass_drops_the_defended_layer",)),
+    Mutant("attack", "dropout-mask", "the mask read off the zero columns inverted", "attacks/adaptive.py",
+           "dropout.fixed_mask = (grad != 0).any(dim=0)", "dropout.fixed_mask = (grad == 0).any(dim=0)",
+           (f"{ADAPTIVE}::test_dropout_mask_is_read_off_the_update_exactly",)),
     # datasets (not required to have mutants, but a layout can be read wrong silently)
     Mutant("dataset", "svhn", "rows and columns swapped", "data/svhn.py",
            'mat["X"].transpose(3, 0, 1, 2)', 'mat["X"].transpose(3, 1, 0, 2)',

@@ -38,6 +38,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from torch import nn
 
 from leakshield.attacks.base import ATTACKS, Attack, Reconstruction
@@ -155,13 +156,7 @@ class DropoutMaskInference(AdaptiveInversion):
 
     def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction:
         model = copy.deepcopy(view.model)
-        fixed = 0
-        if view.batch_size == 1:
-            for dropout, weight in _dropout_then_linear(model):
-                grad = view.update.delta.get(weight)
-                if grad is not None:
-                    dropout.fixed_mask = (grad != 0).any(dim=0)
-                    fixed += 1
+        fixed = infer_dropout_masks(model, view.update.delta) if view.batch_size == 1 else 0
         # with every mask known the model is deterministic: one draw is the exact gradient
         params = self.params.model_copy(update={"dropout_samples": 1} if fixed else {})
         attack = GradientInversion(params, self.init_images)
@@ -174,6 +169,19 @@ class DropoutMaskInference(AdaptiveInversion):
     ) -> list[Reconstruction]:
         # every victim has its own mask: one by one
         return Attack.reconstruct_many(self, views, seeds=seeds, progress=progress)
+
+
+def infer_dropout_masks(model: nn.Module, update: dict[str, torch.Tensor]) -> int:
+    """Fix each dropout's mask in ``model`` (a copy of the client's) to the features whose column of
+    the next Linear's weight update is not all zero (a batch of one: a dropped feature sends nothing).
+    Returns the number of masks fixed."""
+    fixed = 0
+    for dropout, weight in _dropout_then_linear(model):
+        grad = update.get(weight)
+        if grad is not None:
+            dropout.fixed_mask = (grad != 0).any(dim=0)
+            fixed += 1
+    return fixed
 
 
 def _dropout_then_linear(model: nn.Module) -> list[tuple[nn.Module, str]]:
