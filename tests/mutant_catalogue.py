@@ -29,6 +29,7 @@ PARTICIPANTS = "tests/test_participants.py"
 ATTACKS_TESTS = "tests/test_attacks.py"
 SUITE = "tests/test_attack_suite.py"
 ADAPTIVE = "tests/test_adaptive_attacks.py"
+PRECODE = "tests/test_precode.py"
 
 MUTANTS: list[Mutant] = [
     # the four breaks that once passed every test
@@ -94,6 +95,32 @@ MUTANTS: list[Mutant] = [
     Mutant("metric", "accuracy", "the argmax of the logits' negation (the least likely class)",
            "metrics/utility.py", "correct += int((model(normalize(x)).argmax(dim=1) == y).sum())",
            "correct += int((model(normalize(x)).argmin(dim=1) == y).sum())", (METRICS,)),
+    Mutant("defense", "dp-sgd", "the Gaussian noise left out of the summed clipped gradients",
+           "defenses/dpsgd.py",
+           "out[k] = (total + noise) / len(x)", "out[k] = (total + 0 * noise) / len(x)",
+           (DEFENSES, f"{ANTIGAN}::test_dpsgd_at_a_target_epsilon_spends_about_it")),
+    Mutant("defense", "quantization", "int8 rounding to 255 levels a side instead of 127",
+           "defenses/quantization.py",
+           "scale = values.abs().max() / 127", "scale = values.abs().max() / 255", (DEFENSES,)),
+    Mutant("defense", "augmentation", "the crop offset fixed at the corner", "defenses/augmentation.py",
+           "0, 2 * padding + 1, (n, 2), generator=generator, device=generator.device",
+           "0, 1, (n, 2), generator=generator, device=generator.device", (DEFENSES,)),
+    Mutant("defense", "instahide", "pixel signs never flipped (all +1)", "defenses/mixing.py",
+           "return info.denormalize(info.normalize(mixed) * (signs * 2 - 1))",
+           "return info.denormalize(info.normalize(mixed) * (signs * 0 + 1))", (DEFENSES,)),
+    Mutant("defense", "precode", "the KL term's sign flipped", "defenses/precode.py",
+           "return (-0.5 * (1 + 2 * log_sigma - mu.pow(2) - sigma.pow(2))).sum(dim=-1)",
+           "return (0.5 * (1 + 2 * log_sigma - mu.pow(2) - sigma.pow(2))).sum(dim=-1)", (PRECODE,)),
+    Mutant("defense", "dropout", "dropout only in training mode (inactive when the attack differentiates)",
+           "defenses/dropout.py", "return F.dropout(x, self.p, training=torch.is_grad_enabled())",
+           "return F.dropout(x, self.p, training=self.training)", (DEFENSES,)),
+    Mutant("defense", "dcs2", "the projection applied when the gradients agree, skipped when they oppose",
+           "defenses/dcs2.py", "    if dot >= 0:\n        return shared\n",
+           "    if dot < 0:\n        return shared\n",
+           ("tests/test_dcs2.py",)),
+    Mutant("defense", "row-guard", "near-duplicate rows counted below the similarity instead of above",
+           "defenses/row_guard.py", "return float(((cos >= similarity).double().sum()",
+           "return float(((cos < similarity).double().sum()", ("tests/test_guard.py",)),
     # attacks
     Mutant("attack", "idlg", "the label read off the largest row sum instead of the smallest",
            "attacks/labels.py", "return row_sum.argmin().view(1)", "return row_sum.argmax().view(1)",
