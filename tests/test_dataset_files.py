@@ -111,6 +111,23 @@ def test_svhn_pixels_keep_their_row_column_channel_and_sample(tmp_path):
         assert torch.allclose(test.x[i, 2], torch.full((32, 32), 40 * i / 255))
 
 
+def test_svhn_compressed_and_plain_mat_files_read_alike(tmp_path):
+    """The strict level-5 reader (SciPy's crashed on a damaged file) reads MATLAB's compressed
+    variables and plain ones alike, and ignores variables of other classes."""
+    from leakshield.data.matlab import read_mat_arrays
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (32, 32, 3, 7), dtype=np.uint8)
+    y = np.arange(1, 8, dtype=np.float64).reshape(-1, 1)
+    for compressed in (False, True):
+        path = tmp_path / f"c{compressed}.mat"
+        savemat(path, {"X": x, "y": y, "note": "text", "cells": np.array([1, "a"], dtype=object)},
+                do_compression=compressed)  # fmt: skip
+        arrays = read_mat_arrays(path, ("X", "y"))
+        assert np.array_equal(arrays["X"], x) and arrays["X"].dtype == np.uint8
+        assert np.array_equal(arrays["y"], y)
+
+
 def test_svhn_missing_or_damaged_files_are_one_line_errors(tmp_path):
     write_svhn(tmp_path)
     (tmp_path / "test_32x32.mat").unlink()

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from leakshield.data.files import locate
+from leakshield.data.matlab import MatFileError, V73Error, read_mat_arrays
 from leakshield.data.registry import DATASETS, DatasetParams, RawDataset
 from leakshield.data.transforms import to_float_images
 from leakshield.data.types import ImageSet
@@ -24,17 +25,14 @@ class SvhnParams(DatasetParams):
 
 def read_svhn_mat(path: Path) -> ImageSet:
     """``X`` (32×32×3×N, uint8) and ``y`` (N×1, 1..10 with 10 for the digit 0) → images, labels 0..9."""
-    from scipy.io import loadmat
-    from scipy.io.matlab import MatReadError
-
     try:
-        mat = loadmat(path, variable_names=("X", "y"))
-    except NotImplementedError:  # scipy reads MATLAB v4–v7.2; v7.3 files are HDF5 containers
+        mat = read_mat_arrays(path, ("X", "y"))
+    except V73Error:
         raise DataFileMissingError(
             f"{path}: a MATLAB v7.3 (HDF5) file; SVHN's published files are v5 — use them, or save "
             "the arrays with MATLAB's -v7 flag"
         ) from None
-    except (MatReadError, ValueError, OSError) as exc:
+    except (MatFileError, OSError) as exc:
         raise DataFileMissingError(f"{path}: not a readable SVHN .mat file ({exc})") from None
     if "X" not in mat or "y" not in mat or mat["X"].ndim != 4 or mat["X"].shape[:3] != (32, 32, 3):
         raise DataFileMissingError(
