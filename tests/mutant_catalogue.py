@@ -31,6 +31,15 @@ SUITE = "tests/test_attack_suite.py"
 ADAPTIVE = "tests/test_adaptive_attacks.py"
 PRECODE = "tests/test_precode.py"
 
+#: the gradient-matching presets: their claim is the paper's setting (the engine's steps have their own)
+PRESET_CHANGES = [
+    ("lbfgs-l2", '"l2", "lr": 1.0, **ATS_LBFGS}', '"cosine", "lr": 1.0, **ATS_LBFGS}'),
+    ("lbfgs-cosine", '"cosine", "lr": 1e-4, "tv": 1e-4,', '"cosine", "lr": 1.0, "tv": 1e-4,'),
+    ("adam-cosine", '"cosine", "iterations": 4800, **IG_LIKE}', '"l2", "iterations": 4800, **IG_LIKE}'),
+    ("adam-l2", '"l2", "iterations": 4800, **IG_LIKE}', '"cosine", "iterations": 4800, **IG_LIKE}'),
+    ("sgd-cosine", '**IG_LIKE, "optimizer": "sgd"}', '**IG_LIKE, "optimizer": "adam"}'),
+]
+
 MUTANTS: list[Mutant] = [
     # the four breaks that once passed every test
     Mutant("attack", "hitaj", "generator loss negated (G moves away from its target class)",
@@ -172,6 +181,20 @@ MUTANTS: list[Mutant] = [
     Mutant("attack", "dropout-mask", "the mask read off the zero columns inverted", "attacks/adaptive.py",
            "dropout.fixed_mask = (grad != 0).any(dim=0)", "dropout.fixed_mask = (grad == 0).any(dim=0)",
            (f"{ADAPTIVE}::test_dropout_mask_is_read_off_the_update_exactly",)),
+    Mutant("attack", "dropout-expectation", "the dummy gradient summed over masks, not averaged",
+           "attacks/inversion/replay.py", "return [t / samples for t in total], loss", "return total, loss",
+           (f"{ADAPTIVE}::test_dropout_expectation_averages_the_dummy_gradient_over_masks",)),
+    Mutant("attack", "pruning-aware", "only the pruned entries matched (the released ones masked out)",
+           "attacks/inversion/engine.py", "masks = [t != 0 for t in target] if p.match_released else None",
+           "masks = [t == 0 for t in target] if p.match_released else None",
+           (f"{EFFECTS}::test_pruning_aware_attack_recovers_what_pruning_hid",)),
+    *(Mutant("attack", name, f"its setting changed ({old} → {new})", "attacks/inversion/presets.py",
+             old, new, (f"{ATTACKS_TESTS}::test_gradient_matching_presets_are_the_papers_settings",))
+      for name, old, new in PRESET_CHANGES),
+    Mutant("attack", "gradient-inversion", "the engine's default distance cosine instead of DLG's L2",
+           "attacks/inversion/params.py", 'distance: Literal["l2", "l1", "cosine"] = "l2"',
+           'distance: Literal["l2", "l1", "cosine"] = "cosine"',
+           (f"{ATTACKS_TESTS}::test_gradient_matching_presets_are_the_papers_settings",)),
     # datasets (not required to have mutants, but a layout can be read wrong silently)
     Mutant("dataset", "svhn", "rows and columns swapped", "data/svhn.py",
            'mat["X"].transpose(3, 0, 1, 2)', 'mat["X"].transpose(3, 1, 0, 2)',

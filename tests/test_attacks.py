@@ -84,6 +84,25 @@ def test_presets_are_registered_with_references():
         ATTACKS.validate("ig", {"optimizer": "rmsprop"})
 
 
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [  # ATS (Gao et al., CVPR 2021) Sec. 5's attack variants, as its released configs set them
+        ("lbfgs-l2", ("l2", "lbfgs", 1.0, 0.0, 300, 16)),
+        ("lbfgs-cosine", ("cosine", "lbfgs", 1e-4, 1e-4, 300, 16)),
+        ("adam-cosine", ("cosine", "adam", 0.1, 1e-4, 4800, 1)),
+        ("adam-l2", ("l2", "adam", 0.1, 1e-4, 4800, 1)),
+        ("adam-l1", ("l1", "adam", 0.1, 1e-4, 4800, 1)),
+        ("sgd-cosine", ("cosine", "sgd", 0.1, 1e-4, 4800, 1)),
+        # the engine's own defaults: DLG's matching (L2 + L-BFGS)
+        ("gradient-inversion", ("l2", "lbfgs", None, None, None, None)),
+    ],
+)
+def test_gradient_matching_presets_are_the_papers_settings(name, expected):
+    p = ATTACKS.validate(name)
+    got = (p.distance, p.optimizer, p.lr, p.tv, p.iterations, p.restarts)
+    assert tuple(e if e is None else g for g, e in zip(got, expected, strict=True)) == expected
+
+
 def test_no_attack_signature_accepts_the_truth():
     params = list(inspect.signature(Attack.reconstruct).parameters)
     assert params == ["self", "view", "seed"]
