@@ -24,6 +24,7 @@ CONDENSATION = "tests/test_condensation.py"
 LODA = "tests/test_loda.py"
 DEFENSES = "tests/test_defenses.py"
 EFFECTS = "tests/test_defense_effects.py"
+DETECTION = "tests/test_guard.py::test_detection_cells_score_the_guard_and_the_report_shows_them"
 METRICS = "tests/test_metrics.py"
 PARTICIPANTS = "tests/test_participants.py"
 ATTACKS_TESTS = "tests/test_attacks.py"
@@ -142,6 +143,36 @@ MUTANTS: list[Mutant] = [
            "defenses/loda/encoder.py", "(grad,) = torch.autograd.grad((feature - c * pixel).sum(), x)",
            "(grad,) = torch.autograd.grad((feature + c * pixel).sum(), x)",
            (f"{LODA}::test_obscured_images_are_far_in_pixels_and_close_in_features",)),
+    Mutant("metric", "class_ssim", "the best-matching private image, not the class mean (Eq. 5)",
+           "metrics/class_ssim.py", "mine, window=window).mean(dim=1)",
+           "mine, window=window).max(dim=1).values",
+           (f"{ANTIGAN}::test_class_level_ssim_is_eq_5",)),
+    Mutant("metric", "label_acc", "recovered labels counted by the larger count", "attacks/labels.py",
+           "torch.minimum(pred_counts[:n], true_counts[:n])",
+           "torch.maximum(pred_counts[:n], true_counts[:n])",
+           (f"{ATTACKS_TESTS}::test_label_accuracy_is_order_free",)),
+    Mutant("metric", "epsilon", "the accountant told twice the noise applied", "defenses/dpsgd.py",
+           "accountant.history = [(noise_multiplier, sample_rate, steps)]",
+           "accountant.history = [(2 * noise_multiplier, sample_rate, steps)]",
+           (f"{ANTIGAN}::test_dpsgd_at_a_target_epsilon_spends_about_it",
+            f"{CONDENSATION}::test_fourier_features_have_unit_norm_and_dp_merf_meets_its_budget")),
+    *(Mutant("metric", name, f"{name} computed from the other side's models", "experiment/detection.py",
+             f'"{name}": {old}', f'"{name}": {new}', (DETECTION,))
+      for name, old, new in [
+          ("tpr", "_rate(positives)", "_rate(negatives)"),
+          ("fpr", "_rate(negatives)", "_rate(positives)"),
+          ("models_malicious", "float(len(positives))", "float(len(negatives))"),
+          ("models_honest", "float(len(negatives))", "float(len(positives))"),
+      ]),
+    Mutant("metric", "refused", "the share of victims that shared instead of those refused",
+           "experiment/server_attack.py", "sum(bool(o.refused) for o in observations) / len(observations)",
+           "sum(not o.refused for o in observations) / len(observations)",
+           (DETECTION,)),
+    Mutant("defense", "none", "a release stage that doubles the update", "defenses/none.py",
+           '    """Every stage is the identity."""\n',
+           '    """Every stage is the identity."""\n\n    def release_hook(self, update, context):\n'
+           "        return {k: 2 * v for k, v in update.items()}\n",
+           (f"{DEFENSES}::test_none_shares_the_plain_update",)),
     # attacks
     Mutant("attack", "idlg", "the label read off the largest row sum instead of the smallest",
            "attacks/labels.py", "return row_sum.argmin().view(1)", "return row_sum.argmax().view(1)",
@@ -195,6 +226,29 @@ MUTANTS: list[Mutant] = [
            "attacks/inversion/params.py", 'distance: Literal["l2", "l1", "cosine"] = "l2"',
            'distance: Literal["l2", "l1", "cosine"] = "cosine"',
            (f"{ATTACKS_TESTS}::test_gradient_matching_presets_are_the_papers_settings",)),
+    Mutant("attack", "ats-pinned", "the pinned pixels left free (the bounds ignore the mask)",
+           "attacks/ats_adaptive.py",
+           "torch.where(mask, value, hi.expand_as(value))", "hi.expand_as(value)",
+           ("tests/test_ats_search.py::test_pinned_inversion_keeps_the_border_black",)),
+    Mutant("attack", "carlini", "Eq. 3's regression ascends its loss", "attacks/carlini.py",
+           "loss = ((mixed.abs() if flips else mixed) - target)",
+           "loss = -((mixed.abs() if flips else mixed) - target)",
+           (f"{ADAPTIVE}::test_carlini_decoding_beats_any_single_encoding",)),
+    Mutant("attack", "dcs2-extra", "no image added for the concealed sample", "attacks/dcs2_adaptive.py",
+           "        return min(int(getattr(rule, \"per_batch\", 1)), view.batch_size)\n",
+           "        return 0\n", ("tests/test_dcs2.py::test_adaptive_attacks_on_dcs2",)),
+    Mutant("attack", "dcs2-prior", "each label starts from the next class's mean image",
+           "attacks/dcs2_adaptive.py", "return self.means[labels.long().cpu()]",
+           "return self.means[(labels.long().cpu() + 1) % len(self.means)]",
+           ("tests/test_dcs2.py::test_adaptive_attacks_on_dcs2",)),
+    Mutant("attack", "precode-expectation", "one bottleneck sample instead of the expectation over 8",
+           "attacks/adaptive.py", '"precode-expectation", {**ADAPTIVE_IG, "dropout_samples": 8}',
+           '"precode-expectation", {**ADAPTIVE_IG, "dropout_samples": 1}',
+           (f"{PRECODE}::test_precode_expectation_averages_over_bottleneck_samples",)),
+    Mutant("attack", "precode-analytic", "the bottleneck's input read with its sign flipped",
+           "attacks/precode_analytic.py", "z = self._candidates(grad_w.double(), grad_b.double(), 1).float()",
+           "z = -self._candidates(grad_w.double(), grad_b.double(), 1).float()",
+           (f"{PRECODE}::test_precode_analytic_inverts_features_when_no_linear_layer_sees_the_image",)),
     # datasets (not required to have mutants, but a layout can be read wrong silently)
     Mutant("dataset", "svhn", "rows and columns swapped", "data/svhn.py",
            'mat["X"].transpose(3, 0, 1, 2)', 'mat["X"].transpose(3, 1, 0, 2)',

@@ -67,6 +67,19 @@ def test_invalid_parameters_name_the_field():
         create_defense("gaussian-noise", {"sigma": -1})
 
 
+def test_none_shares_the_plain_update():
+    """The baseline every table compares against: each stage is the identity."""
+    model = create_model("lenet", in_shape=(1, 16, 16), num_classes=10, seed=0).eval()
+    x, y = torch.rand(4, 1, 16, 16, generator=gen()), torch.tensor([1, 2, 3, 4])
+    none = create_defense("none")
+    assert none.model_hook(model) is model
+    hx, hy = none.data_hook(x, y, client_context())
+    assert torch.equal(hx, x) and torch.equal(hy, y)
+    plain = plain_gradient(model, x, y)
+    shared = none.release_hook(none.gradient(model, x, y, client_context()), client_context())
+    assert shared.keys() == plain.keys() and all(torch.allclose(shared[k], plain[k]) for k in plain)
+
+
 def test_gaussian_noise_has_the_configured_std_and_is_seeded():
     update = big_update()
     defense = create_defense("gaussian-noise", {"sigma": 0.1})
