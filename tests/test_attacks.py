@@ -101,6 +101,8 @@ def test_gradient_matching_presets_are_the_papers_settings(name, expected):
     p = ATTACKS.validate(name)
     got = (p.distance, p.optimizer, p.lr, p.tv, p.iterations, p.restarts)
     assert tuple(e if e is None else g for g, e in zip(got, expected, strict=True)) == expected
+    cpl = ATTACKS.validate("cpl")  # Wei et al.: L2 matching plus the task loss, patterned start
+    assert (cpl.distance, cpl.task_loss, cpl.init, cpl.labels) == ("l2", 1.0, "patterned", "infer")
 
 
 def test_no_attack_signature_accepts_the_truth():
