@@ -299,13 +299,11 @@ class ExperimentConfig(Section):
                     f"attacks[{i}].against: unknown defense labels {unknown}; "
                     f"the defenses are {defense_labels}"
                 )
-        for i, d in enumerate(self.defenses):
-            for j, entry in enumerate(d.entries):
-                where = f"defenses[{i}]" + (f".stack[{j}]" if d.stack else "")
-                try:
-                    DEFENSES.validate(entry["name"], entry["params"])
-                except LeakshieldError as exc:
-                    raise ConfigError(f"{where}: {exc}") from None
+        for where, entry in self._defense_entries():
+            try:
+                DEFENSES.validate(entry["name"], entry["params"])
+            except LeakshieldError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
         for i, sweep in enumerate(self.report.sweeps):
             unknown = sorted(set(sweep.points) - set(defense_labels))
             if unknown:
@@ -327,16 +325,18 @@ class ExperimentConfig(Section):
         training, so nothing fails late as a stored cell."""
         entries = [(f"attacks[{i}]", ATTACKS, a.name, split_execution(a.params)[0])
                    for i, a in enumerate(self.attacks)]  # fmt: skip
-        for i, d in enumerate(self.defenses):
-            for j, entry in enumerate(d.entries):
-                where = f"defenses[{i}]" + (f".stack[{j}]" if d.stack else "")
-                entries.append((where, DEFENSES, entry["name"], entry["params"]))
+        entries += [(where, DEFENSES, e["name"], e["params"]) for where, e in self._defense_entries()]
         for where, registry, name, params in entries:
             validated = registry.validate(name, params)
             try:
                 validated.check_data(shape, num_classes)
             except ValueError as exc:
                 raise ConfigError(f"{where}.{exc}") from None
+
+    def _defense_entries(self) -> list[tuple[str, dict[str, Any]]]:
+        """(where in the config, entry) of every defense, stacked ones one by one."""
+        return [(f"defenses[{i}]" + (f".stack[{j}]" if d.stack else ""), entry)
+                for i, d in enumerate(self.defenses) for j, entry in enumerate(d.entries)]  # fmt: skip
 
     @property
     def victim_update(self) -> LocalTraining:

@@ -125,10 +125,7 @@ class ResultStore:
         except (sqlite3.DatabaseError, ValueError) as exc:  # ValueError: damaged text (not UTF-8)
             problems = str(exc).splitlines() or ["unreadable"]  # quick_check lists one problem a line
             more = f" and {len(problems) - 1} more problems" if len(problems) > 1 else ""
-            raise CorruptStoreError(
-                f"{self.path} is damaged ({problems[0]}{more}); rerun with --repair to move it aside, "
-                "keep every readable finished cell and recompute the rest"
-            ) from None
+            raise self._damaged(f"{problems[0]}{more}") from None
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -146,13 +143,12 @@ class ResultStore:
             with self._connect() as db:
                 return db.execute(query).fetchall()
         except (sqlite3.DatabaseError, ValueError) as exc:
-            raise self._damaged(exc) from None
+            raise self._damaged(_unreadable_row(exc)) from None
 
-    def _damaged(self, exc: BaseException) -> CorruptStoreError:
-        detail = " ".join(str(exc).split())[:120]
+    def _damaged(self, detail: str) -> CorruptStoreError:
         return CorruptStoreError(
-            f"{self.path} is damaged (a cell row is unreadable: {type(exc).__name__}: {detail}); rerun "
-            "with --repair to move it aside, keep every readable finished cell and recompute the rest"
+            f"{self.path} is damaged ({detail}); rerun with --repair to move it aside, keep every "
+            "readable finished cell and recompute the rest"
         )
 
     def fingerprint(self) -> str | None:
@@ -217,7 +213,11 @@ class ResultStore:
         try:
             return [_record(r) for r in rows]
         except (ValueError, TypeError) as exc:  # a cell's JSON cut short by a damaged page
-            raise self._damaged(exc) from None
+            raise self._damaged(_unreadable_row(exc)) from None
+
+
+def _unreadable_row(exc: BaseException) -> str:
+    return f"a cell row is unreadable: {type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
 
 
 def _record(r: tuple) -> CellRecord:
