@@ -74,3 +74,75 @@ def watchdog(seconds: int = 120) -> Iterator[None]:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+# ------------------------------------------------------------------ small files in the datasets' real formats
+
+
+def idx_bytes(array) -> bytes:
+    """An uncompressed IDX file (MNIST's format) of the uint8 ``array``."""
+    import struct
+
+    import numpy as np
+
+    dims = b"".join(struct.pack(">I", d) for d in array.shape)
+    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + dims
+    return header + np.asarray(array).astype(np.uint8).tobytes()
+
+
+def cifar_records(n: int, label_bytes: int, rng):
+    """``n`` records of CIFAR's binary format (``label_bytes`` label bytes, then 3072 pixels): the bytes,
+    the labels and the pixels."""
+    import numpy as np
+
+    labels = rng.integers(0, 10, (n, label_bytes))
+    pixels = rng.integers(0, 256, (n, 3072))
+    return np.concatenate([labels, pixels], axis=1).astype(np.uint8).tobytes(), labels, pixels
+
+
+def write_jpeg(path: Path, size: tuple[int, int], value: int, grey: bool = False) -> None:
+    """A JPEG of ``size`` (w, h) whose brightness grows with ``value`` (noise seeded by it)."""
+    import numpy as np
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    w, h = size
+    rng = np.random.default_rng(value)
+    array = (rng.integers(0, 60, (h, w, 3)) + value * 25).clip(0, 255).astype(np.uint8)
+    Image.fromarray(array[..., 0] if grey else array).save(path, quality=95)
+
+
+def write_svhn(root: Path, n_train: int = 30, n_test: int = 10, extra: int = 0) -> Path:
+    """SVHN's .mat files (X 32×32×3×N uint8, y N×1 in 1..10) under ``root``."""
+    import numpy as np
+    from scipy.io import savemat
+
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for name, n in (("train", n_train), ("test", n_test), ("extra", extra)):
+        if n:
+            x = rng.integers(0, 256, (32, 32, 3, n), dtype=np.uint8)
+            y = (np.arange(n) % 10 + 1).reshape(-1, 1).astype(np.uint8)  # 1..10, 10 is the digit 0
+            savemat(root / f"{name}_32x32.mat", {"X": x, "y": y})
+    return root
+
+
+def write_tinyimagenet(
+    root: Path, wnids=("n01443537", "n01629819", "n01641577"), per_class: int = 6, val: int = 2
+) -> Path:
+    """Tiny ImageNet's official layout (wnids.txt, words.txt, train/<wnid>/images, val/) under ``root``."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "wnids.txt").write_text("\n".join(wnids) + "\n")
+    (root / "words.txt").write_text(
+        "\n".join(f"{w}\tclass {k}, synonym" for k, w in enumerate(wnids)) + "\nn99999999\tother\n"
+    )
+    lines = []
+    for k, wnid in enumerate(wnids):
+        for i in range(per_class):
+            write_jpeg(root / "train" / wnid / "images" / f"{wnid}_{i}.JPEG", (64, 64), k)
+        for i in range(val):
+            name = f"val_{k * val + i}.JPEG"
+            write_jpeg(root / "val" / "images" / name, (64, 64), k)
+            lines.append(f"{name}\t{wnid}\t0\t0\t63\t63")
+    (root / "val" / "val_annotations.txt").write_text("\n".join(lines) + "\n")
+    return root

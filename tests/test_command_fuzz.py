@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gzip
 import shutil
-import struct
 import tempfile
 from collections import Counter
 from collections.abc import Callable
@@ -24,14 +23,20 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scipy.io import savemat
 
 from leakshield.cli import main
 from leakshield.data import load_dataset
 from leakshield.errors import LeakshieldError
 from leakshield.experiment.training import TrainedModels
 
-from helpers import tiny_config, watchdog
+from helpers import (
+    cifar_records,
+    idx_bytes,
+    tiny_config,
+    watchdog,
+    write_svhn,
+    write_tinyimagenet,
+)
 
 ARGS = ["--quiet", "--device", "cpu", "--threads", "1"]
 COUNTS: Counter[tuple[str, str]] = Counter()
@@ -165,35 +170,22 @@ def check_report(capsys, run: Path, tmp: Path, file: str, edits: list[tuple]) ->
 # ------------------------------------------------------------------ every dataset format's files
 
 
-def _idx(array: np.ndarray) -> bytes:
-    dims = b"".join(struct.pack(">I", d) for d in array.shape)
-    return struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + dims + array.astype(np.uint8).tobytes()
-
-
 def write_format(name: str, root: Path) -> Path:
     """A tiny valid copy of dataset ``name`` under ``root``; returns the file the fuzz damages."""
     rng = np.random.default_rng(0)
     if name == "mnist":
         for prefix, n in (("train", 24), ("t10k", 8)):
-            (root / f"{prefix}-images-idx3-ubyte.gz").write_bytes(
-                gzip.compress(_idx(rng.integers(0, 256, (n, 28, 28))))
-            )
-            (root / f"{prefix}-labels-idx1-ubyte.gz").write_bytes(gzip.compress(_idx(np.arange(n) % 10)))
+            images = gzip.compress(idx_bytes(rng.integers(0, 256, (n, 28, 28))))
+            (root / f"{prefix}-images-idx3-ubyte.gz").write_bytes(images)
+            (root / f"{prefix}-labels-idx1-ubyte.gz").write_bytes(gzip.compress(idx_bytes(np.arange(n) % 10)))
         return root / "train-images-idx3-ubyte.gz"
     if name == "cifar10":
         for i in range(1, 6):
-            rows = np.concatenate([np.arange(4)[:, None] % 10, rng.integers(0, 256, (4, 3072))], axis=1)
-            (root / f"data_batch_{i}.bin").write_bytes(rows.astype(np.uint8).tobytes())
+            (root / f"data_batch_{i}.bin").write_bytes(cifar_records(4, 1, rng)[0])
         shutil.copy(root / "data_batch_1.bin", root / "test_batch.bin")
         return root / "data_batch_1.bin"
     if name == "svhn":
-        for split, n in (("train", 12), ("test", 6)):
-            y = (np.arange(n) % 10 + 1).reshape(-1, 1).astype(np.uint8)
-            savemat(
-                root / f"{split}_32x32.mat",
-                {"X": rng.integers(0, 256, (32, 32, 3, n), dtype=np.uint8), "y": y},
-            )
-        return root / "train_32x32.mat"
+        return write_svhn(root, n_train=12, n_test=6) / "train_32x32.mat"
     if name == "imagefolder":
         from PIL import Image
 
@@ -203,21 +195,8 @@ def write_format(name: str, root: Path) -> Path:
                 Image.fromarray(rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)).save(root / c / f"{i}.png")
         return root / "a" / "0.png"
     if name == "tinyimagenet":
-        from PIL import Image
-
-        wnids = ["n01443537", "n01629819"]
-        (root / "wnids.txt").write_text("\n".join(wnids) + "\n")
-        lines = []
-        for k, wnid in enumerate(wnids):
-            (root / "train" / wnid / "images").mkdir(parents=True)
-            (root / "val" / "images").mkdir(parents=True, exist_ok=True)
-            for i in range(3):
-                picture = Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8))
-                picture.save(root / "train" / wnid / "images" / f"{wnid}_{i}.JPEG")
-            picture.save(root / "val" / "images" / f"val_{k}.JPEG")
-            lines.append(f"val_{k}.JPEG\t{wnid}\t0\t0\t63\t63")
-        (root / "val" / "val_annotations.txt").write_text("\n".join(lines) + "\n")
-        return root / "val" / "val_annotations.txt"
+        wnids = ("n01443537", "n01629819")
+        return write_tinyimagenet(root, wnids, per_class=3, val=1) / "val" / "val_annotations.txt"
     raise AssertionError(name)
 
 

@@ -1,7 +1,6 @@
 """Dataset loaders on small files written here in each real format, digits, and partitioning."""
 
 import gzip
-import struct
 
 import numpy as np
 import pytest
@@ -18,6 +17,8 @@ from leakshield.data import (
     partition_indices,
 )
 from leakshield.errors import ConfigError, DataFileMissingError
+
+from helpers import cifar_records, idx_bytes
 
 
 def test_digits_splits_are_disjoint_seeded_and_32x32(digits3):
@@ -50,13 +51,6 @@ def test_digits_grey_and_bilinear_resize_matches_torch():
     assert len(all_images) == 1797
 
 
-def _idx_bytes(array: np.ndarray) -> bytes:
-    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + b"".join(
-        struct.pack(">I", d) for d in array.shape
-    )
-    return header + array.astype(np.uint8).tobytes()
-
-
 @pytest.mark.parametrize("name", ["mnist", "fashion-mnist"])
 @pytest.mark.parametrize("gz", [True, False])
 def test_idx_loaders_read_real_format(tmp_path, name, gz):
@@ -68,7 +62,7 @@ def test_idx_loaders_read_real_format(tmp_path, name, gz):
         "t10k-labels-idx1-ubyte": rng.integers(0, 10, 20),
     }
     for fname, arr in arrays.items():
-        data = _idx_bytes(arr)
+        data = idx_bytes(arr)
         if gz:
             (tmp_path / f"{fname}.gz").write_bytes(gzip.compress(data))
         else:
@@ -93,19 +87,13 @@ def test_idx_bad_magic_is_reported(tmp_path):
         load_dataset("mnist", root=tmp_path)
 
 
-def _cifar_records(n: int, label_bytes: int, rng) -> tuple[bytes, np.ndarray, np.ndarray]:
-    labels = rng.integers(0, 10, (n, label_bytes))
-    pixels = rng.integers(0, 256, (n, 3072))
-    return np.concatenate([labels, pixels], axis=1).astype(np.uint8).tobytes(), labels, pixels
-
-
 def test_cifar10_binary(tmp_path):
     rng = np.random.default_rng(1)
     folder = tmp_path / "cifar-10-batches-bin"
     folder.mkdir()
     for i in range(1, 6):
-        (folder / f"data_batch_{i}.bin").write_bytes(_cifar_records(4, 1, rng)[0])
-    data, labels, pixels = _cifar_records(5, 1, rng)
+        (folder / f"data_batch_{i}.bin").write_bytes(cifar_records(4, 1, rng)[0])
+    data, labels, pixels = cifar_records(5, 1, rng)
     (folder / "test_batch.bin").write_bytes(data)
     s = load_dataset("cifar10", {"public_fraction": 0.25}, root=tmp_path)  # parent folder works too
     assert s.info.shape == (3, 32, 32) and len(s.train) == 15 and len(s.public) == 5
@@ -118,8 +106,8 @@ def test_cifar10_binary(tmp_path):
 
 def test_cifar100_binary_uses_fine_labels(tmp_path):
     rng = np.random.default_rng(2)
-    train, _, _ = _cifar_records(10, 2, rng)
-    test, labels, _ = _cifar_records(4, 2, rng)
+    train, _, _ = cifar_records(10, 2, rng)
+    test, labels, _ = cifar_records(4, 2, rng)
     (tmp_path / "train.bin").write_bytes(train)
     (tmp_path / "test.bin").write_bytes(test)
     s = load_dataset("cifar100", root=tmp_path)

@@ -9,50 +9,14 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from PIL import Image
 from scipy.io import savemat
 
 from leakshield.data import load_dataset
 from leakshield.errors import DataFileMissingError
 
+from helpers import write_jpeg, write_svhn, write_tinyimagenet
+
 ATTRIBUTES = ["5_o_Clock_Shadow", "Male", "Smiling"]
-
-
-def _jpeg(path, size, value, grey=False):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    w, h = size
-    rng = np.random.default_rng(value)
-    array = (rng.integers(0, 60, (h, w, 3)) + value * 25).clip(0, 255).astype(np.uint8)
-    Image.fromarray(array[..., 0] if grey else array).save(path, quality=95)
-
-
-def write_svhn(root, n_train=30, n_test=10, extra=0):
-    root.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-    for name, n in (("train", n_train), ("test", n_test), ("extra", extra)):
-        if n:
-            x = rng.integers(0, 256, (32, 32, 3, n), dtype=np.uint8)
-            y = (np.arange(n) % 10 + 1).reshape(-1, 1).astype(np.uint8)  # 1..10, 10 is the digit 0
-            savemat(root / f"{name}_32x32.mat", {"X": x, "y": y})
-    return root
-
-
-def write_tinyimagenet(root, wnids=("n01443537", "n01629819", "n01641577"), per_class=6, val=2):
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "wnids.txt").write_text("\n".join(wnids) + "\n")
-    (root / "words.txt").write_text(
-        "\n".join(f"{w}\tclass {k}, synonym" for k, w in enumerate(wnids)) + "\nn99999999\tother\n"
-    )
-    lines = []
-    for k, wnid in enumerate(wnids):
-        for i in range(per_class):
-            _jpeg(root / "train" / wnid / "images" / f"{wnid}_{i}.JPEG", (64, 64), k)
-        for i in range(val):
-            name = f"val_{k * val + i}.JPEG"
-            _jpeg(root / "val" / "images" / name, (64, 64), k)
-            lines.append(f"{name}\t{wnid}\t0\t0\t63\t63")
-    (root / "val" / "val_annotations.txt").write_text("\n".join(lines) + "\n")
-    return root
 
 
 def write_celeba(root, n=24):
@@ -62,7 +26,7 @@ def write_celeba(root, n=24):
     partition, identity, attrs = [], [], [f"{n}", " ".join(ATTRIBUTES)]
     for i in range(n):
         name = f"{i + 1:06d}.jpg"
-        _jpeg(root / "img_align_celeba" / name, (178, 218), i % 7)
+        write_jpeg(root / "img_align_celeba" / name, (178, 218), i % 7)
         partition.append(f"{name} {2 if i % 4 == 3 else (1 if i % 8 == 5 else 0)}")
         identity.append(f"{name} {identities[i]}")
         bits = [(-1) ** (i % 2), (-1) ** (i // 2 % 2), 1]
@@ -76,7 +40,7 @@ def write_celeba(root, n=24):
 def write_class_folders(root, classes, per_class, size=(64, 64), grey=False):
     for k, cls in enumerate(classes):
         for i in range(per_class):
-            _jpeg(root / cls / f"{cls}_{i:03d}.jpeg", size, k, grey=grey)
+            write_jpeg(root / cls / f"{cls}_{i:03d}.jpeg", size, k, grey=grey)
     return root
 
 

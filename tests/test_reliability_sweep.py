@@ -15,7 +15,7 @@ from leakshield.cli import main
 from leakshield.defenses.dpsgd import dp_epsilon
 from leakshield.experiment.training import TrainedModels
 
-from helpers import tiny_config, write_config
+from helpers import idx_bytes, tiny_config, write_config
 
 yaml_dump = yaml.safe_dump
 
@@ -244,15 +244,8 @@ def test_leaderboard_readme_and_workers_are_checked_before_any_work(tmp_path, ca
 def write_idx(folder, *, labels_train=None, gz_plain=False, truncate_gz=False):
     """MNIST's four IDX files (60 train, 20 test images), optionally damaged."""
     import gzip
-    import struct
 
     import numpy as np
-
-    def idx(array):
-        header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + b"".join(
-            struct.pack(">I", d) for d in array.shape
-        )
-        return header + array.astype(np.uint8).tobytes()
 
     rng = np.random.default_rng(0)
     arrays = {
@@ -262,9 +255,9 @@ def write_idx(folder, *, labels_train=None, gz_plain=False, truncate_gz=False):
         "t10k-labels-idx1-ubyte": rng.integers(0, 10, 20),
     }
     for name, array in arrays.items():
-        data = gzip.compress(idx(array))
+        data = gzip.compress(idx_bytes(array))
         if gz_plain:
-            data = idx(array)  # a plain file named .gz
+            data = idx_bytes(array)  # a plain file named .gz
         if truncate_gz:
             data = data[: len(data) // 2]
         (folder / f"{name}.gz").write_bytes(data)
