@@ -31,6 +31,7 @@ ATTACKS_TESTS = "tests/test_attacks.py"
 SUITE = "tests/test_attack_suite.py"
 ADAPTIVE = "tests/test_adaptive_attacks.py"
 PRECODE = "tests/test_precode.py"
+CELLS = "tests/test_cell_metrics.py"
 
 #: the gradient-matching presets: their claim is the paper's setting (the engine's steps have their own)
 PRESET_CHANGES = [
@@ -195,6 +196,24 @@ MUTANTS: list[Mutant] = [
     Mutant("metric", "samples", "one sample too many counted", "experiment/participant_attack.py",
            '"samples": float(len(samples))', '"samples": float(len(samples) + 1)',
            (f"{ANTIGAN}::test_a_gan_cell_scores_class_level_ssim_and_draws_the_grid",)),
+    Mutant("metric", "lpips", "features not unit-normalized along channels", "metrics/lpips.py",
+           "out.append(x / (x.pow(2).sum(dim=1, keepdim=True).sqrt() + 1e-10))", "out.append(x)",
+           (f"{METRICS}::test_lpips_is_zhang_et_als_eq_1_written_out",)),
+    Mutant("metric", "class_ssim_public", "the victims' own images scored instead of the public split's",
+           "experiment/participant_attack.py",
+           "class_level_ssim(public.x, public.y, private.x, private.y,",
+           "class_level_ssim(private.x, private.y, private.x, private.y,",
+           (f"{CELLS}::test_class_ssim_public_scores_the_public_images_of_the_attacked_classes_against_the_victims",)),
+    Mutant("metric", "accuracy_attacked", "measured on the public split instead of the test split",
+           "experiment/participant_attack.py", "accuracy(sim.model, world.data.test.to(world.device),",
+           "accuracy(sim.model, world.data.public.to(world.device),",
+           (f"{CELLS}::test_accuracy_attacked_is_the_test_accuracy_after_the_attackers_rounds",)),
+    Mutant("metric", "accuracy_train", "measured on the test split", "experiment/reference_cells.py",
+           "ImageSet(data.train.x, data.train.y)", "ImageSet(data.test.x, data.test.y)",
+           (f"{CELLS}::test_utility_accuracies_are_measured_on_the_test_and_the_training_split",)),
+    Mutant("metric", "seconds", "the elapsed time's sign flipped", "experiment/compute.py",
+           "seconds=time.time() - start,", "seconds=start - time.time(),",
+           (f"{CELLS}::test_every_record_times_its_cell_within_the_run",)),
     # attacks
     Mutant("attack", "idlg", "the label read off the largest row sum instead of the smallest",
            "attacks/labels.py", "return row_sum.argmin().view(1)", "return row_sum.argmax().view(1)",

@@ -119,6 +119,30 @@ def test_lpips_from_documented_file(tmp_path, net):
     assert float(model(a[:1, :1], b[:1, :1])[0]) >= 0  # grey images are repeated to RGB
 
 
+def test_lpips_is_zhang_et_als_eq_1_written_out():
+    """Eq. 1 of Zhang et al. (CVPR 2018) computed by hand: [0, 1] → [−1, 1], the reference's per-channel
+    shift and scale, the backbone's tapped ReLUs unit-normalized along channels, squared differences
+    weighted per channel by the heads, averaged over positions and summed over layers."""
+    torch.manual_seed(3)
+    model = LPIPS("alex")
+    for p in model.parameters():
+        p.data.uniform_(0, 0.1) if p.ndim == 4 and p.shape[0] == 1 else p.data.normal_(0, 0.05)
+    a, b = torch.rand(2, 3, 64, 64), torch.rand(2, 3, 64, 64)
+    shift = torch.tensor([-0.030, -0.088, -0.188]).view(1, 3, 1, 1)
+    scale = torch.tensor([0.458, 0.448, 0.450]).view(1, 3, 1, 1)
+    fa, fb = (2 * a - 1 - shift) / scale, (2 * b - 1 - shift) / scale
+    expected = torch.zeros(2)
+    for i, layer in enumerate(model.features[: model.taps[-1] + 1]):
+        fa, fb = layer(fa), layer(fb)
+        if i in model.taps:
+            unit_a = fa / fa.norm(dim=1, keepdim=True).clamp_min(1e-10)
+            unit_b = fb / fb.norm(dim=1, keepdim=True).clamp_min(1e-10)
+            weights = model.lins[model.taps.index(i)].weight.view(1, -1, 1, 1)
+            expected += (weights * (unit_a - unit_b) ** 2).sum(dim=1).mean(dim=(1, 2))
+    assert len(model.taps) == 5
+    assert torch.allclose(model(a, b), expected, rtol=1e-4)
+
+
 def test_lpips_file_errors(tmp_path):
     with pytest.raises(LeakshieldError, match="not found"):
         load_lpips("alex", tmp_path / "missing.safetensors")

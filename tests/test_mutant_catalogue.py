@@ -14,7 +14,7 @@ from leakshield.defenses import DEFENSES
 from leakshield.fl import AGGREGATORS
 from leakshield.metrics import METRICS
 
-from mutant_catalogue import MUTANTS
+from mutant_catalogue import MUTANTS, uncovered
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTERED = {
@@ -36,3 +36,9 @@ def test_each_mutant_names_a_registered_component_text_that_occurs_once_and_real
         file, _, name = test.partition("::")
         source = (ROOT / file).read_text()
         assert not name or re.search(rf"^def {re.escape(name)}\(", source, re.M), test
+
+
+def test_every_registered_attack_defense_metric_and_aggregator_has_a_mutant():
+    """A component registered without a catalogued break of its core step fails here (issue: every
+    component proves it works); add its mutant to ``tests/mutant_catalogue.py``."""
+    assert uncovered() == []
