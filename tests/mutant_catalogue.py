@@ -5,7 +5,7 @@ the default suite that every mutant still names text that occurs once in its fil
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -310,6 +310,14 @@ MUTANTS: list[Mutant] = [
            'mat["X"].transpose(3, 0, 1, 2)', 'mat["X"].transpose(3, 1, 0, 2)',
            ("tests/test_dataset_files.py::test_svhn_pixels_keep_their_row_column_channel_and_sample",)),
 ]  # fmt: skip
+
+
+#: every defense's mutants also run its case of the systematic view test (what the server sees changes as
+#: the defense claims); e.g. it alone also kills dp-sgd's and instahide's mutants
+VIEWS = "tests/test_defense_views.py::test_the_defense_changes_what_the_server_sees_as_it_claims"
+MUTANTS = [
+    replace(m, tests=(*m.tests, f"{VIEWS}[{m.component}]")) if m.kind == "defense" else m for m in MUTANTS
+]
 
 
 def uncovered() -> list[str]:
