@@ -8,6 +8,11 @@
   approximated by that hard label.
 * ``dcs2-prior``: strong prior knowledge (DCS² Sec. 4, RQ4): IG starting from the class-average image
   of the public split for each label (granted or inferred).
+
+Neither beats plain IG on single digits under DCS² (``sensitive: all``), measured over 5 seeds by
+``python benchmarks/adaptive_spread.py --only dcs2`` (500 steps, untrained tanh LeNet): ``dcs2-extra``
+0.335 ± 0.055 SSIM vs IG 0.434 ± 0.018 (every seed lower: two unknowns for one gradient); ``dcs2-prior``
+0.436 vs 0.434 (+0.002 ± 0.003), the class-mean start changes little at this budget.
 """
 
 from __future__ import annotations

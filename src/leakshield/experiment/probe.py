@@ -11,13 +11,15 @@ from typing import Any
 
 import torch
 
+from leakshield.artifacts import ArtifactCache
 from leakshield.attacks import create_attack
 from leakshield.data.types import DatasetSplits, ImageSet
 from leakshield.defenses import DefensePipeline
 from leakshield.experiment.config import Component, MetricSection
 from leakshield.experiment.evaluation import score_reconstructions
 from leakshield.experiment.federation import build_model
-from leakshield.fl import HonestClient, LocalTraining, ServerKnowledge, ThreatModel, observe_victim
+from leakshield.experiment.fitting import FitSetting, fit_attack, fit_defenses
+from leakshield.fl import FLConfig, HonestClient, LocalTraining, ServerKnowledge, ThreatModel, observe_victim
 
 
 @dataclass(frozen=True)
@@ -49,24 +51,34 @@ def probe_attack(
     pool: int = 60,
     seed: int = 0,
     labels_known: bool = True,
+    cache: ArtifactCache | None = None,
 ) -> ProbeResult:
     """Each training image in ``victims`` is a FedSGD batch of one of client 0, which holds the first
     ``pool`` training images; the untrained ``model`` (initialized with seed 0, eval mode) runs the
     ``defenses`` stack; ``attack`` reconstructs every victim. ``seed`` draws the defenses' randomness
-    and the attack's starts (victim k uses 1000·seed + k)."""
-    info = data.info
+    and the attack's starts (victim k uses 1000·seed + k). Defenses and attacks that declare a fit are
+    fitted as in a run (client fits on client 0's data, public fits on the public split; fit seed 0)
+    through ``cache`` (default: the user's artifact cache)."""
+    info, cache = data.info, cache or ArtifactCache()
     pipeline = DefensePipeline.from_config([{"name": n, "params": dict(p)} for n, p in defenses])
-    net = build_model(Component(name=model, **dict(model_params or {})), pipeline, info, 0, "cpu").eval()
-    client = HonestClient(
-        0,
-        data.train.subset(list(range(pool))),
-        LocalTraining(),
-        pipeline,
+    spec = Component(name=model, **dict(model_params or {}))
+    net = build_model(spec, pipeline, info, 0, "cpu").eval()
+    held = data.train.subset(list(range(pool)))
+    setting = FitSetting(
         info,
-        public=data.public,
-        model_mode="eval",
+        data.public,
+        [held],
+        FLConfig(clients=1),
+        net,
+        {"name": spec.name, **spec.params},
+        0,
+        torch.device("cpu"),
     )
-    adversary = create_attack(attack, dict(attack_params or {}))
+    pipeline, _ = fit_defenses(pipeline, setting, cache)
+    client = HonestClient(0, held, LocalTraining(), pipeline, info, public=data.public, model_mode="eval")
+    adversary, _ = fit_attack(
+        create_attack(attack, dict(attack_params or {})), setting, cache or ArtifactCache()
+    )
     knowledge = ServerKnowledge(info, data.public)
     batches = [data.train.subset([i]) for i in victims]
     seeds = [1000 * seed + k for k in range(len(batches))]
