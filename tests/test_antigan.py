@@ -88,6 +88,48 @@ def test_class_level_ssim_is_eq_5():
         class_level_ssim(generated, torch.tensor([5, 5]), private, labels)
 
 
+def test_pairwise_ssim_edges_dark_images_clamping_and_shapes():
+    """The cases mutation testing found untested (survivors of mutmut over metrics/): dark, flat images
+    where C1 decides the luminance term; inputs outside [0, 1], clamped as a data range of 1 implies; a
+    window as large as the image; mismatched shapes."""
+    g = torch.Generator().manual_seed(2)
+    dark = 0.02 * torch.rand(2, 1, 8, 8, generator=g)
+    ours = pairwise_ssim(dark[:1], dark[1:], window=8)  # one window: the whole image
+    assert ours.shape == (1, 1)
+    assert ours.item() == pytest.approx(_uniform_ssim(dark[0, 0].double(), dark[1, 0].double()), abs=1e-6)
+    wild = torch.rand(2, 1, 8, 8, generator=g) * 3 - 1  # values in [−1, 2]
+    clamped = wild.clamp(0, 1)
+    assert torch.allclose(
+        pairwise_ssim(wild, wild[:1], window=4), pairwise_ssim(clamped, clamped[:1], window=4)
+    )
+    with pytest.raises(ValueError, match="do not match"):
+        pairwise_ssim(torch.rand(1, 1, 8, 8), torch.rand(1, 3, 8, 8))
+    with pytest.raises(ValueError, match="do not match"):
+        pairwise_ssim(torch.rand(1, 8, 8), torch.rand(1, 8, 8))
+    with pytest.raises(ValueError, match="window needs larger images"):
+        pairwise_ssim(torch.rand(1, 1, 8, 8), torch.rand(1, 1, 8, 8), window=9)
+
+
+def _uniform_ssim(x: torch.Tensor, y: torch.Tensor, k1: float = 0.01, k2: float = 0.03) -> float:
+    """SSIM of two images with one window covering both whole (population statistics, data range 1)."""
+    mx, my = x.mean(), y.mean()
+    vx, vy = ((x - mx) ** 2).mean(), ((y - my) ** 2).mean()
+    cov = ((x - mx) * (y - my)).mean()
+    c1, c2 = k1**2, k2**2
+    return float((2 * mx * my + c1) * (2 * cov + c2) / ((mx**2 + my**2 + c1) * (vx + vy + c2)))
+
+
+def test_class_level_ssim_skips_classes_without_private_images_and_keeps_the_window():
+    g = torch.Generator().manual_seed(3)
+    private, labels = torch.rand(4, 1, 12, 12, generator=g), torch.tensor([1, 1, 2, 2])
+    generated, gen_labels = torch.rand(3, 1, 12, 12, generator=g), torch.tensor([0, 1, 2])  # 0: none private
+    value, per_class = class_level_ssim(generated, gen_labels, private, labels, window=4)
+    assert sorted(per_class) == [1, 2] and value == pytest.approx((per_class[1] + per_class[2]) / 2)
+    with_window = [pairwise_ssim(generated[2:], private[2:], window=w).mean().item() for w in (4, 8)]
+    assert per_class[2] == pytest.approx(with_window[0], abs=1e-6)
+    assert per_class[2] != pytest.approx(with_window[1], abs=1e-6)
+
+
 def _stored(cache):
     return {p.name for p in cache.root.glob("*/*") if p.parent.name != "samples"}
 

@@ -139,3 +139,19 @@ def test_random_policies_are_seeded_and_within_the_library():
     a = random_policy(torch.Generator().manual_seed(5))
     assert str(a) == str(random_policy(torch.Generator().manual_seed(5)))
     assert len(a.ops) == 3 and all(0 <= t.index < 50 for t in a.ops)
+
+
+def test_signs_of_the_magnitudes_are_plus_or_minus_one_both_drawn():
+    """A survivor of mutation testing: the random sign of each operation's magnitude (±1, AutoAugment's
+    random direction) was never checked."""
+    which, signs = PolicySet.parse("3-1-7").draw(200, torch.Generator().manual_seed(0))
+    assert which == [0] * 200 and signs.shape == (200, 3)
+    assert set(signs.flatten().tolist()) == {-1, 1}
+    assert 0.4 < (signs == 1).float().mean().item() < 0.6  # 600 fair draws: 0.5 ± 0.06 at 3σ
+
+
+def test_random_policies_of_one_to_three_operations():
+    assert [len(random_policy(torch.Generator().manual_seed(0), ops=k).ops) for k in (1, 2, 3)] == [1, 2, 3]
+    for bad in (0, 4):
+        with pytest.raises(ConfigError, match=r"allowed: 1\.\.3"):
+            random_policy(torch.Generator().manual_seed(0), ops=bad)

@@ -98,6 +98,29 @@ def test_sensitivity_rules(digits3):
         SensitivityRule(sensitive="labels")
 
 
+def test_sensitivity_rule_edges(digits3):
+    """Cases mutation testing found untested: every rule gives a bool mask; a tiny fraction still marks
+    one sample; a batch no longer than ``per_batch`` is sensitive whole; without the client's dataset the
+    fraction rule thresholds within the batch; an empty dataset marks nothing."""
+    data = digits3.train.subset(list(range(50)))
+    flags = torch.tensor([True, False, True])
+    rules = [SensitivityRule(fraction=0.1), SensitivityRule(sensitive="labels", labels=[3]),
+             SensitivityRule(sensitive="all"), SensitivityRule(sensitive="last-in-batch", per_batch=2),
+             SensitivityRule(sensitive="flagged")]  # fmt: skip
+    for rule in rules:
+        batch = ImageSet(data.x[:3], data.y[:3], flags)
+        assert SensitiveSamples(rule).mask(batch).dtype == torch.bool, rule
+    assert int(SensitiveSamples(SensitivityRule(fraction=0.001)).of_dataset(data).sum()) == 1
+    two = SensitiveSamples(SensitivityRule(sensitive="last-in-batch", per_batch=2))
+    assert two.mask(data.subset([0, 1])).tolist() == [True, True]
+    assert two.mask(data.subset([4])).tolist() == [True]
+    fraction = SensitiveSamples(SensitivityRule(fraction=0.5, seed=1))
+    batch = data.subset(list(range(10)))
+    assert int(fraction.mask(batch).sum()) == 5  # half of the batch itself
+    assert torch.equal(fraction.mask(batch), fraction.mask(batch, batch))
+    assert not fraction.mask(batch, data.subset([])).any()
+
+
 def dcs2(**params):
     return create_defense("dcs2", params)
 

@@ -190,3 +190,18 @@ def test_accuracy_counts_the_top_1_class_and_restores_the_mode():
     data = ImageSet(x, torch.tensor([0, 1, 0, 2]))  # right, right, wrong, wrong
     assert accuracy(model, data, normalize=lambda t: t, batch_size=3) == 0.5
     assert model.training  # the caller's mode comes back
+
+
+def test_metric_kinds_select_their_metrics_and_names_are_unique():
+    """Survivors of mutation testing: the registry's kind filter and its duplicate check."""
+    from leakshield.metrics import METRICS
+    from leakshield.metrics.registry import MetricRegistry, MetricSpec
+
+    utility = METRICS.of_kind("utility")
+    assert "accuracy" in utility and "ssim" not in utility
+    assert all(METRICS.get(name).kind == "utility" for name in utility)
+    registry = MetricRegistry()
+    registry.register(MetricSpec("a", "first", "privacy", True))
+    assert registry.names() == ["a"] and "a" in registry
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.register(MetricSpec("a", "again", "privacy", True))
