@@ -9,6 +9,7 @@ import torch
 from leakshield.attacks import ATTACKS, Attack, create_attack, infer_labels, label_accuracy
 from leakshield.attacks.inversion import cosine_distance, ig_milestones, l2_distance, total_variation
 from leakshield.attacks.inversion.engine import GradientInversion
+from leakshield.attacks.labels import classifier_weight_name
 from leakshield.data import DatasetInfo, ImageSet
 from leakshield.errors import ConfigError
 from leakshield.fl import LocalTraining, server_view_of
@@ -39,6 +40,26 @@ def test_distances_and_prior():
 
 def test_label_accuracy_is_order_free():
     assert label_accuracy(torch.tensor([3, 1, 1]), torch.tensor([1, 3, 2])) == pytest.approx(2 / 3)
+
+
+def test_batch_label_rule_edges():
+    """Survivors of mutation testing, by hand: a class counts as present only with a strictly negative
+    entry (a row of exact zeros does not); a single present class fills the batch even when another row
+    has the lowest sum; without any negative entry the lowest row sum fills it."""
+    zero_row = torch.tensor([[-1.0, 0.5], [0.0, 0.0], [0.3, 0.2]])
+    assert infer_labels(zero_row, 2).tolist() == [0, 0]
+    lone = torch.tensor([[0.1, 0.1], [0.5, 0.5], [-0.1, 1.0]])  # class 2 present, class 0 the lowest sum
+    assert infer_labels(lone, 2).tolist() == [2, 2]
+    none_negative = torch.tensor([[0.4, 0.4], [0.1, 0.2], [0.3, 0.9]])
+    assert infer_labels(none_negative, 3).tolist() == [1, 1, 1]
+
+
+def test_the_classifier_weight_is_the_last_classes_by_features_one(digits3):
+    model = create_model("mlp", {"width": 12}, in_shape=digits3.info.shape, num_classes=10)
+    view = make_view(model, digits3.train.subset([0]), digits3.info)
+    two_d = [n for n, g in view.update.delta.items() if g.ndim == 2]
+    assert len(two_d) >= 2 and view.update.delta[two_d[0]].shape[0] != 10  # a hidden layer comes first
+    assert classifier_weight_name(view) == two_d[-1]
 
 
 def test_idlg_label_rule_is_exact_on_single_images(digits3):

@@ -13,7 +13,7 @@ from leakshield.errors import ConfigError
 from leakshield.experiment.store import CellRecord
 from leakshield.leaderboard.export import readme_block, readme_section, records_from_json
 from leakshield.leaderboard.presets import leaderboard_data, load_leaderboard
-from leakshield.leaderboard.ranking import standings
+from leakshield.leaderboard.ranking import AttackScore, Standing, dominates, mark_pareto, rank, standings
 from leakshield.leaderboard.threats import HONEST, MALICIOUS_CLIENT, MALICIOUS_SERVER, UNKNOWN, threat_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,3 +192,26 @@ def test_readme_results_match_the_stored_run_they_cite() -> None:
     source = block.split("Generated from `", 1)[1].split("`", 1)[0]
     facts, records = records_from_json((ROOT / source).read_text())
     assert block == readme_section(facts, records, source)
+
+
+def _standing(defense: str, ssim: float | None, accuracy: float | None, model: str = "m") -> Standing:
+    score = None if ssim is None else AttackScore("ig", 0, ssim, None, 1)
+    return Standing(model, defense, score, (), (), accuracy=accuracy)
+
+
+def test_pareto_front_and_ranks_by_hand() -> None:
+    """Survivors of mutation testing: the dominance test's missing-value guard and its ≥ on accuracy
+    were checked only through whole runs. a dominates b (as private, more accurate), i (as accurate,
+    more private) and e; c and d are the same point (both on the front); f and g lack a value."""
+    rows = [_standing("a", 0.2, 0.9), _standing("b", 0.2, 0.8), _standing("c", 0.5, 0.95),
+            _standing("d", 0.5, 0.95), _standing("e", 0.6, 0.5), _standing("i", 0.3, 0.9),
+            _standing("f", None, 0.99), _standing("g", 0.1, None),
+            _standing("h", 0.9, 0.1, model="other")]  # fmt: skip
+    assert not dominates(rows[2], rows[3]) and not dominates(rows[6], rows[1])
+    assert not dominates(rows[7], rows[1]) and not dominates(rows[0], rows[7])
+    front = {r.defense: r.pareto for r in mark_pareto(rows)}
+    assert front == {"a": True, "b": False, "c": True, "d": True, "e": False, "i": False, "f": False,
+                     "g": False, "h": True}  # fmt: skip
+    ranked = [(r.model, r.defense, r.rank) for r in rank(mark_pareto(rows))]
+    assert ranked == [("m", "g", 1), ("m", "a", 2), ("m", "b", 3), ("m", "i", 4), ("m", "c", 5),
+                      ("m", "d", 5), ("m", "e", 7), ("m", "f", None), ("other", "h", 1)]  # fmt: skip

@@ -143,6 +143,42 @@ def test_lpips_is_zhang_et_als_eq_1_written_out():
     assert torch.allclose(model(a, b), expected, rtol=1e-4)
 
 
+#: torchvision's ``features`` of AlexNet and VGG-16 (the keys and shapes a real weights file holds), the
+#: LPIPS taps (relu1..relu5 / relu1_2..relu5_3) and their spatial sizes on a 64×64 input
+TORCHVISION = {
+    "alex": ({0: (64, 3, 11, 11), 3: (192, 64, 5, 5), 6: (384, 192, 3, 3), 8: (256, 384, 3, 3),
+              10: (256, 256, 3, 3)}, [1, 4, 7, 9, 11], [15, 7, 3, 3, 3]),
+    "vgg": ({0: (64, 3, 3, 3), 2: (64, 64, 3, 3), 5: (128, 64, 3, 3), 7: (128, 128, 3, 3),
+             10: (256, 128, 3, 3), 12: (256, 256, 3, 3), 14: (256, 256, 3, 3), 17: (512, 256, 3, 3),
+             19: (512, 512, 3, 3), 21: (512, 512, 3, 3), 24: (512, 512, 3, 3), 26: (512, 512, 3, 3),
+             28: (512, 512, 3, 3)}, [3, 8, 15, 22, 29], [64, 32, 16, 8, 4]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("net", ["alex", "vgg"])
+def test_lpips_backbones_are_torchvisions_layouts(net):
+    """A real weights file only fits torchvision's layers: every weight's shape, the tapped ReLUs and the
+    strides and paddings (the feature maps' sizes), the heads' one weight per channel and no bias."""
+    weights, taps, sizes = TORCHVISION[net]
+    model = LPIPS(net)
+    state = model.state_for_file()
+    assert {int(k.split(".")[1]): tuple(v.shape) for k, v in state.items() if k.endswith("weight")
+            and k.startswith("features.")} == weights  # fmt: skip
+    assert model.taps == taps and all(isinstance(model.features[i], torch.nn.ReLU) for i in taps)
+    assert [lin.weight.shape for lin in model.lins] == [(1, weights[i - 1][0], 1, 1) for i in taps]
+    assert all(lin.bias is None for lin in model.lins)
+    x = torch.rand(1, 3, 64, 64)
+    found = []
+    for i, layer in enumerate(model.features[: taps[-1] + 1]):
+        x = layer(x)
+        if i in taps:
+            found.append(x.shape[-1])
+    assert found == sizes
+    assert model.shift.shape == model.scale.shape == (1, 3, 1, 1)
+    with pytest.raises(LeakshieldError, match="allowed: alex, vgg"):
+        LPIPS("squeeze")
+
+
 def test_lpips_file_errors(tmp_path):
     with pytest.raises(LeakshieldError, match="not found"):
         load_lpips("alex", tmp_path / "missing.safetensors")
@@ -205,3 +241,7 @@ def test_metric_kinds_select_their_metrics_and_names_are_unique():
     assert registry.names() == ["a"] and "a" in registry
     with pytest.raises(ValueError, match="registered twice"):
         registry.register(MetricSpec("a", "again", "privacy", True))
+    assert registry.get("a").summary == "first" and [s.name for s in registry] == ["a"]
+    assert METRICS.precision("psnr") == 2 and METRICS.precision("psnr_std") == 2  # a derived column
+    assert METRICS.precision("not-a-metric", default=5) == 5
+    assert "ssim_max" in METRICS and "not-a-metric" not in METRICS and 3 not in METRICS
