@@ -245,3 +245,22 @@ def test_metric_kinds_select_their_metrics_and_names_are_unique():
     assert METRICS.precision("psnr") == 2 and METRICS.precision("psnr_std") == 2  # a derived column
     assert METRICS.precision("not-a-metric", default=5) == 5
     assert "ssim_max" in METRICS and "not-a-metric" not in METRICS and 3 not in METRICS
+
+
+def test_matching_edges_one_truth_colour_images_nan_scores_and_asr_sizes():
+    """Survivors of mutation testing: one truth among several reconstructions is matched (no shortcut),
+    colour images with fewer truths than channels, a NaN reconstruction is never preferred (even to one
+    of negative SSIM), the default metric is SSIM, and ASR of one value and of none."""
+    g = torch.Generator().manual_seed(4)
+    truth = torch.rand(1, 3, 16, 16, generator=g)
+    recs = torch.stack([1 - truth[0], torch.rand(3, 16, 16, generator=g), truth[0]])
+    assert match_reconstructions(recs, truth).tolist() == [2]
+    assert torch.equal(match_reconstructions(recs, truth), match_reconstructions(recs, truth, "ssim"))
+    two = torch.rand(2, 3, 16, 16, generator=g)
+    assert match_reconstructions(two.flip(0), two).tolist() == [1, 0]
+    inverted = 1 - truth
+    assert ssim(inverted, truth).item() < 0  # a finite but anti-correlated guess…
+    broken = torch.full_like(truth, float("nan"))
+    assert match_reconstructions(torch.cat([broken, inverted]), truth).tolist() == [1]  # …beats NaN
+    assert attack_success_rate(torch.tensor([0.7])) == 1.0
+    assert math.isnan(attack_success_rate(torch.tensor([])))
