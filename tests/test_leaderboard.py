@@ -3,6 +3,7 @@ models, presets, the command end to end, and the README's generated Results sect
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -215,3 +216,32 @@ def test_pareto_front_and_ranks_by_hand() -> None:
     ranked = [(r.model, r.defense, r.rank) for r in rank(mark_pareto(rows))]
     assert ranked == [("m", "g", 1), ("m", "a", 2), ("m", "b", 3), ("m", "i", 4), ("m", "c", 5),
                       ("m", "d", 5), ("m", "e", 7), ("m", "f", None), ("other", "h", 1)]  # fmt: skip
+
+
+def test_standings_average_seeds_and_tolerate_missing_utility() -> None:
+    """Survivors of mutation testing, by hand: utility, ε and cost are seed means; PSNR too; a defense
+    with attack cells but no utility cell is ranked without an accuracy (not an error), after the rows
+    with one at equal SSIM; failed utility cells and cells without a model or attack are not scores."""
+    records = [
+        cell("attack", "none", "ig", ssim=0.8, psnr=20, seed=0),
+        cell("attack", "none", "ig", ssim=1.0, psnr=30, seed=1),
+        cell("utility", "none", accuracy=0.8, client_seconds=1.0, seed=0),
+        cell("utility", "none", accuracy=1.0, client_seconds=3.0, seed=1),
+        cell("attack", "dp", "ig", ssim=0.3, seed=0),
+        cell("utility", "dp", accuracy=0.6, epsilon=1.0, seed=0),
+        cell("utility", "dp", accuracy=0.4, epsilon=3.0, client_seconds=4.0, seed=1),
+        cell("utility", "dp", accuracy=0.0, seed=2, status="failed"),
+        cell("attack", "bare", "ig", ssim=0.3, seed=0),  # no utility cell at all
+        dataclasses.replace(cell("attack", "dp", "dlg", ssim=0.99, seed=0), attack=None),
+        dataclasses.replace(cell("attack", "dp", "dlg", ssim=0.99, seed=1), model=None),
+    ]  # fmt: skip
+    rows = {r.defense: r for r in standings(records)}
+    assert set(rows) == {"none", "dp", "bare"}
+    none, dp, bare = rows["none"], rows["dp"], rows["bare"]
+    assert none.strongest.ssim == pytest.approx(0.9) and none.strongest.psnr == pytest.approx(25)
+    assert none.accuracy == pytest.approx(0.9) and dp.accuracy == pytest.approx(0.5)
+    assert dp.epsilon == pytest.approx(2.0) and dp.adr == pytest.approx(4 / 9)
+    assert dp.cost == pytest.approx(4.0 / 2.0) and dp.failed == ("utility:-@0",)
+    assert dp.strongest.attack == "ig" and dp.strongest.ssim == pytest.approx(0.3)
+    assert bare.accuracy is None and bare.adr is None and bare.epsilon is None and bare.cost is None
+    assert (dp.rank, bare.rank) == (1, 2)  # equal SSIM: the row with an accuracy first
