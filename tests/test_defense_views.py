@@ -200,8 +200,10 @@ def test_every_registered_defense_has_a_claim_here():
     assert sorted(CLAIMS) == sorted(DEFENSES.names())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def clean(digits3, tmp_path_factory):
+    """Per test, so that both views are computed at the test's thread count (a module fixture would run
+    before the per-test thread setting, at whatever count the previous test left)."""
     return observe(digits3, None, {}, tmp_path_factory.mktemp("clean"))
 
 
