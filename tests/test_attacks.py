@@ -9,7 +9,7 @@ import torch
 from leakshield.attacks import ATTACKS, Attack, create_attack, infer_labels, label_accuracy
 from leakshield.attacks.inversion import cosine_distance, ig_milestones, l2_distance, total_variation
 from leakshield.attacks.inversion.engine import GradientInversion
-from leakshield.attacks.labels import classifier_weight_name
+from leakshield.attacks.labels import classifier_weight_name, resolve_labels
 from leakshield.data import DatasetInfo, ImageSet
 from leakshield.errors import ConfigError
 from leakshield.fl import LocalTraining, server_view_of
@@ -228,3 +228,34 @@ def test_reconstruction_is_seeded(digits3):
     attack = create_attack("ig", {"iterations": 5})
     assert torch.equal(attack.reconstruct(view, seed=1).images, attack.reconstruct(view, seed=1).images)
     assert not torch.equal(attack.reconstruct(view, seed=1).images, attack.reconstruct(view, seed=2).images)
+
+
+def test_resolve_labels_in_every_mode(digits3):
+    """The label source of an optimization attack, mode by mode (survivors of mutation testing): joint
+    gives none; bias reads the classifier's bias gradient of one FedSGD image; known needs the grant;
+    auto takes granted labels, else infers them; FedAvg flips the update's sign before inferring."""
+    info, one = digits3.info, digits3.train.subset([0])
+    model = create_model("lenet", in_shape=info.shape, num_classes=10, seed=0)
+    granted = make_view(model, one, info, labels_known=True)
+    hidden = make_view(model, one, info)
+    cpu = torch.device("cpu")
+    assert resolve_labels(hidden, "joint", cpu) == (None, "joint")
+    bias, source = resolve_labels(hidden, "bias", cpu)
+    name = classifier_weight_name(hidden).removesuffix("weight") + "bias"
+    assert source == "bias" and torch.equal(bias, hidden.update.delta[name].reshape(1, -1))
+    assert resolve_labels(granted, "known", cpu)[1] == "known"
+    labels, source = resolve_labels(granted, "auto", cpu)
+    assert source == "known" and torch.equal(labels, one.y)
+    with pytest.raises(ValueError, match="does not grant"):
+        resolve_labels(hidden, "known", cpu)
+    inferred, source = resolve_labels(hidden, "auto", cpu)
+    assert source == "inferred" and torch.equal(inferred, one.y)  # iDLG's rule is exact for one image
+    assert torch.equal(resolve_labels(granted, "infer", cpu)[0], one.y)
+    fedavg = LocalTraining(algorithm="fedavg", local_lr=0.01, batch_size=1, local_epochs=1, shuffle=False)
+    stepped = make_view(model, one, info, local=fedavg)
+    assert torch.equal(resolve_labels(stepped, "infer", cpu)[0], one.y)  # −Δθ ∝ the gradient
+    with pytest.raises(ConfigError, match="needs a FedSGD gradient of a single image"):
+        resolve_labels(stepped, "bias", cpu)
+    two = make_view(model, digits3.train.subset([0, 1]), info)
+    with pytest.raises(ConfigError, match="single image"):
+        resolve_labels(two, "bias", cpu)

@@ -264,3 +264,21 @@ def test_matching_edges_one_truth_colour_images_nan_scores_and_asr_sizes():
     assert match_reconstructions(torch.cat([broken, inverted]), truth).tolist() == [1]  # …beats NaN
     assert attack_success_rate(torch.tensor([0.7])) == 1.0
     assert math.isnan(attack_success_rate(torch.tensor([])))
+
+
+def test_image_metric_edges_clamping_range_size_and_shape():
+    """Survivors of mutation testing: PSNR and SSIM clamp to the data range (values outside it count as
+    its edge), SSIM scales C1 and C2 with ``data_range`` (scikit-image's convention), an 11-pixel image
+    is large enough, and a 3-D input is refused."""
+    g = torch.Generator().manual_seed(6)
+    a, b = (
+        torch.rand(2, 1, 12, 12, generator=g) * 1.6 - 0.3,
+        torch.rand(2, 1, 12, 12, generator=g) * 1.6 - 0.3,
+    )
+    assert torch.allclose(psnr(a, b), psnr(a.clamp(0, 1), b.clamp(0, 1)))
+    assert torch.allclose(ssim(a, b), ssim(a.clamp(0, 1), b.clamp(0, 1)))
+    x, y = 0.05 * torch.rand(1, 1, 11, 11, generator=g), 0.05 * torch.rand(1, 1, 11, 11, generator=g)  # dark
+    assert torch.allclose(ssim(2 * x, 2 * y, data_range=2.0), ssim(x, y), atol=1e-6)
+    assert ssim(x, y).item() == pytest.approx(_skimage_ssim(x[0], y[0]), abs=1e-5)
+    with pytest.raises(ValueError, match="N×C×H×W"):
+        ssim(x[0], y[0])
