@@ -76,9 +76,7 @@ def probe_attack(
     )
     pipeline, _ = fit_defenses(pipeline, setting, cache)
     client = HonestClient(0, held, LocalTraining(), pipeline, info, public=data.public, model_mode="eval")
-    adversary, _ = fit_attack(
-        create_attack(attack, dict(attack_params or {})), setting, cache or ArtifactCache()
-    )
+    adversary, _ = fit_attack(create_attack(attack, dict(attack_params or {})), setting, cache)
     knowledge = ServerKnowledge(info, data.public)
     batches = [data.train.subset([i]) for i in victims]
     seeds = [1000 * seed + k for k in range(len(batches))]
