@@ -1,26 +1,48 @@
 # leakshield: two entry points for a fresh machine (see README).
+#
+# Everything installs into a project virtual environment: the active one when one is active
+# ($VIRTUAL_ENV), else .venv, made here by $(PYTHON). A stock Debian or Ubuntu Python is "externally
+# managed" (PEP 668) and refuses `pip install` into itself; a virtual environment is the way it allows.
 PYTHON ?= python3
-PIP := $(PYTHON) -m pip
+VENV ?= $(if $(VIRTUAL_ENV),$(VIRTUAL_ENV),.venv)
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
 
-.PHONY: install install-test demo test lint
+.PHONY: venv install install-test demo test lint docs determinism
+
+$(PY):
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "make: leakshield needs Python >= 3.11; $(PYTHON) is " + sys.version.split()[0] + " (set PYTHON=...)")'
+	@$(PYTHON) -m venv $(VENV) || { [ "$(VENV)" = ".venv" ] && rm -rf .venv; \
+	  echo "make: $(PYTHON) cannot make a virtual environment: install python3-venv (apt install python3-venv) or activate one" >&2; exit 1; }
+
+venv: $(PY)
+	@echo "leakshield: using $$($(PY) -c 'import sys; print(sys.executable, "(Python", sys.version.split()[0] + ")")')"
 
 # torch first, pinned to the local CPU wheel: a looser pin pulls several GB of CUDA packages
-install:
+install: venv
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e .
 
-install-test:
+install-test: venv
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[test]'
 
 demo: install
-	$(PYTHON) -m leakshield demo --out runs/demo
+	$(PY) -m leakshield demo --out runs/demo
 
 test: install-test
-	$(PYTHON) -m ruff check src tests benchmarks
-	$(PYTHON) -c "from importlinter.cli import lint_imports_command; lint_imports_command()"
-	$(PYTHON) -m pytest
+	$(PY) -m ruff check src tests benchmarks
+	$(PY) -c "from importlinter.cli import lint_imports_command; lint_imports_command()"
+	$(PY) -m pytest
 
-lint:
-	$(PYTHON) -m ruff check src tests benchmarks
-	$(PYTHON) -m ruff format --check src tests benchmarks
+# the deterministic-numbers tests at one thread (CI runs them after `make test`)
+determinism: venv
+	LEAKSHIELD_TEST_THREADS=1 $(PY) -m pytest -q tests/test_determinism.py
+
+docs: install-test
+	$(PY) -m mkdocs build --strict --site-dir build/site
+	@echo "leakshield: the manual is in build/site/index.html (mkdocs serve: a live preview)"
+
+lint: venv
+	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff format --check src tests benchmarks
