@@ -41,6 +41,16 @@ def test_run_then_report(tmp_path, capsys):
     assert code == 0 and "0 computed, 3 already stored" in out
     code, out, _ = run_cli(capsys, "report", str(tmp_path / "run"))
     assert code == 0 and "no-information baseline" in out and "report.html" in out
+    code, out, _ = run_cli(capsys, "report", str(tmp_path / "run"), "--quiet")
+    assert code == 0 and "no-information baseline" not in out and "report.html" in out
+
+
+def test_leaderboard_help_names_the_layout_the_cifar_loader_reads(capsys):
+    """--data-root's help and example point at CIFAR-10's binary version, the one the loader accepts."""
+    code, out, _ = run_cli(capsys, "leaderboard", "--help")
+    assert code == 0
+    assert "cifar-10-batches-py" not in out and "cifar-10-batches-bin" in out
+    assert "data_batch_1.bin" in out
 
 
 @pytest.mark.parametrize("what", ["datasets", "models", "defenses", "attacks", "metrics"])
@@ -168,3 +178,21 @@ def test_bad_device_and_threads(tmp_path, capsys):
     assert_one_line_error(code, err, "--threads", "at least 1")
     code, _, err = run_cli(capsys, "run", str(cfg), "--threads", "two")
     assert_one_line_error(code, err, "--threads")
+
+
+def test_list_verbose_and_the_manual_render_one_record(capsys):
+    """`list -v` and the manual's component pages print the same summary, threat and parameter
+    descriptions (pydantic field descriptions), from one record per component."""
+    from leakshield.attacks import ATTACKS
+    from leakshield.cli_list import component_doc, markdown_section
+
+    doc = component_doc(ATTACKS.get("ig"))
+    description = dict((f, d) for f, _, _, d in doc.parameters)["lr"]
+    assert description == "step size"
+    code, out, _ = run_cli(capsys, "list", "attacks", "-v")
+    assert code == 0
+    ig_block = out[out.index("\nig ") :].split("\n")
+    assert any(line.strip().startswith("lr = 0.1  [float]  — step size") for line in ig_block)
+    page = markdown_section(doc)
+    assert doc.summary in page and doc.threat in page and "| `lr` | `float` | `0.1` | step size |" in page
+    assert doc.threat in out

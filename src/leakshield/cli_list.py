@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import inspect
+from dataclasses import dataclass
+from typing import Any
 
 from leakshield.errors import LeakshieldError
+from leakshield.registry import NoParams
+
+NO_PARAMS_DOC = NoParams.__doc__
 
 LISTABLE = (
     "datasets", "models", "defenses", "attacks", "threats", "aggregators", "metrics", "transformations",
@@ -39,27 +45,116 @@ def cmd_list(args: argparse.Namespace) -> int:
             unit = f", {spec.unit}" if spec.unit else ""
             print(f"{spec.name:<15} {spec.summary} ({spec.kind}{unit}; {better} is better)")
         return 0
-    registry = _registry(what)
+    registry = registry_of(what)
     width = max(len(e.name) for e in registry) + 2
     for entry in registry:
-        aliases = f" (aliases: {', '.join(entry.aliases)})" if entry.aliases else ""
-        print(f"{entry.name:<{width}}{entry.summary}{aliases}")
-        if entry.reference:
-            print(f"{'':<{width}}  ↳ {entry.reference}")
-        if entry.targets:
-            print(f"{'':<{width}}  ↳ adaptive: meets {', '.join(entry.targets)} in a grid")
-        if args.verbose and entry.threat is not None:
-            print(f"{'':<{width}}  ↳ threat: {entry.threat.describe()}")
-        if args.verbose and what == "datasets" and entry.factory.__doc__:
-            for line in entry.factory.__doc__.strip().splitlines():
-                print(f"{'':<{width}}  {line.strip()}")
-        if args.verbose:
-            for field, info in entry.params.model_fields.items():
-                print(f"{'':<{width}}    {field} = {info.default!r}")
+        print("\n".join(entry_lines(component_doc(entry), width, verbose=args.verbose)))
     return 0
 
 
-def _registry(what: str):
+@dataclass(frozen=True)
+class ComponentDoc:
+    """What ``leakshield list -v`` and the manual's component pages say about one registered component:
+    both render this one record, so they cannot disagree."""
+
+    name: str
+    summary: str
+    aliases: tuple[str, ...]
+    reference: str
+    targets: tuple[str, ...]
+    threat: str
+    details: str  # the factory's docstring (datasets) or the parameter model's, as prose
+    #: (field, type, default, description) of every parameter
+    parameters: tuple[tuple[str, str, str, str], ...]
+
+
+def component_doc(entry: Any) -> ComponentDoc:
+    """The documentation record of a registry entry (:class:`leakshield.registry.Entry`)."""
+    params = entry.params
+    parts = []
+    if inspect.isfunction(entry.factory) and entry.factory.__doc__:  # a loader's own words (datasets)
+        parts.append(inspect.cleandoc(entry.factory.__doc__))
+    if params.__doc__ and params.__doc__ != NO_PARAMS_DOC:
+        parts.append(inspect.cleandoc(params.__doc__))
+    details = "\n".join(parts)
+    rows = tuple(
+        (field, _type_name(info.annotation), _default(info), " ".join((info.description or "").split()))
+        for field, info in params.model_fields.items()
+    )
+    return ComponentDoc(
+        entry.name,
+        entry.summary,
+        tuple(entry.aliases),
+        entry.reference,
+        tuple(entry.targets or ()),
+        entry.threat.describe() if entry.threat is not None else "",
+        details,
+        rows,
+    )
+
+
+def entry_lines(doc: ComponentDoc, width: int, *, verbose: bool) -> list[str]:
+    """The text form (``leakshield list``; ``verbose``: the threat, the details and every parameter)."""
+    aliases = f" (aliases: {', '.join(doc.aliases)})" if doc.aliases else ""
+    pad = " " * width
+    lines = [f"{doc.name:<{width}}{doc.summary}{aliases}"]
+    if doc.reference:
+        lines.append(f"{pad}  ↳ {doc.reference}")
+    if doc.targets:
+        lines.append(f"{pad}  ↳ adaptive: meets {', '.join(doc.targets)} in a grid")
+    if not verbose:
+        return lines
+    if doc.threat:
+        lines.append(f"{pad}  ↳ threat: {doc.threat}")
+    lines += [f"{pad}  {line}".rstrip() for line in doc.details.splitlines()]
+    for field, kind, default, description in doc.parameters:
+        about = f"  — {description}" if description else ""
+        lines.append(f"{pad}    {field} = {default}  [{kind}]{about}")
+    return lines
+
+
+def markdown_section(doc: ComponentDoc, level: int = 3) -> str:
+    """The manual's form of the same record: a heading, the facts, the details, a parameter table."""
+    out = [f"{'#' * level} `{doc.name}`", "", doc.summary + "."]
+    facts = []
+    if doc.aliases:
+        facts.append(f"**Aliases:** {', '.join(f'`{a}`' for a in doc.aliases)}")
+    if doc.reference:
+        facts.append(f"**Reference:** {doc.reference}")
+    if doc.targets:
+        facts.append(f"**Adaptive:** meets {', '.join(f'`{t}`' for t in doc.targets)} in a grid")
+    if doc.threat:
+        facts.append(f"**Threat:** {doc.threat}")
+    out += ["", *(f"- {fact}" for fact in facts)] if facts else []
+    if doc.details:
+        out += ["", " ".join(doc.details.split())]
+    if doc.parameters:
+        described = any(description for *_, description in doc.parameters)
+        out += ["", "| parameter | type | default |" + (" description |" if described else "")]
+        out.append("|---|---|---|" + ("---|" if described else ""))
+        for field, kind, default, description in doc.parameters:
+            # a "|" cannot be escaped inside a table's code span: unions read "or"
+            cells = [f"`{field}`", f"`{kind.replace(' | ', ' or ')}`", f"`{default.replace('|', '¦')}`"]
+            cells += [description.replace("|", "\\|")] if described else []
+            out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def _type_name(annotation: Any) -> str:
+    name = getattr(annotation, "__name__", None)
+    if name and not getattr(annotation, "__args__", None):
+        return name
+    return str(annotation).replace("typing.", "").replace("NoneType", "None")
+
+
+def _default(info: Any) -> str:
+    if info.default_factory is not None:
+        return repr(info.default_factory())
+    return repr(info.default)
+
+
+def registry_of(what: str) -> Any:
+    """The registry ``leakshield list WHAT`` lists (datasets, models, defenses, aggregators, attacks)."""
     if what == "datasets":
         from leakshield.data import DATASETS
 

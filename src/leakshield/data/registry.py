@@ -20,21 +20,27 @@ from leakshield.registry import Params, Registry
 
 
 class DatasetParams(Params):
-    """Parameters every dataset accepts.
+    """Parameters every dataset accepts (each field's description says what it does)."""
 
-    channels: 1 or 3 (converted), or None for the native count. size: square side in pixels after a
-    bilinear resize, or None for the native size. public_fraction: share of the training images held out,
-    disjoint, as the public split. test_fraction: share held out as test where the format has no test
-    split (digits, imagefolder without train/test folders). split_seed: seed of those splits.
-    max_train: optional cap on the number of training images (after the public split), for quick runs.
-    """
-
-    channels: Literal[1, 3] | None = None
-    size: int | None = pydantic.Field(default=None, ge=8, le=512)
-    public_fraction: float = pydantic.Field(default=0.2, ge=0.0, lt=1.0)
-    test_fraction: float = pydantic.Field(default=0.2, gt=0.0, lt=1.0)
-    split_seed: int = 0
-    max_train: int | None = pydantic.Field(default=None, ge=1)
+    channels: Literal[1, 3] | None = pydantic.Field(
+        default=None, description="1 or 3 (converted), or None for the native count"
+    )
+    size: int | None = pydantic.Field(
+        default=None, ge=8, le=512, description="square side in pixels after a bilinear resize (None: native)"
+    )
+    public_fraction: float = pydantic.Field(
+        default=0.2,
+        ge=0.0,
+        lt=1.0,
+        description="share of the training images held out, disjoint, as the public split",
+    )
+    test_fraction: float = pydantic.Field(
+        default=0.2, gt=0.0, lt=1.0, description="share held out as test where the format has no test split"
+    )
+    split_seed: int = pydantic.Field(default=0, description="seed of those splits")
+    max_train: int | None = pydantic.Field(
+        default=None, ge=1, description="cap on the training images (after the public split), for quick runs"
+    )
 
 
 @dataclass(frozen=True)

@@ -11,60 +11,89 @@ from leakshield.registry import Params
 
 
 class GradientInversionParams(Params):
-    """Parameters of :class:`GradientInversion`.
-
-    Matching — distance: ``l2`` (DLG), ``l1`` or ``cosine`` (IG, global over the matched layers).
-    parameters: glob patterns of the parameter names to match (default: all). layer_weights: glob
-    pattern → weight of the matching layers (first matching pattern wins, default 1; 0 drops a layer).
-    Optimization — optimizer: ``lbfgs``, ``adam`` or ``sgd`` (with ``momentum``). lr: step size.
-    iterations: steps (L-BFGS: outer steps of up to ``lbfgs_max_iter`` evaluations, strong-Wolfe line
-    search unless ``lbfgs_line_search: none`` as in the DLG reference). lr_schedule: ``milestones`` decays
-    the lr by 10 at 3/8, 5/8 and 7/8 of the budget (IG's schedule scaled to it), ``cosine`` decays to 0
-    after ``warmup`` linear warm-up steps. signed: step on the sign of the image gradient (IG).
-    boxed: clamp to the valid pixel range after every step.
-    Priors — tv (total variation), image_norm (mean squared normalized pixel), bn_stats (BatchNorm
-    statistics matching), task_loss (cross-entropy of the dummy batch, CPL): weights, 0 = off.
-    Start — init: ``randn``, ``uniform`` (in normalized space), ``patterned`` (CPL: a random
-    half-size patch tiled 2×2), ``constant`` (mid-grey) or ``image`` (``init_image``: a .png or .npy
-    file, or images handed to the attack in code). labels: ``known`` (the threat model must grant them),
-    ``infer`` (iDLG rule; batch rule for larger batches), ``bias`` (FedSGD, batch 1: no label at all —
-    the loss gradient w.r.t. the logits is read off the classifier's bias gradient, so soft and mixed
-    labels (MixUp, InstaHide) are matched exactly), ``joint`` (optimized as soft labels with the
-    images, DLG), ``auto`` (known if granted, else inferred). restarts: independent runs, the one with
-    the lowest final gradient distance kept; diverging (NaN/Inf) runs are dropped. tolerance: stop when
-    the gradient distance falls below it.
-    Adaptive parts — match_released: compare only the entries the client released (non-zero in the
-    observed update; against pruning). dropout_samples: average the dummy gradient over that many draws
-    of the model's stochastic layers (expectation over dropout masks or PRECODE's bottleneck samples).
-    How it runs (path, compile_after, victim_shards) is not a parameter: see
-    :class:`~leakshield.attacks.execution.Execution`.
+    """Parameters of :class:`GradientInversion`, grouped as matching, optimization, priors, start,
+    labels and adaptive parts; each field's description says what it does. How it runs (path,
+    compile_after, victim_shards) is not a parameter: see :class:`~leakshield.attacks.execution.Execution`.
     """
 
-    distance: Literal["l2", "l1", "cosine"] = "l2"
-    parameters: list[str] | None = None
-    layer_weights: dict[str, pydantic.NonNegativeFloat] = pydantic.Field(default_factory=dict)
-    optimizer: Literal["lbfgs", "adam", "sgd"] = "lbfgs"
-    lr: float = pydantic.Field(default=1.0, gt=0)
-    momentum: float = pydantic.Field(default=0.0, ge=0, lt=1)
-    iterations: int = pydantic.Field(default=300, ge=1)
-    lr_schedule: Literal["none", "milestones", "cosine"] = "none"
-    warmup: int = pydantic.Field(default=0, ge=0)
-    signed: bool = False
-    boxed: bool = False
-    tv: float = pydantic.Field(default=0.0, ge=0)
-    image_norm: float = pydantic.Field(default=0.0, ge=0)
-    bn_stats: float = pydantic.Field(default=0.0, ge=0)
-    task_loss: float = pydantic.Field(default=0.0, ge=0)
-    init: Literal["randn", "uniform", "patterned", "constant", "image"] = "randn"
-    init_image: str | None = None
-    labels: Literal["auto", "known", "infer", "bias", "joint"] = "auto"
-    restarts: int = pydantic.Field(default=1, ge=1)
-    tolerance: float = pydantic.Field(default=1e-6, ge=0)
-    lbfgs_max_iter: int = pydantic.Field(default=20, ge=1)
-    lbfgs_history: int = pydantic.Field(default=100, ge=1)
-    lbfgs_line_search: Literal["strong_wolfe", "none"] = "strong_wolfe"
-    match_released: bool = False
-    dropout_samples: int = pydantic.Field(default=1, ge=1)
+    distance: Literal["l2", "l1", "cosine"] = pydantic.Field(
+        default="l2",
+        description="gradient distance: l2 (DLG), l1, or cosine (IG, global over the matched layers)",
+    )
+    parameters: list[str] | None = pydantic.Field(
+        default=None, description="glob patterns of the parameter names to match (None: all)"
+    )
+    layer_weights: dict[str, pydantic.NonNegativeFloat] = pydantic.Field(
+        default_factory=dict,
+        description="glob pattern → weight of the matched layers (first matching pattern wins, default 1; "
+        "0 drops a layer)",
+    )
+    optimizer: Literal["lbfgs", "adam", "sgd"] = pydantic.Field(
+        default="lbfgs", description="lbfgs, adam, or sgd (with momentum)"
+    )
+    lr: float = pydantic.Field(default=1.0, gt=0, description="step size")
+    momentum: float = pydantic.Field(default=0.0, ge=0, lt=1, description="SGD momentum")
+    iterations: int = pydantic.Field(
+        default=300,
+        ge=1,
+        description="steps (L-BFGS: outer steps of up to lbfgs_max_iter evaluations each)",
+    )
+    lr_schedule: Literal["none", "milestones", "cosine"] = pydantic.Field(
+        default="none",
+        description="milestones: lr ÷ 10 at 3/8, 5/8 and 7/8 of the budget (IG's schedule scaled to it); "
+        "cosine: decay to 0 after warmup linear warm-up steps",
+    )
+    warmup: int = pydantic.Field(default=0, ge=0, description="linear warm-up steps of the cosine schedule")
+    signed: bool = pydantic.Field(default=False, description="step on the sign of the image gradient (IG)")
+    boxed: bool = pydantic.Field(default=False, description="clamp to the valid pixel range after every step")
+    tv: float = pydantic.Field(default=0.0, ge=0, description="weight of the total-variation prior (0: off)")
+    image_norm: float = pydantic.Field(
+        default=0.0, ge=0, description="weight of the mean squared normalized pixel prior (0: off)"
+    )
+    bn_stats: float = pydantic.Field(
+        default=0.0, ge=0, description="weight of BatchNorm-statistics matching (GradInversion; 0: off)"
+    )
+    task_loss: float = pydantic.Field(
+        default=0.0, ge=0, description="weight of the dummy batch's cross-entropy (CPL; 0: off)"
+    )
+    init: Literal["randn", "uniform", "patterned", "constant", "image"] = pydantic.Field(
+        default="randn",
+        description="start: randn or uniform (normalized space), patterned (CPL: a half-size patch tiled "
+        "2×2), constant (mid-grey) or image (init_image)",
+    )
+    init_image: str | None = pydantic.Field(
+        default=None, description="a .png or .npy file to start from (init: image)"
+    )
+    labels: Literal["auto", "known", "infer", "bias", "joint"] = pydantic.Field(
+        default="auto",
+        description="known (the threat model must grant them), infer (iDLG rule; batch rule for larger "
+        "batches), bias (batch 1: the loss gradient w.r.t. the logits read off the classifier's bias "
+        "gradient, so soft and mixed labels match exactly), joint (optimized as soft labels, DLG), "
+        "auto (known if granted, else inferred)",
+    )
+    restarts: int = pydantic.Field(
+        default=1,
+        ge=1,
+        description="independent runs; the lowest final gradient distance is kept, diverging runs dropped",
+    )
+    tolerance: float = pydantic.Field(
+        default=1e-6, ge=0, description="stop when the gradient distance falls below it"
+    )
+    lbfgs_max_iter: int = pydantic.Field(default=20, ge=1, description="L-BFGS evaluations per outer step")
+    lbfgs_history: int = pydantic.Field(default=100, ge=1, description="L-BFGS curvature pairs kept")
+    lbfgs_line_search: Literal["strong_wolfe", "none"] = pydantic.Field(
+        default="strong_wolfe", description="strong_wolfe, or none as in the DLG reference"
+    )
+    match_released: bool = pydantic.Field(
+        default=False,
+        description="compare only the entries the client released (non-zero in the update; against pruning)",
+    )
+    dropout_samples: int = pydantic.Field(
+        default=1,
+        ge=1,
+        description="average the dummy gradient over that many draws of the model's stochastic layers "
+        "(dropout masks, PRECODE's bottleneck)",
+    )
 
     @pydantic.model_validator(mode="after")
     def _image_init_needs_a_file(self) -> GradientInversionParams:
