@@ -1,4 +1,4 @@
-"""Defenses plug into the client pipeline at four stages (docs/architecture.md).
+"""Defenses plug into the client pipeline at four stages (docs/concepts/cell-pipeline.md).
 
 =============  ==========================================================  ==========================
 stage          what it does                                                examples

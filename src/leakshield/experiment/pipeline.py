@@ -1,7 +1,7 @@
 """The one pipeline that every cell runs through: the run's world (data, partition,
 victims, models with the defenses' model stage and fitted artifacts) → the cell's protocol, chosen by
 the cell's kind and the attack's declared threat (:mod:`~leakshield.experiment.protocols`) → the
-evaluator. No defense or attack has a private code path here; see docs/architecture.md."""
+evaluator. No defense or attack has a private code path here; see docs/concepts/cell-pipeline.md."""
 
 from __future__ import annotations
 

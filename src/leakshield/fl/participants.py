@@ -1,4 +1,4 @@
-"""Roles in a round (docs/architecture.md, "Where state lives"): participants reply to the model the
+"""Roles in a round (docs/concepts/cell-pipeline.md, "Where state lives"): participants reply to the model the
 server sent; observers are the server's eyes. An attack can be either: a server-side
 :class:`RoundObserver` (it sees the model sent and every reply), or a :class:`Participant` that takes
 part in training with updates of its own (e.g. the GAN attack of Hitaj et al., a malicious client).
