@@ -33,6 +33,7 @@ demo: install
 test: install-test
 	$(PY) -m ruff check src tests benchmarks
 	$(PY) -c "from importlinter.cli import lint_imports_command; lint_imports_command()"
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir build/site
 	$(PY) -m pytest
 
 # the deterministic-numbers tests at one thread (CI runs them after `make test`)
@@ -40,7 +41,7 @@ determinism: venv
 	LEAKSHIELD_TEST_THREADS=1 $(PY) -m pytest -q tests/test_determinism.py
 
 docs: install-test
-	$(PY) -m mkdocs build --strict --site-dir build/site
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir build/site
 	@echo "leakshield: the manual is in build/site/index.html (mkdocs serve: a live preview)"
 
 lint: venv

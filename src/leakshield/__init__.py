@@ -1,3 +1,3 @@
 """leakshield: measure and defend the privacy of federated learning against gradient leakage."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
