@@ -272,8 +272,9 @@ MUTANTS: list[Mutant] = [
              old, new, (f"{ATTACKS_TESTS}::test_gradient_matching_presets_are_the_papers_settings",))
       for name, old, new in PRESET_CHANGES),
     Mutant("attack", "gradient-inversion", "the engine's default distance cosine instead of DLG's L2",
-           "attacks/inversion/params.py", 'distance: Literal["l2", "l1", "cosine"] = "l2"',
-           'distance: Literal["l2", "l1", "cosine"] = "cosine"',
+           "attacks/inversion/params.py",
+           'default="l2",\n        description="gradient distance',
+           'default="cosine",\n        description="gradient distance',
            (f"{ATTACKS_TESTS}::test_gradient_matching_presets_are_the_papers_settings",)),
     Mutant("attack", "ats-pinned", "the pinned pixels left free (the bounds ignore the mask)",
            "attacks/ats_adaptive.py",
