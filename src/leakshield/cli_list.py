@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from leakshield.errors import LeakshieldError
-from leakshield.registry import NoParams
+from leakshield.registry import NoParams, field_descriptions
 
 NO_PARAMS_DOC = NoParams.__doc__
 
@@ -71,14 +71,16 @@ class ComponentDoc:
 def component_doc(entry: Any) -> ComponentDoc:
     """The documentation record of a registry entry (:class:`leakshield.registry.Entry`)."""
     params = entry.params
+    described = field_descriptions(params)
     parts = []
     if inspect.isfunction(entry.factory) and entry.factory.__doc__:  # a loader's own words (datasets)
         parts.append(inspect.cleandoc(entry.factory.__doc__))
-    if params.__doc__ and params.__doc__ != NO_PARAMS_DOC:
+    # the parameter model's prose, unless every parameter already carries its own description
+    if params.__doc__ and params.__doc__ != NO_PARAMS_DOC and not all(described.values()):
         parts.append(inspect.cleandoc(params.__doc__))
     details = "\n".join(parts)
     rows = tuple(
-        (field, _type_name(info.annotation), _default(info), " ".join((info.description or "").split()))
+        (field, _type_name(info.annotation), _default(info), described[field])
         for field, info in params.model_fields.items()
     )
     return ComponentDoc(

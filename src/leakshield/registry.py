@@ -8,6 +8,8 @@ optional pydantic model of its parameters, a one-line summary and its paper refe
 from __future__ import annotations
 
 import difflib
+import inspect
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -34,6 +36,42 @@ class NoParams(Params):
     """For components without parameters."""
 
 
+def field_descriptions(params: type[Params]) -> dict[str, str]:
+    """Each parameter's description: its pydantic ``Field(description=...)``, else the text its model's
+    docstring (or a parent's) gives it in the ``name: what it does`` convention (``a, b: ...`` and
+    ``a with b: ...`` describe several). One source for ``leakshield list -v``, errors and the manual."""
+    found: dict[str, str] = {}
+    for cls in params.__mro__:
+        if isinstance(cls, type) and issubclass(cls, Params) and cls.__doc__:
+            fields = _docstring_fields(inspect.cleandoc(cls.__doc__), set(params.model_fields))
+            for name, text in fields.items():
+                found.setdefault(name, text)
+    return {
+        name: " ".join((info.description or found.get(name, "")).split())
+        for name, info in params.model_fields.items()
+    }
+
+
+def _docstring_fields(doc: str, names: set[str]) -> dict[str, str]:
+    """``name: text`` runs of a docstring, for the given field names only."""
+    doc = re.sub(r":\w+:`~?([^`]+)`", r"``\1``", " ".join(doc.split()))  # one line; Sphinx roles dropped
+    word = r"`{0,2}(\w+)`{0,2}"
+    anchor = re.compile(rf"(?<![\w`]){word}((?:(?:, | and | with ){word})*):\s")
+    spans = []
+    for match in anchor.finditer(doc):
+        group = [match.group(1), *re.findall(r"\w+", match.group(2) or "")]
+        group = [g for g in group if g not in ("and", "with")]
+        if group and all(g in names for g in group):
+            spans.append((match.start(), match.end(), group))
+    out: dict[str, str] = {}
+    for i, (_, end, group) in enumerate(spans):
+        stop = spans[i + 1][0] if i + 1 < len(spans) else len(doc)
+        text = doc[end:stop].strip().rstrip(" ;.,—-") + "."
+        for name in group:
+            out.setdefault(name, text if len(group) == 1 else f"({', '.join(group)}) {text}")
+    return out
+
+
 @dataclass(frozen=True)
 class Entry(Generic[T]):
     """One registered component."""
@@ -54,11 +92,15 @@ class Entry(Generic[T]):
         try:
             return self.params(**(params or {}))
         except pydantic.ValidationError as exc:
-            raise ConfigError(f"{self.name}: {format_validation_error(exc)}") from None
+            message = format_validation_error(exc, descriptions=field_descriptions(self.params))
+            raise ConfigError(f"{self.name}: {message}") from None
 
 
-def format_validation_error(exc: pydantic.ValidationError, prefix: str = "") -> str:
-    """One line per problem, ``field: message``, joined by '; '."""
+def format_validation_error(
+    exc: pydantic.ValidationError, prefix: str = "", descriptions: Mapping[str, str] | None = None
+) -> str:
+    """One line per problem, ``field: message``, joined by '; '; with ``descriptions``, a bad value of a
+    described field also says what the field is (the words ``leakshield list -v`` shows)."""
     parts = []
     for err in exc.errors():
         loc = ".".join(_location(p) for p in (prefix, *err["loc"]) if p != "")
@@ -67,8 +109,17 @@ def format_validation_error(exc: pydantic.ValidationError, prefix: str = "") -> 
             msg = "unknown field"
         elif err["type"] == "value_error":  # our own validators' messages, without pydantic's prefix
             msg = msg.removeprefix("Value error, ")
+        about = (descriptions or {}).get(str(err["loc"][0])) if err["loc"] else None
+        if about and err["type"] != "extra_forbidden":
+            msg += f" ({err['loc'][0]}: {_shortened(about)})"
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts)
+
+
+def _shortened(text: str, limit: int = 90) -> str:
+    """The first sentence of ``text``, cut at ``limit`` characters."""
+    first = text.split(". ")[0].rstrip(".")
+    return first if len(first) <= limit else first[: limit - 1].rstrip() + "…"
 
 
 def _location(part: object) -> str:
