@@ -41,9 +41,9 @@ from leakshield.threats import Adversary, Knowledge, Rounds, threat
 
 
 class CarliniParams(Params):
-    """rounds: T, rounds observed. inner: the attack run on every round's update, with ``inner_params``
-    overriding its defaults (default: 1000 iterations for an optimization attack). lr, steps: Adam on
-    Eq. 3. coefficient_samples: draws of the public coefficient sampler used to estimate λ̂."""
+    """rounds: T, rounds observed. inner: the attack run on every round's update (default: 1000 iterations
+    for an optimization attack). inner_params: parameters overriding the inner attack's defaults. lr,
+    steps: Adam on Eq. 3. coefficient_samples: draws of the public coefficient sampler used to estimate λ̂."""
 
     rounds: int = pydantic.Field(default=50, ge=1)
     inner: str = "ig"

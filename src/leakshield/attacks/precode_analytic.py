@@ -32,10 +32,11 @@ from leakshield.threats import ADAPTIVE_OBSERVER
 
 
 class PrecodeAnalyticParams(AnalyticParams):
-    """Analytic part: see ``analytic``. Feature inversion (when no fully connected layer sees the image):
-    iterations of Adam at ``lr`` (IG's step schedule) on cosine(dummy, observed gradient of the layers
-    before the bottleneck) + ``feature_weight``·||E(x') − z||²/||z||² + ``tv``·TV(x'), from a mid-grey
-    start, boxed to valid pixels."""
+    """Analytic part: see ``analytic``. Feature inversion, when no fully connected layer sees the image:
+    Adam from a mid-grey start, boxed to valid pixels, on cosine(dummy, observed gradient of the layers
+    before the bottleneck) + ``feature_weight``·||E(x') − z||²/||z||² + ``tv``·TV(x'). iterations: its
+    steps (IG's step schedule). lr: its step size. feature_weight: the weight of the feature term. tv: the
+    weight of total variation."""
 
     iterations: int = pydantic.Field(default=2000, ge=1)
     feature_weight: float = pydantic.Field(default=1.0, ge=0)

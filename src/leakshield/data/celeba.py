@@ -24,10 +24,10 @@ LAYOUT = (
 class CelebAParams(FolderParams):
     """labels: ``identity`` (the ``identities`` most frequent identities are the classes, other images are
     dropped) or a list of attribute names of ``list_attr_celeba.txt`` (one attribute: 2 classes, k
-    attributes: 2^k). crop: side of the centered square cut before resizing (178, the aligned images'
-    width, as is customary; None keeps the 178×218 frame squashed). size defaults to 64. Partition 0
-    is the training split, 2 the test split; the validation partition (1) joins training when
-    ``validation: train``, else it is left out."""
+    attributes: 2^k). identities: how many identities are the classes. crop: side of the centered square
+    cut before resizing (178, the aligned images' width, as is customary; None keeps the 178×218 frame
+    squashed). size defaults to 64. validation: ``train`` adds the validation partition (1) to training,
+    else it is left out; partition 0 is the training split, 2 the test split."""
 
     labels: str | list[str] = "identity"
     identities: int = pydantic.Field(default=10, ge=2)

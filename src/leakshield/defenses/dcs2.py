@@ -45,6 +45,7 @@ class DCS2Params(SensitivityRule):
     Adam steps and step size, decayed ×0.1 at 3/8, 5/8 and 7/8 of the steps. init: the start of x̃_c:
     ``public`` (a random public sample, ỹ_c its label), ``noise`` (N(0, 1) in normalized space, ỹ_c
     random) or ``mix`` (``mix_weight``·public + (1 − mix_weight)·x_s, ỹ_c the public label).
+    mix_weight: the public sample's weight in ``mix``.
     stop_distance: stop early once the mean ‖x̃_c − x_s‖₂ (normalized space, the unit of Eq. 9's
     distance term; the reference code stops at 300–500) exceeds it (None: run all steps). boxed: keep
     x̃_c a valid image (clamped to the pixel range after every step; the paper does not say; without it

@@ -20,9 +20,9 @@ MAX_ROWS = 512
 
 
 class RowGuardParams(Params):
-    """similarity: |cosine| between two rows at which they count as near-duplicates (0.99). fraction:
-    share of a layer's row pairs that are near-duplicates at which the model is refused (0.5). Layers
-    with fewer than ``min_rows`` rows (a 2-output head) are not judged."""
+    """similarity: |cosine| between two rows at which they count as near-duplicates (0.99). fraction: share
+    of a layer's row pairs that are near-duplicates at which the model is refused (0.5). min_rows: layers
+    with fewer rows (a 2-output head) are not judged."""
 
     similarity: float = pydantic.Field(default=0.99, gt=0, le=1)
     fraction: float = pydantic.Field(default=0.5, gt=0, le=1)

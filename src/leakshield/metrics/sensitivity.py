@@ -18,10 +18,12 @@ from leakshield.registry import Params
 
 
 class SensitivityRule(Params):
-    """sensitive: ``fraction`` (a seeded ``fraction`` of each client's samples, default 10 %),
-    ``labels`` (every sample whose label is in ``labels``), ``all``, ``last-in-batch`` (the last
-    ``per_batch`` items of every minibatch, the reference code's rule) or ``flagged`` (the per-sample
-    flags the user put on the client's data, ``ImageSet.sensitive``). seed: the draw of the fraction."""
+    """sensitive: ``fraction`` (a seeded ``fraction`` of each client's samples), ``labels`` (every sample
+    whose label is in ``labels``), ``all``, ``last-in-batch`` (the last ``per_batch`` items of every
+    minibatch, the reference code's rule) or ``flagged`` (the per-sample flags the user put on the client's
+    data, ``ImageSet.sensitive``). fraction: the share of sensitive samples (default 10 %). labels: the
+    sensitive labels. per_batch: sensitive items at the end of every minibatch. seed: the draw of the
+    fraction."""
 
     sensitive: Literal["fraction", "labels", "all", "last-in-batch", "flagged"] = "fraction"
     fraction: float = pydantic.Field(default=0.1, gt=0, le=1)

@@ -40,15 +40,16 @@ from leakshield.threats import Adversary, Knowledge, Rounds, threat
 
 
 class HitajParams(Params):
-    """mode: ``active`` (inject mislabelled samples) or ``passive``. attacker: the attacker's client
-    index (default the last client); targets: the victim classes (default every class the attacker holds
-    none of); inject_label: the wrong label of injected samples (default the attacker's smallest class).
-    rounds: rounds the attacker takes part in, after the grid's attack round of honest training;
-    generator_steps per round and final_steps after the last round (Adam, ``lr`` 1e-4 as in the paper,
-    batches of ``batch_size``); head_steps: updates of the fake output per round (Adam, ``head_lr``);
-    inject: samples injected per round; width: the generator's (Table 4: 64). victim_updates: false gives
-    the control, a federation in which the victims' replies never reach the server. samples: generated
-    images scored by class-level SSIM (the paper: 10,000); window: its SSIM window (8)."""
+    """mode: ``active`` (inject mislabelled samples) or ``passive``. attacker: the attacker's client index
+    (default the last client). targets: the victim classes (default every class the attacker holds none
+    of). inject_label: the wrong label of injected samples (default the attacker's smallest class). rounds:
+    rounds the attacker takes part in, after the grid's attack round of honest training. generator_steps:
+    generator updates per round. final_steps: generator updates after the last round. batch_size: the
+    generator's batch. lr: its Adam step (1e-4 as in the paper). head_steps: updates of the fake output per
+    round. head_lr: their Adam step. inject: samples injected per round. width: the generator's (Table 4:
+    64). victim_updates: false gives the control, a federation in which the victims' replies never reach
+    the server. samples: generated images scored by class-level SSIM (the paper: 10,000). window: its SSIM
+    window (8)."""
 
     mode: Literal["active", "passive"] = "active"
     attacker: int | None = pydantic.Field(default=None, ge=0)

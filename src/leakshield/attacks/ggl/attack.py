@@ -40,16 +40,18 @@ REFERENCE = "Li et al., Auditing Privacy Defenses in FL via Generative Gradient 
 
 
 class GGLParams(GeneratorPriorParams):
-    """Matching — distance ``l2`` (GGL, averaged over layers), ``l1`` or ``cosine``; parameters (glob
-    patterns, default all), layer_weights (pattern → weight, 0 drops a layer), match_released (only the
-    entries the client released), dropout_samples (dummy gradient averaged over draws of stochastic
-    layers). labels: ``auto`` (known if the threat model grants them, else inferred), ``known``, ``infer``.
-    Search — optimizer ``adam`` on z (lr 0.1, GGL's gradient-based choice) or ``cma`` (CMA-ES, GGL's
-    default, needs the ``cma`` extra; iterations = generations of ``population`` candidates, cma's
-    4 + 3·ln(d) if None, step size ``cma_sigma``); iterations; kl: weight of the latent's KL prior (GGL 0.1);
-    restarts: independent starts, the lowest gradient distance kept. GIAS — finetune_steps: Adam steps on a
-    per-victim copy of the generator's weights after the latent search (0: plain GGL), finetune_lr.
-    vectorize: advance the victims of one FedSGD round together. The generator_* fields: the prior."""
+    """Matching, as in the inversion engine — distance: ``l2`` (GGL, averaged over layers), ``l1`` or
+    ``cosine``. parameters: glob patterns of the matched parameters (default all). layer_weights: pattern →
+    weight, 0 drops a layer. match_released: compare only the entries the client released. dropout_samples:
+    the dummy gradient averaged over that many draws of stochastic layers. labels: ``auto`` (known if the
+    threat model grants them, else inferred), ``known``, ``infer``. Search — optimizer: ``adam`` on z
+    (GGL's gradient-based choice) or ``cma`` (CMA-ES, GGL's default, needs the ``cma`` extra). iterations:
+    Adam steps, or CMA-ES generations of ``population`` candidates. lr: Adam's step on z (0.1). population:
+    CMA-ES candidates per generation (None: cma's 4 + 3·ln(d)). cma_sigma: CMA-ES's initial step size. kl:
+    weight of the latent's KL prior (GGL 0.1). restarts: independent starts, the lowest gradient distance
+    kept. GIAS — finetune_steps: Adam steps on a per-victim copy of the generator's weights after the
+    latent search (0: plain GGL). finetune_lr: their step size. vectorize: advance the victims of one
+    FedSGD round together. The generator_* fields: the prior."""
 
     distance: Literal["l2", "l1", "cosine"] = "l2"
     parameters: list[str] | None = None

@@ -33,13 +33,14 @@ from leakshield.registry import Params
 
 
 class AntiGanParams(Params):
-    """variance: v_e, the expected window variance of Eq. 2 on the [−1, 1] scale (the paper's 0.5);
-    window: the window side s (4); weight: λ of Eq. 4 (250); mix: μ of the mixup (0.5). cgan_steps and
-    finetune_steps: the two training stages (generator updates of ``batch_size`` images, Adam ``lr``
-    1e-4 as in the paper); width: the generator's last hidden width (Table 4: 64); checkpoint_every:
-    steps between checkpoints and sample grids. extractor, extractor_params, extractor_weights,
-    extractor_epochs: the network whose first convolution is C (trained on the public split, or read
-    from a local .safetensors file; the paper: ImageNet ResNet-18's first convolution)."""
+    """variance: v_e, the expected window variance of Eq. 2 on the [−1, 1] scale (the paper's 0.5). window:
+    the window side s (4). weight: λ of Eq. 4 (250). reduction: how Eq. 2's window terms combine, ``sum``
+    or ``mean``. mix: μ of the mixup (0.5). cgan_steps, finetune_steps: the two training stages, in
+    generator updates. batch_size: images per update. lr: Adam's step (1e-4 as in the paper). width: the
+    generator's last hidden width (Table 4: 64). checkpoint_every: steps between checkpoints and sample
+    grids. extractor, extractor_params, extractor_weights, extractor_epochs: the network whose first
+    convolution is C (trained on the public split, or read from a local .safetensors file; the paper:
+    ImageNet ResNet-18's first convolution)."""
 
     variance: float = pydantic.Field(default=0.5, ge=0)
     window: int = pydantic.Field(default=4, ge=2)

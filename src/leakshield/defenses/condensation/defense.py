@@ -73,9 +73,9 @@ class CondensationParams(Params):
 
 
 class GradientMatchingParams(CondensationParams):
-    """DC/DSA (Zhao et al., Algorithm 1): outer_loop, inner_loop (None: the reference's table by ipc,
-    50 images → 50 and 10); lr_net: the network's SGD step (0.01); batch_train: synthetic images per
-    network step (256)."""
+    """DC/DSA (Zhao et al., Algorithm 1) — outer_loop, inner_loop: the loops of Algorithm 1 (None: the
+    reference's table by ipc, 50 images → 50 and 10). lr_net: the network's SGD step (0.01). batch_train:
+    synthetic images per network step (256)."""
 
     outer_loop: int | None = pydantic.Field(default=None, ge=1)
     inner_loop: int | None = pydantic.Field(default=None, ge=0)
@@ -96,10 +96,10 @@ class DistributionMatchingParams(CondensationParams):
 
 
 class DPMerfParams(Params):
-    """DP-MERF (Harder et al.): epsilon, delta of the one noisy release; features D (random Fourier
-    features, even); lengthscale ℓ (None: the median heuristic on the client's data, which DP-MERF also
-    computes on the private data); code: latent size of the generator; steps, batch, lr: its Adam
-    training; ipc: images drawn per class."""
+    """DP-MERF (Harder et al.) — epsilon, delta: the (ε, δ) of the one noisy release. features: D, the
+    number of random Fourier features (even). lengthscale: ℓ (None: the median heuristic on the client's
+    data, which DP-MERF also computes on the private data). code: latent size of the generator. steps,
+    batch, lr: its Adam training. ipc: images drawn per class."""
 
     epsilon: float = pydantic.Field(default=1.0, gt=0)
     delta: float = pydantic.Field(default=1e-5, gt=0, lt=1)
@@ -113,12 +113,13 @@ class DPMerfParams(Params):
 
 
 class GSWGANParams(Params):
-    """GS-WGAN (Chen et al.): target_epsilon, delta; sigma σ and clip C of the sanitized gradient (the
-    paper: 1.07, 1); shards: critics K, each on 1/K of the client's data (the paper: 1,000 for 60,000
-    MNIST images; 50 here for a client's few hundred); critic_steps per generator step (5);
-    pretrain_steps per critic before the generator trains (the paper: 2,000); batch, lr (Adam, β
-    (0.5, 0.9)); max_steps: a cap on generator steps (None: as many as the ε budget allows); width: the
-    generator's (Anti-GAN Table 4 networks); critic_widths; ipc: images drawn per class."""
+    """GS-WGAN (Chen et al.) — target_epsilon, delta: the (ε, δ) budget. sigma, clip: σ and C of the
+    sanitized gradient (the paper: 1.07, 1). shards: critics K, each on 1/K of the client's data (the
+    paper: 1,000 for 60,000 MNIST images; 50 here for a client's few hundred). critic_steps: critic updates
+    per generator step (5). pretrain_steps: updates per critic before the generator trains (the paper:
+    2,000). batch, lr: Adam's batch and step, β (0.5, 0.9). max_steps: a cap on generator steps (None: as
+    many as the ε budget allows). width: the generator's (Anti-GAN Table 4 networks). critic_widths: the
+    critics' widths. ipc: images drawn per class."""
 
     target_epsilon: float = pydantic.Field(default=10.0, gt=0)
     delta: float = pydantic.Field(default=1e-5, gt=0, lt=1)

@@ -26,11 +26,11 @@ from leakshield.errors import ConfigError
 
 
 class LodaParams(ExtractorParams):
-    """Eq. 4: c (the pixel-distance weight), steps T, lr τ (normalized gradient step); chunk: images
-    encoded at once (and per cached artifact). The extractor fields: :class:`ExtractorParams`. Presets
-    (the paper's c; the layers scaled from ResNet-18's 20 convolutions to the default LeNet's 3):
-    ``loda1`` (the first convolution, c 20; the paper: the first 5), ``loda2`` (all convolutions, c 30),
-    ``loda3`` (the last convolution and the linear head, c 1)."""
+    """Eq. 4 — c: the pixel-distance weight. steps: T, the encoder's steps. step_size: τ, its normalized
+    gradient step. chunk: images encoded at once (and per cached artifact). The extractor fields:
+    ``ExtractorParams``. Presets (the paper's c; the layers scaled from ResNet-18's 20 convolutions to the
+    default LeNet's 3): ``loda1`` (the first convolution, c 20; the paper: the first 5), ``loda2`` (all
+    convolutions, c 30), ``loda3`` (the last convolution and the linear head, c 1)."""
 
     c: float = pydantic.Field(default=20.0, ge=0)
     steps: int = pydantic.Field(default=500, ge=1)

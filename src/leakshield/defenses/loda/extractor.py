@@ -24,12 +24,12 @@ from leakshield.weights import load_weights
 
 
 class ExtractorParams(Params):
-    """extractor / extractor_params: the architecture (a registered model; default DLG's LeNet with tanh,
-    3 convolutions, which a CPU trains in seconds; the paper: ResNet-18); weights: a local
-    .safetensors state dict (else it is trained on the public split for ``epochs`` epochs of SGD with
-    ``lr``, momentum 0.9, batches of 32). layers: ``first`` (the first ``count`` convolutional layers,
-    LODA₁), ``all`` (every convolutional layer, LODA₂) or ``last`` (the last ``count``; with ``linear``
-    also the linear head, LODA₃)."""
+    """extractor, extractor_params: the architecture (a registered model; default DLG's LeNet with tanh, 3
+    convolutions, which a CPU trains in seconds; the paper: ResNet-18). weights: a local .safetensors state
+    dict (else it is trained on the public split). epochs: epochs of SGD on the public split (momentum 0.9,
+    batches of 32). lr: their step. layers: ``first`` (the first ``count`` convolutional layers, LODA₁),
+    ``all`` (every convolutional layer, LODA₂) or ``last`` (the last ``count``, LODA₃). count: how many
+    convolutional layers. linear: with ``last``, also the linear head."""
 
     extractor: str = "lenet"
     extractor_params: dict[str, Any] = pydantic.Field(
