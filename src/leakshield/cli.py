@@ -203,7 +203,7 @@ def _run(config, out: Path, args: argparse.Namespace) -> int:
     if workers > cores and getattr(args, "executor", "local") == "local":
         raise LeakshieldError(
             f"--workers {workers}: this process may use {cores} cores; at most one single-threaded worker "
-            "per core (more would slow every worker down, see the README's Speed and scale)"
+            "per core (more would slow every worker down: docs/speed-and-scale.md)"
         )
     runner = ExperimentRunner(
         config, out, device=args.device, progress=not args.quiet, cache_dir=args.cache_dir

@@ -1,4 +1,4 @@
-"""Image-similarity metrics on [0, 1] images, per image (the conventions of the README's Metric conventions).
+"""Image-similarity metrics on [0, 1] images, per image (conventions: docs/concepts/metrics.md).
 
 * MSE: mean squared error over pixels and channels.
 * PSNR: 10·log10(1 / MSE) on images clamped to [0, 1], data range 1; MSE is floored at 1e-10, so an exact

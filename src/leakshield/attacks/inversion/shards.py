@@ -5,7 +5,7 @@ many-victim path (calibrated there, at one thread) with the victims' own seeds; 
 come back in victim order, each with ``victim_shards`` in its stats. The worker processes are started
 on first use and kept for this process's later attacks. On a CPU, small models gain more
 from processes than from threads (their steps are many small operations that one thread cannot
-overlap), e.g. 16 compiled LeNet victims: see the README's Speed and scale. Use at most one shard per
+overlap), e.g. 16 compiled LeNet victims: see the manual's Speed and scale page. Use at most one shard per
 core. Inside a worker of ``leakshield run --workers N`` or ``--executor ray`` (one core each already)
 the attack runs unsharded.
 
