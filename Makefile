@@ -22,6 +22,7 @@ venv: $(PY)
 install: venv
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e .
+	@echo "leakshield: installed in $(VENV); 'source $(VENV)/bin/activate' puts the leakshield command on the PATH"
 
 install-test: venv
 	$(PIP) install -q torch==2.13.0
