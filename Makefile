@@ -7,6 +7,7 @@ PYTHON ?= python3
 VENV ?= $(if $(VIRTUAL_ENV),$(VIRTUAL_ENV),.venv)
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir build/site
 
 .PHONY: venv install install-test demo test lint docs determinism
 
@@ -34,7 +35,7 @@ demo: install
 test: install-test
 	$(PY) -m ruff check src tests benchmarks
 	$(PY) -c "from importlinter.cli import lint_imports_command; lint_imports_command()"
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir build/site
+	$(MKDOCS) --quiet
 	$(PY) -m pytest
 
 # the deterministic-numbers tests at one thread (CI runs them after `make test`)
@@ -42,7 +43,7 @@ determinism: venv
 	LEAKSHIELD_TEST_THREADS=1 $(PY) -m pytest -q tests/test_determinism.py
 
 docs: install-test
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir build/site
+	$(MKDOCS)
 	@echo "leakshield: the manual is in build/site/index.html (mkdocs serve: a live preview)"
 
 lint: venv

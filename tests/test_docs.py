@@ -48,7 +48,8 @@ DRIVER = """
 import json, subprocess, sys
 from pathlib import Path
 namespace = {"__name__": "__docs__"}
-for kind, name, code in json.loads(Path(sys.argv[1]).read_text()):
+steps = json.loads(Path(sys.argv[1]).read_text())
+for kind, name, code in steps:
     if kind == "file":
         Path(name).write_text(code)
     elif kind == "python":
@@ -57,7 +58,7 @@ for kind, name, code in json.loads(Path(sys.argv[1]).read_text()):
         done = subprocess.run(["bash", "-euo", "pipefail", "-c", code], capture_output=True, text=True)
         if done.returncode:
             sys.exit(f"{name} failed:\\n{code}\\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-print("steps run:", sum(kind != "file" for kind, _, _ in json.loads(Path(sys.argv[1]).read_text())))
+print("steps run:", sum(kind != "file" for kind, _, _ in steps))
 """
 
 

@@ -1,31 +1,27 @@
-"""mkdocs hooks. A page's ``<!-- registry: KIND -->`` line becomes one section per registered component of
-that kind (attacks, defenses, models, datasets, aggregators; ``threats``: the catalogue), rendered from the same record as
-``leakshield list KIND -v`` (:func:`leakshield.cli_list.component_doc`), so the manual and the command
-line say the same thing."""
+"""mkdocs hooks. A page's ``<!-- registry: KIND -->`` line becomes one section per registered component
+of that kind (attacks, defenses, models, datasets, aggregators; ``threats``: the catalogue), rendered from
+the same record as ``leakshield list KIND -v`` (:func:`leakshield.cli_list.component_doc`), so the manual
+and the command line say the same thing."""
 
 from __future__ import annotations
 
 import re
 
-MARKER = re.compile(r"^<!-- registry: (\w+)(?: only=([\w,-]+))? -->$", re.MULTILINE)
+MARKER = re.compile(r"^<!-- registry: (\w+) -->$", re.MULTILINE)
+KINDS = ("attacks", "defenses", "models", "datasets", "aggregators")
 
 
 def on_page_markdown(markdown: str, **_: object) -> str:
-    from leakshield.cli_list import registry_of, component_doc, markdown_section
+    from leakshield.cli_list import component_doc, markdown_section, registry_of, threat_catalogue
 
     def render(match: re.Match[str]) -> str:
-        kind, only = match.group(1), match.group(2)
+        kind = match.group(1)
         if kind == "threats":  # the catalogue as `leakshield list threats` prints it
-            from leakshield.attacks import ATTACKS
-            from leakshield.threats import catalogue_lines
-
-            lines = catalogue_lines((e.name, e.threat) for e in ATTACKS)
-            return "```text\n" + "\n".join(lines) + "\n```"
-        wanted = set(only.split(",")) if only else None
-        entries = [e for e in registry_of(kind) if wanted is None or e.name in wanted]
-        if not entries:
-            raise ValueError(f"registry marker {match.group(0)!r}: nothing registered matches")
-        return "\n".join(markdown_section(component_doc(e)) for e in entries)
+            return "```text\n" + "\n".join(threat_catalogue()) + "\n```"
+        if kind not in KINDS:
+            allowed = ", ".join(("threats", *KINDS))
+            raise ValueError(f"registry marker {match.group(0)!r}: the kind is one of {allowed}")
+        return "\n".join(markdown_section(component_doc(e)) for e in registry_of(kind))
 
     return MARKER.sub(render, markdown)
 

@@ -32,10 +32,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("\n".join(describe_library()))
         return 0
     if what == "threats":
-        from leakshield.attacks import ATTACKS
-        from leakshield.threats import catalogue_lines
-
-        print("\n".join(catalogue_lines((e.name, e.threat) for e in ATTACKS)))
+        print("\n".join(threat_catalogue()))
         return 0
     if what == "metrics":
         from leakshield.metrics import METRICS
@@ -50,6 +47,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     for entry in registry:
         print("\n".join(entry_lines(component_doc(entry), width, verbose=args.verbose)))
     return 0
+
+
+def threat_catalogue() -> list[str]:
+    """The threat catalogue with the registered attacks under each letter (``leakshield list threats``
+    and the manual's threat-models page)."""
+    from leakshield.attacks import ATTACKS
+    from leakshield.threats import catalogue_lines
+
+    return catalogue_lines((e.name, e.threat) for e in ATTACKS)
 
 
 @dataclass(frozen=True)
