@@ -1,5 +1,5 @@
 """ATS policies: ``"a-b-c"`` applies library entries a, b, c in sequence (at most 3); a hybrid set
-``"a-b-c+d-e-f"`` draws one of its policies per image (Gao et al., ATS, Sec. 4.4 and Algorithm 2).
+``"a-b-c+d-e-f"`` draws one of its policies per image (Gao et al., ATS, Sec. 4.4–4.5 and Algorithm 2).
 Images go through PIL as 8-bit pictures, as in the authors' pipeline; every random choice (the policy
 of a hybrid set, the sign of each signed magnitude) comes from a torch generator, so a seed fixes the
 result."""
@@ -70,9 +70,11 @@ class PolicySet:
 
     @classmethod
     def parse(cls, text: str) -> PolicySet:
-        """``"21-13-3+7-4-15"`` → two policies."""
+        """``"21-13-3+15-48-15"`` → two policies."""
         if not isinstance(text, str) or not text.strip():
-            raise ConfigError("policies: expected policies like '3-1-7' joined by '+', e.g. '21-13-3+7-4-15'")
+            raise ConfigError(
+                "policies: expected policies like '3-1-7' joined by '+', e.g. '21-13-3+15-48-15'"
+            )
         return cls(tuple(Policy.parse(part) for part in text.split("+")))
 
     def __str__(self) -> str:
@@ -117,9 +119,20 @@ def apply_policies(x: torch.Tensor, policies: Sequence[Policy | None], signs: to
     return torch.stack(out).to(device=x.device, dtype=x.dtype)
 
 
-def random_policy(generator: torch.Generator, ops: int = MAX_OPS) -> Policy:
-    """A policy of ``ops`` entries drawn uniformly (with repetition) from the library (Algorithm 1)."""
+def random_policy(generator: torch.Generator, ops: int = MAX_OPS, *, exact: bool = False) -> Policy:
+    """A policy drawn uniformly from the search space of policies of *at most* ``ops`` entries (Sec. 4.4:
+    Σ_{i≤k} 50^i policies, so a length L has probability 50^L / Σ 50^i), entries with repetition
+    (Algorithm 1). ``exact``: always ``ops`` entries."""
     if not 1 <= ops <= MAX_OPS:
         raise ConfigError(f"ops: {ops}; allowed: 1..{MAX_OPS}")
-    indices = torch.randint(LIBRARY_SIZE, (ops,), generator=generator).tolist()
+    length = ops
+    if not exact:
+        sizes = torch.tensor([float(LIBRARY_SIZE**n) for n in range(1, ops + 1)], dtype=torch.float64)
+        length = 1 + int(torch.multinomial(sizes / sizes.sum(), 1, generator=generator))
+    indices = torch.randint(LIBRARY_SIZE, (length,), generator=generator).tolist()
     return Policy(tuple(transformation(i) for i in indices))
+
+
+def shares_functions(a: Policy, b: Policy) -> bool:
+    """Whether two policies use a common library entry (a hybrid set may not, Sec. 4.5)."""
+    return bool({t.index for t in a.ops} & {t.index for t in b.ops})

@@ -1,22 +1,25 @@
 """ATS's two training-free scores of a transformation policy (Gao et al., ATS, Sec. 4.2–4.3).
 
 * Privacy score S_pri (Eq. 5–11): for each transformed image x̂ and a uniform random start x₀, GradSim
-  (Eq. 5: the cosine of the parameter gradients, per layer, averaged over layers) along the line
-  x'(i) = (1 − i)·x₀ + i·x̂ at i = j/K, j = 0..K; the area under that curve (Eq. 6, trapezoid rule as in
-  the authors' code) per image; S_pri = α·mean + β·Var over the images (Eq. 9–10), on a model briefly
-  trained on a small split. Lower is more private. All K + 1 points of many images are one vectorized
-  pass of per-sample gradients (``torch.func``), chunked to bound memory.
+  along the line x'(i) = (1 − i)·x₀ + i·x̂ at i = j/K, j = 0..K; the area under that curve (Eq. 6,
+  trapezoid rule as in the authors' code) per image; S_pri = α·mean + β·Var over the images
+  (Eq. 9–10), on a model briefly trained on a small split. Lower is more private. GradSim is Eq. 5, one
+  cosine of the whole parameter gradients (``gradsim="global"``, the paper), or the authors' code's
+  mean over parameter tensors of per-tensor cosines (``"per-layer"``). All K + 1 points of many images
+  are one vectorized pass of per-sample gradients (``torch.func``), chunked to bound memory.
 * Accuracy score S_acc (Eq. 12–14): on a randomly initialized model, the input Jacobians of the summed
   logits of one image per class, their correlation matrix Σ_J and its eigenvalues σ:
   S_acc = −Σ[log(σ + η) + 1/(σ + η)], η = 1e-5 (the authors' code: a sum and a minus sign, so higher is
-  better, kept ≥ a threshold); averaged over several batches. The practical variant (Sec. 5.1): the mean
-  training accuracy over 10 forward-backward rounds of a random model on the transformed samples.
+  better, kept ≥ a threshold); averaged over several batches. The practical variant the experiments use
+  (Sec. 5.1): the mean training accuracy over 10 forward-backward rounds of a random model on the
+  transformed samples.
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
@@ -54,19 +57,32 @@ def transform_with(policy: Policy | None, x: torch.Tensor, generator: torch.Gene
     return apply_policies(x, [policy] * len(x), signs)
 
 
-def _layer_cosines(grads: dict[str, torch.Tensor], points: int) -> torch.Tensor:
-    """Mean over parameter tensors of cos(∇θ(x'_j), ∇θ(x̂)) for grads shaped (images·points, ...), the
-    last point of each image being x̂ itself; returns (images, points)."""
-    total = None
-    for g in grads.values():
-        flat = g.reshape(-1, points, g[0].numel())
-        ref = flat[:, -1:, :]
-        dots = (flat * ref).sum(-1)
-        norms = flat.norm(dim=-1) * ref.norm(dim=-1)
-        cos = dots / norms.clamp_min(1e-12)
-        total = cos if total is None else total + cos
-    assert total is not None
-    return total / len(grads)
+GradSimRule = Literal["global", "per-layer"]
+
+
+def gradsim(
+    grads: list[torch.Tensor], refs: list[torch.Tensor], rule: GradSimRule = "global"
+) -> torch.Tensor:
+    """GradSim of gradients ``grads`` against ``refs`` (matching lists of tensors whose leading dims
+    broadcast, the last dim flattened parameters): Eq. 5's one cosine of the concatenated gradients
+    (``global``) or the mean of per-tensor cosines (``per-layer``)."""
+    dots = [(g * r).sum(-1) for g, r in zip(grads, refs, strict=True)]
+    if rule == "global":
+        g_norm = torch.stack([g.pow(2).sum(-1) for g in grads]).sum(0).sqrt()
+        r_norm = torch.stack([r.pow(2).sum(-1) for r in refs]).sum(0).sqrt()
+        return torch.stack(dots).sum(0) / (g_norm * r_norm).clamp_min(1e-12)
+    cosines = [
+        d / (g.norm(dim=-1) * r.norm(dim=-1)).clamp_min(1e-12)
+        for d, g, r in zip(dots, grads, refs, strict=True)
+    ]
+    return torch.stack(cosines).mean(0)
+
+
+def _point_gradsims(grads: dict[str, torch.Tensor], points: int, rule: GradSimRule) -> torch.Tensor:
+    """GradSim(x'_j, x̂) for grads shaped (images·points, ...), the last point of each image being x̂
+    itself; returns (images, points)."""
+    flat = [g.reshape(-1, points, g[0].numel()) for g in grads.values()]
+    return gradsim(flat, [f[:, -1:, :] for f in flat], rule)
 
 
 def gradsim_curves(
@@ -78,6 +94,7 @@ def gradsim_curves(
     *,
     points: int = 20,
     vectorized: bool = True,
+    rule: GradSimRule = "global",
 ) -> torch.Tensor:
     """GradSim(x'(j/K), x̂) for j = 0..K (``points`` = K) of every image: (N, K + 1).
 
@@ -97,11 +114,7 @@ def gradsim_curves(
             reference = plain_gradient(model, target[i : i + 1], labels[i : i + 1])
             for j in range(points + 1):
                 g = plain_gradient(model, lines[i, j : j + 1], labels[i : i + 1])
-                cos = [
-                    torch.nn.functional.cosine_similarity(g[k].flatten(), reference[k].flatten(), dim=0)
-                    for k in g
-                ]
-                curves[i, j] = torch.stack(cos).mean()
+                curves[i, j] = gradsim([g[k].flatten() for k in g], [reference[k].flatten() for k in g], rule)
         return curves
     n_params = sum(p.numel() for p in model.parameters())
     chunk = max(1, MAX_GRADIENT_ELEMENTS // max(1, n_params * (points + 1)))
@@ -112,7 +125,7 @@ def gradsim_curves(
         flat = block.reshape(k * (points + 1), *block.shape[2:])
         y = labels[start : start + k].repeat_interleave(points + 1)
         grads = per_sample_gradients(model, flat, y)
-        out.append(_layer_cosines(grads, points + 1).detach().cpu())
+        out.append(_point_gradsims(grads, points + 1, rule).detach().cpu())
     return torch.cat(out)
 
 
@@ -130,13 +143,17 @@ def privacy_score(
     points: int = 20,
     seed: int = 0,
     vectorized: bool = True,
+    rule: GradSimRule = "global",
 ) -> PrivacyScore:
-    """S_pri of ``policy`` on ``images`` (e.g. 10 per class) with ``model`` (briefly trained). The random
-    starts depend on ``seed`` only (the same for every policy); the policy's signs on ``seed`` too."""
+    """S_pri of ``policy`` on ``images`` (e.g. 10 per class) with ``model`` (briefly trained), GradSim by
+    ``rule``. The random starts depend on ``seed`` only (the same for every policy); the policy's signs
+    on ``seed`` too."""
     gen = torch.Generator().manual_seed(seed)
     starts = torch.rand(images.x.shape, generator=gen)
     transformed = transform_with(policy, images.x.cpu(), torch.Generator().manual_seed(seed + 1))
-    curves = gradsim_curves(model, transformed, images.y, starts, info, points=points, vectorized=vectorized)
+    curves = gradsim_curves(
+        model, transformed, images.y, starts, info, points=points, vectorized=vectorized, rule=rule
+    )
     return PrivacyScore(area_under(curves))
 
 

@@ -1,6 +1,8 @@
-"""ATS's policy search (Gao et al., ATS, Algorithm 1): draw C_max random policies, keep those whose
-accuracy score passes T_acc, rank them by privacy score and keep the n best; their hybrid is the policy
-set clients train with (Algorithm 2).
+"""ATS's policy search (Gao et al., ATS, Algorithm 1): draw C_max random policies of at most 3 entries,
+drop those that distort images too much (FSIM below a threshold, Sec. 4.3), keep those whose accuracy
+score — on a model initialized afresh for each policy — passes T_acc, rank them by privacy score and keep
+the n best that share no library entry (Sec. 4.5); their hybrid is the policy set clients train with
+(Algorithm 2).
 
 The privacy score needs a briefly trained model (the paper: 50 epochs on 10 % of the training data); it
 is trained once from the given model and cached as an artifact. Every policy's scores are cached too,
@@ -26,8 +28,20 @@ from tqdm.auto import tqdm
 
 from leakshield.artifacts import Artifact, ArtifactCache, FitKey, data_fingerprint
 from leakshield.data.types import DatasetInfo, ImageSet
-from leakshield.defenses.ats.policy import MAX_OPS, Policy, PolicySet, random_policy
-from leakshield.defenses.ats.scores import accuracy_score, privacy_score, training_accuracy_score
+from leakshield.defenses.ats.candidates import (
+    candidates,
+    disjoint_best,
+    mean_fsim,
+    policy_seed,
+    reinitialized,
+)
+from leakshield.defenses.ats.policy import MAX_OPS, Policy, PolicySet
+from leakshield.defenses.ats.scores import (
+    GradSimRule,
+    accuracy_score,
+    privacy_score,
+    training_accuracy_score,
+)
 from leakshield.registry import Params
 
 
@@ -42,20 +56,32 @@ class PrivacyModelParams(Params):
 
 
 class SearchParams(Params):
-    """candidates: C_max random policies of ``ops`` entries (1–3; the authors' code samples 1600); keep:
-    n, the size of the final hybrid set. accuracy: ``jacobian`` (Eq. 12–14) or ``training`` (mean
-    training accuracy over 10 rounds, Sec. 5.1). accuracy_threshold: T_acc (the paper: −85 for
-    ResNet20-4 on CIFAR-100; it depends on the model and the number of classes); without it the best
-    ``accuracy_share`` of the candidates pass. include: policies always scored (e.g. the paper's).
-    images_per_class (paper 10), points K (20), alpha/beta (0.7/0.3): the privacy score. normalize:
-    min–max normalize the mean and the variance across the candidates before combining them (as in
-    the authors' ranking); else Eq. 10 on the raw values. vectorized: per-sample gradients in one pass
-    (False: one gradient per point, faster than ``torch.func`` for some conv nets on CPU)."""
+    """candidates: C_max random policies of at most ``ops`` entries (k, 1–3; the paper 1500, its code
+    samples 1600), drawn uniformly from that search space; exact_ops: always ``ops`` entries (an
+    earlier leakshield default). fsim_threshold: drop policies whose mean FSIM (transformed vs original)
+    is below it before scoring (Sec. 4.3 gives no value; 0.3 lies below every published policy on the
+    embedded digits and CIFAR-10; None: no filter). keep: n, the size of the final hybrid set;
+    disjoint: its policies share no library entry (Sec. 4.5). accuracy: ``training`` (mean training
+    accuracy over 10 rounds, the experiments' score, Sec. 5.1) or ``jacobian`` (Eq. 12–14); reinit: a
+    fresh random model M^r per policy (Algorithm 1, line 3; PyTorch's default initialization of each
+    layer, seeded by the policy), else one shared copy of the given model. accuracy_threshold: T_acc
+    (the paper: −85 for the Jacobian score on ResNet20-4, CIFAR-100; it depends on the model and the
+    number of classes); without it the best ``accuracy_share`` of the candidates pass. include:
+    policies always scored (e.g. the paper's). images_per_class (paper 10), points K (20), alpha/beta
+    (0.7/0.3), gradsim (``global``: Eq. 5's one cosine; ``per-layer``: the authors' code): the privacy
+    score. normalize: min–max normalize the mean and the variance across the candidates before
+    combining them (as in the authors' ranking); else Eq. 10 on the raw values. vectorized: per-sample
+    gradients in one pass (False: one gradient per point, faster than ``torch.func`` for some conv nets
+    on CPU)."""
 
     candidates: int = pydantic.Field(default=100, ge=1)
     ops: int = pydantic.Field(default=MAX_OPS, ge=1, le=MAX_OPS)
+    exact_ops: bool = False
+    fsim_threshold: float | None = pydantic.Field(default=0.3, ge=0, le=1)
     keep: int = pydantic.Field(default=2, ge=1)
-    accuracy: Literal["jacobian", "training"] = "jacobian"
+    disjoint: bool = True
+    accuracy: Literal["jacobian", "training"] = "training"
+    reinit: bool = True
     accuracy_threshold: float | None = None
     accuracy_share: float = pydantic.Field(default=0.5, gt=0, le=1)
     accuracy_batches: int = pydantic.Field(default=10, ge=1)
@@ -64,6 +90,7 @@ class SearchParams(Params):
     points: int = pydantic.Field(default=20, ge=2)
     alpha: float = pydantic.Field(default=0.7, ge=0, le=1)
     beta: float = pydantic.Field(default=0.3, ge=0, le=1)
+    gradsim: GradSimRule = "global"
     normalize: bool = True
     vectorized: bool = True
     privacy_model: PrivacyModelParams = pydantic.Field(default_factory=PrivacyModelParams)
@@ -78,10 +105,12 @@ class SearchParams(Params):
 
 @dataclass
 class PolicyScore:
-    """One evaluated candidate: its accuracy score, whether it passed, and its privacy score parts."""
+    """One evaluated candidate: its FSIM, its accuracy score (NaN when FSIM dropped it), whether it
+    passed both filters, and its privacy score parts."""
 
     policy: str
     accuracy: float
+    fsim: float = float("nan")
     passed: bool = False
     auc_mean: float = float("nan")
     auc_var: float = float("nan")
@@ -105,6 +134,7 @@ class SearchResult:
             writer.writerow(
                 [
                     "policy",
+                    "fsim",
                     "accuracy_score",
                     "passed",
                     "auc_mean",
@@ -118,6 +148,7 @@ class SearchResult:
                 writer.writerow(
                     [
                         s.policy,
+                        f"{s.fsim:.4g}",
                         f"{s.accuracy:.6g}",
                         int(s.passed),
                         f"{s.auc_mean:.6g}",
@@ -137,19 +168,6 @@ def model_fingerprint(model: nn.Module) -> str:
         digest.update(f"{name}{tuple(t.shape)}{t.dtype}".encode())
         digest.update(t.numpy().tobytes())
     return digest.hexdigest()[:16]
-
-
-def candidates(params: SearchParams, seed: int) -> list[Policy]:
-    """The included policies, then C_max random ones (a larger C_max extends the same list)."""
-    gen = torch.Generator().manual_seed(seed)
-    drawn = [Policy.parse(text) for text in params.include]
-    seen = {str(p) for p in drawn}
-    while len(drawn) < len(params.include) + params.candidates:
-        policy = random_policy(gen, params.ops)
-        if str(policy) not in seen:
-            seen.add(str(policy))
-            drawn.append(policy)
-    return drawn
 
 
 def sample_per_class(data: ImageSet, num_classes: int, per_class: int, seed: int) -> ImageSet:
@@ -227,14 +245,23 @@ def search_policies(
     """Algorithm 1 on ``data`` (the public split) for ``model`` (its random initialization scores
     accuracy; a briefly trained copy scores privacy)."""
     cache = cache or ArtifactCache()
-    pool = candidates(params, seed)
+    pool = candidates(params.include, params.candidates, params.ops, params.exact_ops, seed)
     random_model = copy.deepcopy(model).eval()
     private_model = cached_privacy_model(model, data, info, params, seed, cache)
     images = sample_per_class(data, info.num_classes, params.images_per_class, seed)
     context = {"random": model_fingerprint(random_model), "trained": model_fingerprint(private_model)}
     settings = params.model_dump(
         mode="json",
-        exclude={"candidates", "keep", "include", "accuracy_threshold", "accuracy_share", "normalize"},
+        exclude={
+            "candidates",
+            "keep",
+            "disjoint",
+            "include",
+            "accuracy_threshold",
+            "accuracy_share",
+            "fsim_threshold",
+            "normalize",
+        },
     )
 
     def cached(kind: str, policy: Policy, compute: Any) -> dict[str, Any]:
@@ -255,29 +282,49 @@ def search_policies(
         return dict(cache.get_or_fit(key, fit).metadata)
 
     def accuracy_of(policy: Policy) -> dict[str, Any]:
+        net = reinitialized(random_model, policy_seed(policy, seed)) if params.reinit else random_model
         if params.accuracy == "jacobian":
             return {
                 "accuracy": accuracy_score(
-                    random_model, policy, data, info, batches=params.accuracy_batches, seed=seed
+                    net, policy, data, info, batches=params.accuracy_batches, seed=seed
                 )
             }
-        return {"accuracy": training_accuracy_score(random_model, policy, images, info, seed=seed)}
+        return {"accuracy": training_accuracy_score(net, policy, images, info, seed=seed)}
 
     def privacy_of(policy: Policy) -> dict[str, Any]:
         score = privacy_score(
-            private_model, policy, images, info, points=params.points, seed=seed, vectorized=params.vectorized
+            private_model,
+            policy,
+            images,
+            info,
+            points=params.points,
+            seed=seed,
+            vectorized=params.vectorized,
+            rule=params.gradsim,
         )
         return {"auc_mean": score.mean, "auc_var": score.var, "auc": score.auc.tolist()}
 
     results: list[PolicyScore] = []
-    for policy in tqdm(pool, desc="ATS accuracy scores", disable=not progress, leave=False):
+    undistorted: list[PolicyScore] = []
+    for policy in tqdm(pool, desc="ATS FSIM and accuracy scores", disable=not progress, leave=False):
+        record = PolicyScore(str(policy), float("nan"))
+        results.append(record)
+        if params.fsim_threshold is not None:
+            record.fsim = float(
+                cached("fsim", policy, lambda p=policy: {"fsim": mean_fsim(p, images, seed)})["fsim"]
+            )
+            if record.fsim < params.fsim_threshold:
+                continue
         meta = cached("accuracy", policy, lambda p=policy: accuracy_of(p))
-        results.append(PolicyScore(str(policy), float(meta["accuracy"]), seconds=float(meta["seconds"])))
+        record.accuracy, record.seconds = float(meta["accuracy"]), float(meta["seconds"])
+        undistorted.append(record)
+    if not undistorted:
+        raise ValueError(f"fsim_threshold: no candidate keeps a mean FSIM of {params.fsim_threshold:g}")
     threshold = params.accuracy_threshold
     if threshold is None:
-        ordered = sorted((r.accuracy for r in results), reverse=True)
+        ordered = sorted((r.accuracy for r in undistorted), reverse=True)
         threshold = ordered[max(0, math.ceil(params.accuracy_share * len(ordered)) - 1)]
-    passing = [r for r in results if r.accuracy >= threshold]
+    passing = [r for r in undistorted if r.accuracy >= threshold]
     bar = tqdm(passing, desc="ATS privacy scores", disable=not progress)
     best: list[tuple[float, str]] = []
     for record in bar:
@@ -298,5 +345,5 @@ def search_policies(
     for record, m, v in zip(passing, means, variances, strict=True):
         record.privacy = params.alpha * m + params.beta * v
     ranked = sorted(passing, key=lambda r: r.privacy)
-    chosen = PolicySet(tuple(Policy.parse(r.policy) for r in ranked[: params.keep]))
-    return SearchResult(results, chosen)
+    kept = disjoint_best([r.policy for r in ranked], params.keep, params.disjoint)
+    return SearchResult(results, PolicySet(tuple(Policy.parse(text) for text in kept)))
