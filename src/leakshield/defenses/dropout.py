@@ -1,8 +1,11 @@
-"""The dropout defense: a dropout layer before the classifier that stays active when the client computes
-its update, so the shared gradient depends on a secret random mask (evaluated as a baseline by PRECODE,
-Scheliga et al., WACV 2022, and Balunović et al., ICLR 2022)."""
+"""The dropout defense: dropout layers that stay active when the client computes its update, so the
+shared gradient depends on a secret random mask (evaluated as a baseline by PRECODE, Scheliga et al.,
+WACV 2022, and Balunović et al., ICLR 2022, with one layer before the classifier; by Anti-GAN, Luo &
+Zhang, TKDD 2025, Sec. 5.3, after each layer)."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 import pydantic
 import torch
@@ -13,11 +16,17 @@ from leakshield.defenses.base import DEFENSES, Defense
 from leakshield.errors import ConfigError
 from leakshield.registry import Params
 
+#: the activation modules after which ``placement: every-layer`` puts a dropout layer
+ACTIVATIONS = (nn.ReLU, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid)
+
 
 class DropoutParams(Params):
-    """p: probability of zeroing each feature entering the classifier (survivors scaled by 1/(1 − p))."""
+    """p: probability of zeroing each feature (survivors scaled by 1/(1 − p)). placement: ``classifier``
+    (one layer in front of the classifier, as PRECODE and Balunović et al. evaluate it) or
+    ``every-layer`` (after every hidden layer's activation, Anti-GAN Sec. 5.3)."""
 
     p: float = pydantic.Field(default=0.5, gt=0, lt=1)
+    placement: Literal["classifier", "every-layer"] = "classifier"
 
 
 class ActiveDropout(nn.Module):
@@ -35,8 +44,13 @@ class ActiveDropout(nn.Module):
         #: a fixed keep-mask (features,) used instead of random draws: set by an attacker who inferred
         #: the client's mask from the update (``dropout-mask``), never by the client
         self.fixed_mask: torch.Tensor | None = None
+        #: the identity, as at test time: set by a participant on its own copy of the model (it controls
+        #: that copy, e.g. the GAN attacker's discriminator), never on a client's training model
+        self.inference = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.inference:
+            return x
         if self.fixed_mask is not None and torch.is_grad_enabled():
             return x * self.fixed_mask.to(x.dtype) / (1 - self.p)
         return F.dropout(x, self.p, training=torch.is_grad_enabled())
@@ -47,21 +61,35 @@ class ActiveDropout(nn.Module):
 
 @DEFENSES.register(
     "dropout",
-    summary="inserts dropout before the classifier, active whenever a gradient is computed [p 0.5]",
+    summary="inserts dropout before the classifier (or after every layer), active whenever a gradient "
+    "is computed [p 0.5, placement classifier]",
     reference="Srivastava et al., JMLR 2014; as a leakage defense: PRECODE (WACV 2022), Balunović et al. "
     "(ICLR 2022)",
     params=DropoutParams,
 )
 class DropoutDefense(Defense):
-    """Model stage: ``classifier`` becomes ``Sequential(ActiveDropout(p), classifier)``. The model the
-    server builds contains the layer (it is public); each forward draws a fresh secret mask. The adaptive
-    attack ``dropout-expectation`` averages the dummy gradient over sampled masks."""
+    """Model stage: ``classifier`` becomes ``Sequential(ActiveDropout(p), classifier)``, or (``every-layer``)
+    each activation module ``a`` becomes ``Sequential(a, ActiveDropout(p))``. The model the server builds
+    contains the layers (they are public); each forward draws fresh secret masks. The adaptive attack
+    ``dropout-expectation`` averages the dummy gradient over sampled masks."""
 
     params: DropoutParams
 
     def model_hook(self, model: nn.Module) -> nn.Module:
+        if self.params.placement == "every-layer":
+            return self._after_every_activation(model)
         classifier = getattr(model, "classifier", None)
         if not isinstance(classifier, nn.Module):
             raise ConfigError("dropout: the model has no 'classifier' module to put dropout in front of")
         model.classifier = nn.Sequential(ActiveDropout(self.params.p), classifier)
+        return model
+
+    def _after_every_activation(self, model: nn.Module) -> nn.Module:
+        found = [name for name, m in model.named_modules() if isinstance(m, ACTIVATIONS)]
+        if not found:
+            raise ConfigError("dropout: placement every-layer needs activation modules (nn.ReLU, nn.Tanh, …)")
+        for name in found:
+            parent_name, _, child = name.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            setattr(parent, child, nn.Sequential(getattr(parent, child), ActiveDropout(self.params.p)))
         return model

@@ -8,11 +8,13 @@ Every round the attacker (1) takes the global model it received as its discrimin
 images against its generator's samples; (2) trains its conditional generator G so that D assigns G(z|a)
 to the victim class a (and not to "fake"); (3) active variant: trains its reply on its own data plus
 ``inject`` samples of G labelled with a wrong class c it owns (``inject_label``), so that the victim's
-next updates must separate a from c and reveal more about a. The passive variant (Anti-GAN Table 1)
-replies honestly on its own data and only trains G against the models it receives. After the last round
-G trains ``final_steps`` more against the final global model (``finish``), and the attacker releases
-labelled samples of G (``release``) that the evaluator, never the attack, scores. What the attacker sees
-is only what a participant receives: its own data, the models sent to it.
+next updates must separate a from c and reveal more about a (the model Anti-GAN's experiments attack
+with, Sec. 3 and Table 1). The passive variant replies honestly on its own data and only trains G against
+the models it receives. The attacker controls its own copy of the model, so a dropout defense's layers
+are switched off in D (``dropout_off``; they would only add noise to its own discriminator). After the
+last round G trains ``final_steps`` more against the final global model (``finish``), and the attacker
+releases labelled samples of G (``release``) that the evaluator, never the attack, scores. What the
+attacker sees is only what a participant receives: its own data, the models sent to it.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ class HitajParams(Params):
     round. head_lr: their Adam step. inject: samples injected per round. width: the generator's (Table 4:
     64). victim_updates: false gives the control, a federation in which the victims' replies never reach
     the server. samples: generated images scored by class-level SSIM (the paper: 10,000). window: its SSIM
-    window (8)."""
+    window (8). dropout_off: switch off a dropout defense's always-on layers in the attacker's
+    discriminator, as a participant controlling its own copy of the model would."""
 
     mode: Literal["active", "passive"] = "active"
     attacker: int | None = pydantic.Field(default=None, ge=0)
@@ -67,6 +70,7 @@ class HitajParams(Params):
     victim_updates: bool = True
     samples: int = pydantic.Field(default=1000, ge=1)
     window: int = pydantic.Field(default=8, ge=2)
+    dropout_off: bool = True
 
     def check_data(self, shape: tuple[int, int, int], num_classes: int) -> None:
         outside = sorted({t for t in self.targets or () if not 0 <= t < num_classes})
@@ -158,6 +162,10 @@ class HitajAttacker:
                 raise ConfigError(f"hitaj: no linear layer with {self.info.num_classes} outputs")
             self.fake_weight = torch.zeros(1, linears[-1].in_features, device=self.fake_bias.device)
         D = freeze(with_fake_class(model, self.info.num_classes, self.fake_weight, self.fake_bias)).eval()
+        if self.params.dropout_off:
+            for module in D.modules():
+                if hasattr(module, "inference"):  # a dropout defense's always-on layer
+                    module.inference = True
         head = next(m for m in D.modules() if isinstance(m, FakeClassHead))
         head.weight.requires_grad_(True)
         head.bias.requires_grad_(True)
