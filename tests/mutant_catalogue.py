@@ -33,6 +33,9 @@ ADAPTIVE = "tests/test_adaptive_attacks.py"
 PRECODE = "tests/test_precode.py"
 CELLS = "tests/test_cell_metrics.py"
 AGGREGATE = "tests/test_aggregate_attacks.py"
+ATS_PROTOCOL = "tests/test_ats_protocol.py"
+ANTIGAN_PROTOCOL = "tests/test_antigan_protocol.py"
+LODA_PROTOCOL = "tests/test_loda_protocol.py"
 
 #: the gradient-matching presets: their claim is the paper's setting (the engine's steps have their own)
 PRESET_CHANGES = [
@@ -42,6 +45,8 @@ PRESET_CHANGES = [
     ("adam-l2", '"l2", "iterations": 4800, **IG_LIKE}', '"cosine", "iterations": 4800, **IG_LIKE}'),
     ("sgd-cosine", '**IG_LIKE, "optimizer": "sgd"}', '**IG_LIKE, "optimizer": "adam"}'),
 ]
+#: PRECODE's IGA: its settings, and the early stop of its engine loops
+PRECODE_PROTOCOL = "tests/test_precode_protocol.py"
 
 MUTANTS: list[Mutant] = [
     # the four breaks that once passed every test
@@ -70,10 +75,23 @@ MUTANTS: list[Mutant] = [
            (f"{CONDENSATION}::test_condensation_descends_its_matching_loss_on_networks_it_never_saw",
             f"{CONDENSATION}::test_condensed_sets_started_from_noise_train_a_model_far_above_chance[dm-params2]")),
     Mutant("attack", "loda-inverse", "Eq. 6 maximized instead of minimized",
-           "attacks/loda_adaptive.py", "loss = stationarity_residual(g, obscured, x, info, c).sum()",
-           "loss = -stationarity_residual(g, obscured, x, info, c).sum()",
+           "attacks/loda_adaptive.py", "loss = stationarity_residual(g, obscured, x, info, c, kkt=kkt).sum()",
+           "loss = -stationarity_residual(g, obscured, x, info, c, kkt=kkt).sum()",
            (f"{LODA}::test_eq_6_descends_its_residual_toward_the_private_image",
             f"{EFFECTS}::test_loda_inverse_beats_ig_against_the_private_images")),
+    Mutant("attack", "loda-inverse", "the bound-aware form forces Eq. 6's equalities at the bounds",
+           "defenses/loda/encoder.py", "    if kkt:\n", "    if False:\n",
+           (f"{LODA_PROTOCOL}::test_the_private_image_meets_the_kkt_conditions_that_eq6_forces_into_equalities",)),
+    Mutant("defense", "dropout", "every-layer placement puts no layer after the activations",
+           "defenses/dropout.py",
+           '        if self.params.placement == "every-layer":\n', '        if False:\n',
+           (f"{ANTIGAN_PROTOCOL}::test_every_layer_dropout_follows_each_activation",)),
+    Mutant("attack", "hitaj", "the attacker keeps the defense's dropout masks in its discriminator",
+           "attacks/gan/hitaj.py", "module.inference = True", "module.inference = False",
+           (f"{ANTIGAN_PROTOCOL}::test_the_gan_attacker_switches_dropout_off_in_its_own_discriminator",)),
+    Mutant("defense", "mixup", "the smallest-weight component recorded as the largest", "defenses/mixing.py",
+           "largest = lam.argmax(dim=1)", "largest = lam.argmin(dim=1)",
+           (f"{LODA_PROTOCOL}::test_mixup_records_each_images_component_of_largest_weight",)),
     # baselines
     Mutant("defense", "gaussian-noise", "σ ignored (no noise added)", "defenses/noise.py",
            "        return self.params.sigma\n", "        return 0.0 * self.params.sigma\n",
@@ -145,6 +163,25 @@ MUTANTS: list[Mutant] = [
     Mutant("defense", "ats", "every minibatch left untransformed", "defenses/ats/defense.py",
            "return self.policy_set.apply(x, context.generator), y", "return x, y",
            ("tests/test_ats_search.py::test_ats_defense_transforms_minibatches_and_publishes_its_policies",)),
+    Mutant("defense", "ats", "search policies always of three entries (not up to k)",
+           "defenses/ats/policy.py", "    if not exact:\n", "    if False:\n",
+           (f"{ATS_PROTOCOL}::test_policies_have_up_to_three_entries_drawn_uniformly_from_the_search_space",)),
+    Mutant("defense", "ats", "GradSim per layer where Eq. 5 asks one cosine", "defenses/ats/scores.py",
+           '    if rule == "global":\n', '    if rule != "global":\n',
+           (f"{ATS_PROTOCOL}::test_gradsim_is_eq5_one_cosine_of_the_whole_gradient_and_per_layer_is_an_option",)),
+    Mutant("defense", "ats", "one shared random model instead of a fresh one per policy",
+           "defenses/ats/search.py",
+           "if params.reinit else random_model", "if False else random_model",
+           (f"{ATS_PROTOCOL}::test_each_policy_is_scored_on_its_own_fresh_random_model",)),
+    Mutant("defense", "ats", "hybrid policies may share library entries", "defenses/ats/candidates.py",
+           "        if disjoint and any(", "        if False and any(",
+           (f"{ATS_PROTOCOL}::test_a_hybrid_set_shares_no_library_entry",)),
+    Mutant("defense", "ats", "the FSIM pre-filter keeps the distorting policies", "defenses/ats/search.py",
+           "if record.fsim < params.fsim_threshold:", "if record.fsim > params.fsim_threshold:",
+           (f"{ATS_PROTOCOL}::test_the_fsim_prefilter_drops_distorting_policies_before_scoring",)),
+    Mutant("defense", "ats", "FSIM without its gradient-magnitude term", "metrics/fsim.py",
+           "float((s_pc * s_g * pc_m).sum()", "float((s_pc * pc_m).sum()",
+           (f"{ATS_PROTOCOL}::test_fsim_is_one_on_identical_images_and_falls_with_distortion",)),
     Mutant("defense", "loda", "the encoder pulls pixels toward the private image (−c·pixel → +c·pixel)",
            "defenses/loda/encoder.py", "(grad,) = torch.autograd.grad((feature - c * pixel).sum(), x)",
            "(grad,) = torch.autograd.grad((feature + c * pixel).sum(), x)",
@@ -294,6 +331,18 @@ MUTANTS: list[Mutant] = [
     *(Mutant("attack", name, f"its setting changed ({old} → {new})", "attacks/inversion/presets.py",
              old, new, (f"{ATTACKS_TESTS}::test_gradient_matching_presets_are_the_papers_settings",))
       for name, old, new in PRESET_CHANGES),
+    Mutant("attack", "iga-precode", "its early stop dropped (patience 1200 → 0)",
+           "attacks/inversion/presets.py", '"patience": 1200,', '"patience": 0,',
+           (f"{PRECODE_PROTOCOL}::test_iga_precode_is_the_papers_attack_setting",)),
+    Mutant("attack", "iga-precode", "a stalled run never stops", "attacks/inversion/loops.py",
+           "if p.patience and since_better >= p.patience:", "if False and since_better >= p.patience:",
+           (f"{PRECODE_PROTOCOL}::test_patience_stops_a_run_that_no_longer_improves",)),
+    Mutant("attack", "iga-precode", "a stopped victim keeps moving (vectorized path)",
+           "attacks/inversion/loops.py", "                x[stopped] = held\n", "                pass\n",
+           (f"{PRECODE_PROTOCOL}::test_patience_holds_a_stopped_victim_while_the_others_go_on",)),
+    Mutant("metric", "mse_normalized", "differences multiplied by std instead of divided", "metrics/image.py",
+           "((a - b) / scale).pow(2)", "((a - b) * scale).pow(2)",
+           (f"{PRECODE_PROTOCOL}::test_mse_normalized_is_the_mse_of_the_models_inputs",)),
     Mutant("attack", "gradient-inversion", "the engine's default distance cosine instead of DLG's L2",
            "attacks/inversion/params.py",
            'default="l2",\n        description="gradient distance',

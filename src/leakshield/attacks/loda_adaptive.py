@@ -3,6 +3,11 @@ the update (Inverting Gradients), then solve for the private image x the station
 satisfies if the encoder converged: min_x ‖∇g(x′)ᵀ(g(x′) − g(x)) − c·(x′ − x)‖², by Adam on x in the
 valid pixel range (the paper: c searched over {0, 1, 5, 10, 20}, set to 1; 100 steps of lr 0.01).
 
+``loda-inverse-kkt`` is the bound-aware variant: where x′ lies on the box bound of Eq. 4 (most of its
+pixels on the digits here), x′ is a constrained minimizer and Eq. 5 holds only as a KKT inequality, so
+it penalizes only the violations of that inequality there instead of forcing Eq. 6's equality, with
+the defense's own c (public) rather than the paper's 1.
+
 The extractor g is public: the attack trains it on the public split with the settings the defense's
 public configuration names (the same content-addressed artifact the clients use).
 """
@@ -30,11 +35,14 @@ from leakshield.threats import Adversary, Knowledge, threat
 
 
 class LodaInverseParams(preset_params("loda-inverse", ADAPTIVE_IG)):  # type: ignore[misc]
-    """inverse_c: c of Eq. 6 (the paper: 1); inverse_steps and inverse_lr: Adam on x (100, 0.01);
+    """inverse_c: c of Eq. 6 (the paper: 1; None: the c of the LODA defense the view names, which is
+    public); inverse_steps and inverse_lr: Adam on x (100, 0.01);
     inverse_init: where x starts, ``grey`` (0.5) or ``uniform`` noise (not at x′, which is a trivial root
-    of Eq. 6: the residual vanishes at x = x′). The IG fields reconstruct x′ first."""
+    of Eq. 6: the residual vanishes at x = x′). kkt: at pixels where x′ is 0 or 1, only the violations
+    of the KKT inequality count (the bound-aware variant). The IG fields reconstruct x′ first."""
 
-    inverse_c: float = pydantic.Field(default=1.0, ge=0)
+    inverse_c: float | None = pydantic.Field(default=1.0, ge=0)
+    kkt: bool = False
     inverse_init: Literal["grey", "uniform"] = "grey"
     inverse_steps: int = pydantic.Field(default=100, ge=1)
     inverse_lr: float = pydantic.Field(default=0.01, gt=0)
@@ -101,8 +109,9 @@ class LodaInverse(GradientInversion):
         else:
             x = torch.full_like(x_prime, 0.5)
         p = self.params
+        c = float(loda.params.c) if p.inverse_c is None else p.inverse_c
         x, residual = solve_stationarity(
-            g, x_prime, x, info, c=p.inverse_c, steps=p.inverse_steps, lr=p.inverse_lr
+            g, x_prime, x, info, c=c, steps=p.inverse_steps, lr=p.inverse_lr, kkt=p.kkt
         )
         stats = {**obscured.stats, "inverted": 1.0, "residual": residual}
         return dataclasses.replace(obscured, images=x.cpu(), stats=stats, normalized=None)
@@ -117,14 +126,16 @@ def solve_stationarity(
     c: float,
     steps: int,
     lr: float,
+    kkt: bool = False,
 ) -> tuple[torch.Tensor, float]:
     """Eq. 6: x* = argmin_x ‖∇g(x′)ᵀ(g(x′) − g(x)) − c·(x′ − x)‖² by ``steps`` Adam steps of ``lr`` on x
-    in [0, 1] from ``start``; returns x* and the residual summed over the batch before the last step."""
+    in [0, 1] from ``start`` (``kkt``: the bound-aware residual); returns x* and the residual summed over
+    the batch before the last step."""
     x = start.detach().clone().requires_grad_(True)
     opt = torch.optim.Adam([x], lr=lr)
     loss = torch.zeros(())
     for _ in range(steps):
-        loss = stationarity_residual(g, obscured, x, info, c).sum()
+        loss = stationarity_residual(g, obscured, x, info, c, kkt=kkt).sum()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -150,4 +161,5 @@ ATTACKS.register(
         Adversary.OBSERVING_SERVER, (Knowledge.PROTOCOL, Knowledge.DEFENSES, Knowledge.PUBLIC_SPLIT)
     ),
     targets=("loda",),
+    aliases={"loda-inverse-kkt": {"kkt": True, "inverse_c": None}},
 )(LodaInverse)

@@ -52,7 +52,10 @@ class ClientContext:
     dataset's public ``info`` and ``public`` split, and ``artifact``: this defense's fitted artifact for
     this client (client-scope fits; None otherwise). ``indices``: the minibatch's rows in ``dataset``
     (None when the batch did not come from it, e.g. a batch handed in from outside); ``seed``: the
-    client's seed (the one its fits used); ``cache``: the run's artifact cache (None outside a run)."""
+    client's seed (the one its fits used); ``cache``: the run's artifact cache (None outside a run).
+    ``notes``: private facts a data stage records for the evaluator (never for an attack), shared by the
+    round's minibatch contexts: ``largest_component``, the mixing component of largest weight of each
+    image (MixUp, InstaHide; LODA's Sec. 5.1 scores against it)."""
 
     client_id: int
     round: int
@@ -66,6 +69,7 @@ class ClientContext:
     indices: torch.Tensor | None = None
     seed: int = 0
     cache: ArtifactCache | None = None
+    notes: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def at_step(self, batch: ImageSet, step: int, indices: torch.Tensor | None = None) -> ClientContext:
         """The context of one minibatch (``indices``: its rows in the client's dataset, if known)."""

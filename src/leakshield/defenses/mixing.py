@@ -111,6 +111,7 @@ class MixUp(Defense):
         labels = lam[:, :1] * soft_labels(y, classes)
         kp = self.private_count
         dev = generator.device
+        components = [x]
         for j in range(1, p.k):
             source, with_labels = (pool, True) if j < kp else (context.public, False)
             if source is None:
@@ -118,9 +119,15 @@ class MixUp(Defense):
                     f"{self.name}: public partners need the public split (the client's context)"
                 )
             idx = torch.randint(0, len(source), (n,), generator=generator, device=dev).to(source.x.device)
-            mixed = mixed + lam[:, j, None, None, None] * source.x[idx].to(x.device)
+            components.append(source.x[idx].to(x.device))
+            mixed = mixed + lam[:, j, None, None, None] * components[-1]
             if with_labels:
                 labels = labels + lam[:, j : j + 1] * soft_labels(source.y[idx].to(x.device), classes)
+        # for the evaluator: each image's component of largest weight (LODA scores MixUp rows against it)
+        largest = lam.argmax(dim=1)
+        context.notes["largest_component"] = torch.stack(components, dim=1)[
+            torch.arange(n, device=x.device), largest
+        ]
         return self._encode(mixed, context), labels
 
     def _encode(self, mixed: torch.Tensor, context: ClientContext) -> torch.Tensor:

@@ -13,7 +13,7 @@ from leakshield.attacks.base import Reconstruction
 from leakshield.attacks.labels import label_accuracy
 from leakshield.data.types import ImageSet
 from leakshield.errors import LeakshieldError
-from leakshield.metrics.image import mean_finite, mse, psnr, ssim
+from leakshield.metrics.image import mean_finite, mse, mse_normalized, psnr, ssim
 from leakshield.metrics.lpips import LPIPS, load_lpips
 from leakshield.metrics.privacy import attack_success_rate, match_reconstructions
 
@@ -47,13 +47,17 @@ def score_victim(
     defended: torch.Tensor | None = None,
     match_on: str = "ssim",
     lpips: LPIPS | None = None,
+    std: Sequence[float] | None = None,
+    component: torch.Tensor | None = None,
 ) -> VictimScore:
     """Match reconstructions to ``truth`` (Hungarian on ``match_on``) and score each image.
 
-    Scores against the private images: mse, psnr, ssim, lpips (if available). When the defense changed the
-    inputs (``defended`` x' differs from the truth), psnr_defended and ssim_defended score against x'.
-    With ``sensitive`` flags, the per-image ``sensitive`` (1/0) lets :func:`aggregate` report the
-    sensitive images' own means (DCS²).
+    Scores against the private images: mse, psnr, ssim, lpips (if available), and mse_normalized when
+    the dataset's per-channel ``std`` is given. With a mixing defense's ``component`` (each image's
+    component of largest weight), psnr_component and ssim_component score against it (LODA Sec. 5.1).
+    When the defense changed the inputs (``defended`` x' differs from the truth), psnr_defended and
+    ssim_defended score against x'. With ``sensitive`` flags, the per-image ``sensitive`` (1/0) lets
+    :func:`aggregate` report the sensitive images' own means (DCS²).
     """
     images = reconstruction.images.detach().cpu()
     if not torch.isfinite(images).all():
@@ -65,6 +69,8 @@ def score_victim(
         "psnr": psnr(matched, truth).tolist(),
         "ssim": ssim(matched, truth).tolist(),
     }
+    if std is not None:
+        scores["mse_normalized"] = mse_normalized(matched, truth, std).tolist()
     if lpips is not None:
         device = lpips.shift.device
         scores["lpips"] = lpips(matched.to(device), truth.to(device)).cpu().tolist()
@@ -73,6 +79,10 @@ def score_victim(
         if not torch.equal(defended, truth):
             scores["psnr_defended"] = psnr(matched, defended).tolist()
             scores["ssim_defended"] = ssim(matched, defended).tolist()
+    if component is not None and component.shape == truth.shape:
+        component = component.detach().cpu().clamp(0, 1)
+        scores["psnr_component"] = psnr(matched, component).tolist()
+        scores["ssim_component"] = ssim(matched, component).tolist()
     if sensitive is not None:
         scores["sensitive"] = sensitive.detach().cpu().float().tolist()
     rec_labels = reconstruction.labels
@@ -98,16 +108,30 @@ def score_reconstructions(
     lpips_reason: str = "",
     defended: Sequence[torch.Tensor | None] | None = None,
     extra: Sequence[dict[str, Any]] | None = None,
+    std: Sequence[float] | None = None,
+    components: Sequence[torch.Tensor | None] | None = None,
 ) -> CellOutput:
     """The one scoring path (grid cells, the update auditor, probes, a client's self-audit): each
     reconstruction against its private ``truths`` (and the ``defended`` inputs x'), matched and scored by
     :func:`score_victim`, aggregated by :func:`aggregate` under the config's ``metrics`` section
-    (``match_on``, ``asr_threshold``); per-victim rows carry ``extra``; the grid shows the truths, the
-    defended inputs where they differ, and the matched reconstructions."""
+    (``match_on``, ``asr_threshold``); with the dataset's ``std``, mse_normalized too; with a mixing
+    defense's largest ``components``, the *_component scores; per-victim rows carry ``extra``; the grid
+    shows the truths, the defended inputs where they differ, and the matched reconstructions."""
     defended = list(defended) if defended is not None else [None] * len(truths)
+    components = list(components) if components is not None else [None] * len(truths)
     scores = [
-        score_victim(r, t.x, t.y, sensitive=t.sensitive, defended=d, match_on=metrics.match_on, lpips=lpips)
-        for r, t, d in zip(reconstructions, truths, defended, strict=True)
+        score_victim(
+            r,
+            t.x,
+            t.y,
+            sensitive=t.sensitive,
+            defended=d,
+            match_on=metrics.match_on,
+            lpips=lpips,
+            std=std,
+            component=c,
+        )
+        for r, t, d, c in zip(reconstructions, truths, defended, components, strict=True)
     ]
     out: dict[str, Any] = dict(aggregate(scores, metrics.asr_threshold))
     if "lpips" not in out and lpips_reason:
@@ -148,6 +172,8 @@ def aggregate(victims: list[VictimScore], asr_threshold: float) -> dict[str, flo
     out["asr"] = attack_success_rate(ssims, asr_threshold)
     if "ssim_defended" in columns:
         out["asr_defended"] = attack_success_rate(columns["ssim_defended"], asr_threshold)
+    if "ssim_component" in columns:
+        out["asr_component"] = attack_success_rate(columns["ssim_component"], asr_threshold)
     if flags is not None and len(flags) == len(ssims) and bool(flags.any()):
         chosen = flags > 0
         for key in ("ssim", "psnr", "mse"):

@@ -97,7 +97,8 @@ def run_server_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
             info["refused"] = observation.refused
         extra.append(info)
     defended = [o.trace.defended_x for o in observations]
-    output = world.score(reconstructions, list(victims), defended, extra)
+    components = [o.trace.component_x for o in observations]
+    output = world.score(reconstructions, list(victims), defended, extra, components)
     if any(o.refused for o in observations):
         output.metrics["refused"] = sum(bool(o.refused) for o in observations) / len(observations)
     if world.config.fl.secure_aggregation:  # how many clients each attacked aggregate held

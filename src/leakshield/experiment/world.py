@@ -84,6 +84,7 @@ class ExperimentContext:
         truths: list[ImageSet],
         defended: list[torch.Tensor | None] | None = None,
         extra: list[dict[str, Any]] | None = None,
+        components: list[torch.Tensor | None] | None = None,
     ) -> CellOutput:
         """The evaluator (it alone holds the private images): :func:`score_reconstructions` under the
         run's metric settings and LPIPS network."""
@@ -95,4 +96,6 @@ class ExperimentContext:
             lpips_reason=self.lpips_reason,
             defended=defended,
             extra=extra,
+            std=self.info.std,
+            components=components,
         )

@@ -52,9 +52,11 @@ def private_copy(model: nn.Module) -> nn.Module:
 @dataclass(frozen=True)
 class ClientTrace:
     """Private facts the evaluator keeps (never given to an attack): the defended inputs x' in [0, 1]
-    pixel space, one per private sample and in its order, when the data stage preserves the batch."""
+    pixel space, one per private sample and in its order, when the data stage preserves the batch; and,
+    for a mixing defense, each sample's mixing component of largest weight (``component_x``)."""
 
     defended_x: torch.Tensor | None
+    component_x: torch.Tensor | None = None
 
 
 @dataclass
@@ -160,7 +162,11 @@ class HonestClient:
             with client_rng(generator, 0):
                 delta = self.pipeline.gradient(worker, self.info.normalize(x), y, step_context)
             steps, batch = 1, len(data)
-            trace = ClientTrace(x.detach() if len(x) == len(data) else None)
+            component = step_context.notes.get("largest_component")
+            trace = ClientTrace(
+                x.detach() if len(x) == len(data) else None,
+                component.detach() if component is not None and len(component) == len(data) else None,
+            )
         else:
             delta, steps, trace = self._train(worker, data, context, indices)
             batch = local.batch_size
@@ -191,6 +197,7 @@ class HonestClient:
         params = dict(worker.named_parameters())
         before = {k: p.detach().clone() for k, p in params.items()}
         defended = torch.empty_like(data.x)
+        components: torch.Tensor | None = None
         complete = True
         schedule = minibatch_schedule(
             len(data),
@@ -206,7 +213,7 @@ class HonestClient:
         def gradient(
             _: dict[str, torch.Tensor], scheduled: tuple[int, torch.Tensor]
         ) -> dict[str, torch.Tensor]:
-            nonlocal complete, steps
+            nonlocal complete, steps, components
             step, idx = scheduled
             batch = data.subset(idx)
             step_context = context.at_step(batch, step, None if rows is None else rows[idx.cpu()])
@@ -216,6 +223,10 @@ class HonestClient:
                     defended[idx] = x.detach()
                 else:
                     complete = False
+                largest = step_context.notes.pop("largest_component", None)
+                if largest is not None and len(largest) == len(idx):
+                    components = torch.empty_like(data.x) if components is None else components
+                    components[idx] = largest.detach()
             steps += 1
             with client_rng(generator, step):
                 return self.pipeline.gradient(worker, self.info.normalize(x), y, step_context)
@@ -223,7 +234,13 @@ class HonestClient:
         local_training(params, schedule, gradient, optimizer=local.optimizer, lr=local.local_lr,
                        momentum=local.momentum, in_place=True)  # fmt: skip
         delta = {k: (params[k].detach() - before[k]) for k in params}
-        return delta, steps, ClientTrace(defended if complete else None)
+        return (
+            delta,
+            steps,
+            ClientTrace(
+                defended if complete else None, components if complete and components is not None else None
+            ),
+        )
 
 
 def compute_update(

@@ -6,7 +6,8 @@ and the report to format and join tables; ``leakshield list metrics`` prints it.
 Derived columns resolve to their base metric: ``psnr_std`` (spread over images), ``psnr_max`` /
 ``ssim_max`` / ``lpips_min`` (the best reconstruction of the cell, the worst case for privacy: LODA's
 Max PSNR and Min LPIPS), ``ssim_sensitive`` (the sensitive images' own mean), ``psnr_defended`` (scored
-against the defended input x')."""
+against the defended input x'), ``psnr_component`` (against each image's mixing component of largest
+weight, MixUp and InstaHide as LODA scores them)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Literal
 from leakshield.errors import UnknownNameError
 
 MetricKind = Literal["privacy", "utility", "detection", "diagnostic"]
-DERIVED_SUFFIXES = ("_std", "_sensitive", "_defended", "_max", "_min")
+DERIVED_SUFFIXES = ("_std", "_sensitive", "_defended", "_component", "_max", "_min")
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,15 @@ METRICS = MetricRegistry()
 _UNBOUNDED = (-math.inf, math.inf)
 for _spec in (
     MetricSpec("mse", "mean squared error per image, [0, 1] pixels", "privacy", False, precision=4),
+    MetricSpec(
+        "mse_normalized",
+        "mean squared error per image in the model's normalized input space, (x − mean)/std (PRECODE's "
+        "convention)",
+        "privacy",
+        False,
+        range=(0.0, math.inf),
+        precision=4,
+    ),
     MetricSpec(
         "psnr",
         "peak signal-to-noise ratio, images clamped to [0, 1], data range 1, capped at 100 dB",

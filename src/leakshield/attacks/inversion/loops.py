@@ -92,9 +92,14 @@ def optimize_one(p: GradientInversionParams, x0, logits0, objective: Objective, 
     else:
         opt = torch.optim.SGD(variables, lr=p.lr, momentum=p.momentum)
     sched = lr_scheduler(opt, p)
+    since_better, previous_best = 0, math.inf
     for _ in range(p.iterations):
         loss = evaluate()
         if not torch.isfinite(loss):
+            break
+        since_better = 0 if best_loss < previous_best else since_better + 1
+        previous_best = best_loss
+        if p.patience and since_better >= p.patience:
             break
         opt.step()
         if sched is not None:
@@ -121,10 +126,13 @@ def optimize_many(
     best_loss = torch.full((len(x),), math.inf, device=x.device)
     best_score = best_loss.clone()
 
+    since_better = torch.zeros(len(x), dtype=torch.long, device=x.device)
+
     def track(loss: torch.Tensor, score: torch.Tensor) -> None:
         better = torch.isfinite(loss) & (loss < best_loss)
         best_x[better] = x.detach()[better]
         best_loss[better], best_score[better] = loss[better], score[better]
+        since_better.add_(1).masked_fill_(better, 0)
 
     for _ in tqdm(range(p.iterations), desc="vectorized attack", disable=not progress, leave=False):
         # a detached input: torch.func computes the image gradient itself, and an input that requires
@@ -133,8 +141,16 @@ def optimize_many(
         track(loss, score)
         if not torch.isfinite(loss).any() or bool((best_score < p.tolerance).all()):
             break
+        # a victim stopped by ``patience`` stays where it is, as if its own run had ended
+        stopped = since_better >= p.patience if p.patience else None
+        if stopped is not None and bool(stopped.all()):
+            break
+        held = x.detach()[stopped].clone() if stopped is not None else None
         x.grad = grad_x.sign() if p.signed else grad_x
         opt.step()
+        if held is not None:
+            with torch.no_grad():
+                x[stopped] = held
         if sched is not None:
             sched.step()
         if p.boxed:

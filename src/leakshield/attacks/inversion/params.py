@@ -79,6 +79,12 @@ class GradientInversionParams(Params):
     tolerance: float = pydantic.Field(
         default=1e-6, ge=0, description="stop when the gradient distance falls below it"
     )
+    patience: int = pydantic.Field(
+        default=0,
+        ge=0,
+        description="Adam/SGD: stop a victim's run once its objective has not decreased for that many "
+        "steps (PRECODE's IGA: 1200; 0: never)",
+    )
     lbfgs_max_iter: int = pydantic.Field(default=20, ge=1, description="L-BFGS evaluations per outer step")
     lbfgs_history: int = pydantic.Field(default=100, ge=1, description="L-BFGS curvature pairs kept")
     lbfgs_line_search: Literal["strong_wolfe", "none"] = pydantic.Field(

@@ -53,6 +53,21 @@ PRESETS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "Geiping et al., Inverting Gradients, NeurIPS 2020",
         {"distance": "cosine", "iterations": 24_000, **IG_LIKE},
     ),
+    "iga-precode": (
+        "IGA as PRECODE ran it: cosine + TV 1e-6, unsigned Adam lr 0.01, boxed, milestone decay, "
+        "Gaussian start, up to 7,000 steps, stopped after 1,200 without a lower loss",
+        "Scheliga et al., PRECODE, WACV 2022, Sec. 4 (Geiping et al.'s IG implementation)",
+        {
+            "distance": "cosine",
+            **IG_LIKE,
+            "lr": 0.01,
+            "signed": False,
+            "tv": 1e-6,
+            "iterations": 7000,
+            "patience": 1200,
+            "init": "randn",
+        },
+    ),
     "cpl": (
         "CPL: L2 + task-loss term (weight 1), patterned init, L-BFGS 300 steps, label inferred",
         "Wei et al., A Framework for Evaluating Gradient Leakage Attacks in FL, ESORICS 2020",

@@ -50,14 +50,25 @@ def obscure_one_by_one(
     )
 
 
+#: a pixel of x′ within this of 0 or 1 sits on the box bound of Eq. 4
+BOUND_TOLERANCE = 1e-6
+
+
 def stationarity_residual(
     g: Callable[[torch.Tensor], torch.Tensor],
     obscured: torch.Tensor,
     candidate: torch.Tensor,
     info: DatasetInfo,
     c: float,
+    *,
+    kkt: bool = False,
 ) -> torch.Tensor:
-    """‖∇g(x′)ᵀ(g(x′) − g(x)) − c·(x′ − x)‖² per image (Eq. 6), differentiable in ``candidate`` x."""
+    """‖∇g(x′)ᵀ(g(x′) − g(x)) − c·(x′ − x)‖² per image (Eq. 6), differentiable in ``candidate`` x.
+
+    r = ∇g(x′)ᵀ(g(x′) − g(x)) − c·(x′ − x) is half the gradient of Eq. 4's objective at x′. Eq. 6 asks
+    r = 0 at every pixel, but x′ is a minimizer over the box [0, 1]: where x′ sits on a bound, the
+    first-order (KKT) condition is an inequality, r ≥ 0 at 0 and r ≤ 0 at 1. ``kkt`` penalizes only
+    violations of those (min(r, 0) at 0, max(r, 0) at 1) and keeps r = 0 inside."""
     x_prime = obscured.detach().clone().requires_grad_(True)
     f_prime = g(info.normalize(x_prime))
     f_candidate = g(info.normalize(candidate))
@@ -65,4 +76,10 @@ def stationarity_residual(
     v = f_prime.detach() - f_candidate
     (jtv,) = torch.autograd.grad((f_prime * v).sum(), x_prime, create_graph=True)
     residual = jtv - c * (obscured - candidate)
+    if kkt:
+        at_zero = obscured <= BOUND_TOLERANCE
+        at_one = obscured >= 1 - BOUND_TOLERANCE
+        residual = torch.where(
+            at_zero, residual.clamp(max=0), torch.where(at_one, residual.clamp(min=0), residual)
+        )
     return (residual**2).flatten(1).sum(dim=1)
