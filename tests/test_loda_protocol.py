@@ -106,3 +106,70 @@ def test_the_private_image_meets_the_kkt_conditions_that_eq6_forces_into_equalit
         create_attack("loda-inverse-kkt").params.kkt
         and create_attack("loda-inverse-kkt").params.inverse_c is None
     )
+
+
+def test_loda_can_start_from_another_datasets_files(tmp_path):
+    # the paper starts CIFAR-10 clients' x′ from CIFAR-100 training images: here CIFAR-100's binary files
+    import numpy as np
+    import pytest
+
+    from leakshield.artifacts import FitData
+    from leakshield.errors import ConfigError
+
+    from helpers import cifar_records
+
+    rng = np.random.default_rng(0)
+    (tmp_path / "train.bin").write_bytes(cifar_records(12, 2, rng)[0])
+    (tmp_path / "test.bin").write_bytes(cifar_records(3, 2, rng)[0])
+    digits = load_dataset("digits", {"channels": 3, "size": 16})
+    client = digits.train.subset(list(range(6)))
+    pool = load_dataset(
+        "cifar100", {"channels": 3, "size": 16, "public_fraction": 0.0}, root=tmp_path
+    ).train.x
+    nearest = {}
+    for starts in ("cifar100", None):
+        extra = {"start_dataset": starts, "start_root": str(tmp_path)} if starts else {}
+        defense = create_defense("loda1", {"steps": 1, "epochs": 1, **extra})
+        fit = FitData(digits.info, client, None, 0, CPU, False, None, digits.public)
+        obscured = defense.fit(fit).tensors["obscured"]
+        distance = ((obscured[:, None] - pool[None]) ** 2).flatten(2).sum(-1).sqrt().min(dim=1).values
+        nearest[starts] = float(distance.max())
+    assert nearest["cifar100"] <= 0.1 + 1e-5  # one normalized step of τ 0.1 from a CIFAR-100 image
+    assert nearest[None] > 1.0  # from the public digits instead
+    with pytest.raises(ConfigError, match="registered dataset"):
+        create_defense("loda", {"start_dataset": "cifar1000"})
+
+
+def test_c_is_calibrated_per_extractor_by_the_papers_criterion(tmp_path):
+    # The default extractor (tanh LeNet, 30 epochs), 32 px digits, 500 steps (measured): mean SSIM of x′ to
+    # x* for c 1, 2, 5, 10, 20: LODA1 1.00, 0.85, 0.30, 0.12, 0.045 (feature error 0.01 → 0.74); LODA2
+    # 1.00, 0.99, 0.34, 0.16, 0.085: SSIM ≤ 0.1 picks c 20 for both. Here a cheaper extractor and 100 steps.
+    from leakshield.artifacts import ArtifactCache, FitData
+    from leakshield.defenses.loda.defense import loda_c
+
+    digits = load_dataset("digits", {"channels": 1, "size": 16})
+    params = {
+        "calibrate_c": True,
+        "c": 7.0,  # never used: calibration decides
+        "c_grid": [1.0, 5.0, 20.0, 100.0],
+        "c_ssim": 0.3,
+        "steps": 100,
+        "epochs": 2,
+    }
+    defense = create_defense("loda1", params)
+    cache = ArtifactCache(tmp_path / "cache")
+    client = digits.train.subset(list(range(4)))
+    artifact = defense.fit(FitData(digits.info, client, None, 0, CPU, False, cache, digits.public))
+    chosen = artifact.metadata["c"]
+    from leakshield.defenses.loda.calibration import calibrated_c
+
+    p = defense.params
+    _, trials = calibrated_c(
+        p, list(p.c_grid), p.c_ssim, p.steps, p.step_size, digits.info, digits.public, 0, cache, CPU
+    )
+    assert [t.c for t in trials][-1] == chosen and trials[-1].ssim <= 0.3
+    assert all(t.ssim > 0.3 for t in trials[:-1]) and chosen > 1.0  # the smallest c far enough
+    assert trials[0].feature_error < trials[-1].feature_error  # closer features for smaller c
+    # the attacker, with only the public split and no cache, computes the same c
+    assert loda_c(p, digits.info, digits.public, 0, None, CPU) == chosen
+    assert loda_c(create_defense("loda1", {}).params, digits.info, digits.public, 0, None, CPU) == 20.0

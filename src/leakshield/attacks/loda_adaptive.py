@@ -28,6 +28,7 @@ from leakshield.attacks.inversion.engine import GradientInversion
 from leakshield.attacks.inversion.params import GradientInversionParams
 from leakshield.attacks.inversion.presets import preset_params
 from leakshield.data.types import DatasetInfo, ImageSet
+from leakshield.defenses.loda.defense import loda_c
 from leakshield.defenses.loda.encoder import stationarity_residual
 from leakshield.defenses.loda.extractor import ExtractorParams, build_extractor, feature_map, fitted_extractor
 from leakshield.fl.types import ServerView
@@ -109,7 +110,11 @@ class LodaInverse(GradientInversion):
         else:
             x = torch.full_like(x_prime, 0.5)
         p = self.params
-        c = float(loda.params.c) if p.inverse_c is None else p.inverse_c
+        c = p.inverse_c
+        if c is None:  # the defense's own c: public, or calibrated on the public split as the clients do
+            public = ImageSet(tensors["public.x"].to(device), tensors["public.y"].to(device))
+            fit_seed = int(self.artifact.metadata.get("seed", 0))
+            c = loda_c(loda.params, info, public, fit_seed, None, device)
         x, residual = solve_stationarity(
             g, x_prime, x, info, c=c, steps=p.inverse_steps, lr=p.inverse_lr, kkt=p.kkt
         )

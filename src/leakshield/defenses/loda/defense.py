@@ -1,8 +1,9 @@
 """The LODA defense (Wan et al., Sec. 4, Algorithm 1): every client trains on its obscured dataset; the
 server (and any attacker) only ever sees gradients of obscured images.
 
-A client fit: each defended client encodes its own dataset (from random images of the public split, with
-the extractor trained on the public split), chunk by chunk, every chunk an artifact, so an interrupted
+A client fit: each defended client encodes its own dataset (from random images of the public split, or
+of another dataset's training files as the paper starts CIFAR-10 clients from CIFAR-100, with the
+extractor trained on the public split), chunk by chunk, every chunk an artifact, so an interrupted
 encoding resumes. The data stage swaps each minibatch image for its obscured version (by the minibatch's
 indices; an image outside the client's dataset is encoded on the spot, seeded by its content, with the
 extractor of the client's own fit: same seed, the run's cache).
@@ -10,6 +11,7 @@ extractor of the client's own fit: same seed, the run's cache).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import ClassVar
 
@@ -17,9 +19,12 @@ import pydantic
 import torch
 from tqdm.auto import tqdm
 
-from leakshield.artifacts import Artifact, FitData, FitKey, FitScope, data_fingerprint
+from leakshield.artifacts import Artifact, ArtifactCache, FitData, FitKey, FitScope, data_fingerprint
 from leakshield.data.lookup import swap_in
+from leakshield.data.registry import list_datasets, load_dataset
+from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.defenses.base import DEFENSES, ClientContext, Defense
+from leakshield.defenses.loda.calibration import calibrated_c
 from leakshield.defenses.loda.encoder import obscure
 from leakshield.defenses.loda.extractor import ExtractorParams, feature_map, fitted_extractor
 from leakshield.errors import ConfigError
@@ -30,12 +35,31 @@ class LodaParams(ExtractorParams):
     gradient step. chunk: images encoded at once (and per cached artifact). The extractor fields:
     ``ExtractorParams``. Presets (the paper's c; the layers scaled from ResNet-18's 20 convolutions to the
     default LeNet's 3): ``loda1`` (the first convolution, c 20; the paper: the first 5), ``loda2`` (all
-    convolutions, c 30), ``loda3`` (the last convolution and the linear head, c 1)."""
+    convolutions, c 30), ``loda3`` (the last convolution and the linear head, c 1). start_dataset,
+    start_root: a registered dataset whose training images x′ starts from, read from ``start_root`` and
+    converted to the clients' channels and size (the paper: CIFAR-100 for CIFAR-10 clients; None: the
+    public split). calibrate_c: choose c for the extractor instead of taking ``c`` (the smallest value of
+    ``c_grid`` whose obscured public images keep a mean SSIM ≤ ``c_ssim`` to their originals; recorded in
+    every client's artifact as ``c``; ``leakshield.defenses.loda.calibration``)."""
 
     c: float = pydantic.Field(default=20.0, ge=0)
     steps: int = pydantic.Field(default=500, ge=1)
     step_size: float = pydantic.Field(default=0.1, gt=0)
     chunk: int = pydantic.Field(default=256, ge=1)
+    start_dataset: str | None = None
+    start_root: str | None = None
+    calibrate_c: bool = False
+    c_grid: list[pydantic.PositiveFloat] = pydantic.Field(
+        default_factory=lambda: [1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 100.0], min_length=1
+    )
+    c_ssim: float = pydantic.Field(default=0.1, gt=-1, lt=1)
+
+    @pydantic.field_validator("start_dataset")
+    @classmethod
+    def _registered(cls, value: str | None) -> str | None:
+        if value is not None and value not in list_datasets():
+            raise ValueError(f"{value!r} is not a registered dataset; allowed: {', '.join(list_datasets())}")
+        return value
 
 
 @DEFENSES.register(
@@ -64,24 +88,27 @@ class Loda(Defense):
         p = self.params
         net = fitted_extractor(p, data.info, data.public, data.seed, data.cache, data.device)
         g = feature_map(net, p)
+        c = loda_c(p, data.info, data.public, data.seed, data.cache, data.device)
         private = data.data.x.to(data.device)
+        pool = start_pool(p, data.info, data.public)
         gen = torch.Generator().manual_seed(data.seed)
-        picks = torch.randint(len(data.public), (len(private),), generator=gen)
-        starts = data.public.x[picks].to(data.device)
+        picks = torch.randint(len(pool), (len(private),), generator=gen)
+        starts = pool.x[picks].to(data.device)
         chunks = []
         fields = p.model_dump(mode="json")
         for start in tqdm(range(0, len(private), p.chunk), desc="LODA chunks", disable=not data.progress):
             block = slice(start, start + p.chunk)
             key = FitKey("loda:chunk", {**fields, "start": start}, "client", data_fingerprint(data.data),
-                         data.seed, context={"public": data_fingerprint(data.public)})  # fmt: skip
+                         data.seed, context={"public": data_fingerprint(data.public),
+                                             "starts": data_fingerprint(pool)})  # fmt: skip
 
             def encode(b: slice = block) -> Artifact:
-                out = obscure(g, private[b], starts[b], data.info, c=p.c, steps=p.steps, lr=p.step_size)
+                out = obscure(g, private[b], starts[b], data.info, c=c, steps=p.steps, lr=p.step_size)
                 return Artifact({"obscured": out.cpu()})
 
             artifact = data.cache.get_or_fit(key, encode) if data.cache is not None else encode()
             chunks.append(artifact.tensors["obscured"])
-        return Artifact({"obscured": torch.cat(chunks)}, {"images": len(private)})
+        return Artifact({"obscured": torch.cat(chunks)}, {"images": len(private), "c": c})
 
     def data_hook(
         self, x: torch.Tensor, y: torch.Tensor, context: ClientContext
@@ -99,10 +126,40 @@ class Loda(Defense):
         p = self.params
         net = fitted_extractor(p, context.info, context.public, context.seed, context.cache, images.device)
         seed = int(hashlib.sha256(images.detach().cpu().numpy().tobytes()).hexdigest()[:8], 16)
-        picks = torch.randint(
-            len(context.public), (len(images),), generator=torch.Generator().manual_seed(seed)
-        )
-        starts = context.public.x[picks].to(images.device)
-        return obscure(
-            feature_map(net, p), images, starts, context.info, c=p.c, steps=p.steps, lr=p.step_size
-        )
+        pool = start_pool(p, context.info, context.public)
+        picks = torch.randint(len(pool), (len(images),), generator=torch.Generator().manual_seed(seed))
+        starts = pool.x[picks].to(images.device)
+        c = loda_c(p, context.info, context.public, context.seed, context.cache, images.device)
+        return obscure(feature_map(net, p), images, starts, context.info, c=c, steps=p.steps, lr=p.step_size)
+
+
+def loda_c(
+    params: LodaParams,
+    info: DatasetInfo,
+    public: ImageSet,
+    seed: int,
+    cache: ArtifactCache | None,
+    device: torch.device,
+) -> float:
+    """The c the encoder uses: ``params.c``, or with ``calibrate_c`` the value calibrated on the public
+    split for this extractor (public, so the adaptive attack computes the same)."""
+    if not params.calibrate_c:
+        return params.c
+    c, _ = calibrated_c(params, list(params.c_grid), params.c_ssim, params.steps, params.step_size, info,
+                        public, seed, cache, device)  # fmt: skip
+    return c
+
+
+def start_pool(params: LodaParams, info: DatasetInfo, public: ImageSet) -> ImageSet:
+    """The images x′ starts from: ``params.start_dataset``'s training images in the clients' channels and
+    size, or the public split."""
+    if params.start_dataset is None:
+        return public
+    channels, size, _ = info.shape
+    return _dataset_images(params.start_dataset, params.start_root, channels, size)
+
+
+@functools.lru_cache(maxsize=2)
+def _dataset_images(name: str, root: str | None, channels: int, size: int) -> ImageSet:
+    splits = load_dataset(name, {"channels": channels, "size": size, "public_fraction": 0.0}, root=root)
+    return ImageSet(splits.train.x, splits.train.y)
