@@ -38,9 +38,10 @@ class LodaParams(ExtractorParams):
     convolutions, c 30), ``loda3`` (the last convolution and the linear head, c 1). start_dataset,
     start_root: a registered dataset whose training images x′ starts from, read from ``start_root`` and
     converted to the clients' channels and size (the paper: CIFAR-100 for CIFAR-10 clients; None: the
-    public split). calibrate_c: choose c for the extractor instead of taking ``c`` (the smallest value of
-    ``c_grid`` whose obscured public images keep a mean SSIM ≤ ``c_ssim`` to their originals; recorded in
-    every client's artifact as ``c``; ``leakshield.defenses.loda.calibration``)."""
+    public split). calibrate_c: choose c for the extractor instead of taking ``c``: the smallest value of
+    the grid whose obscured public images are far enough from their originals, recorded in every
+    client's artifact as ``c`` (``leakshield.defenses.loda.calibration``). c_grid: the values tried, in
+    increasing order. c_ssim: "far enough": a mean SSIM of x′ to x* at most this (default 0.1)."""
 
     c: float = pydantic.Field(default=20.0, ge=0)
     steps: int = pydantic.Field(default=500, ge=1)
