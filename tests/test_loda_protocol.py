@@ -67,7 +67,7 @@ def test_the_loda_config_sets_igs_tv_as_the_paper_does():
     assert "psnr_component" in config["report"]["values"]
 
 
-def test_the_private_image_meets_the_kkt_conditions_that_eq6_forces_into_equalities():
+def test_the_private_image_meets_the_kkt_conditions_that_eq6_forces_into_equalities(tmp_path):
     # x′ sits on the box bound at 95 % of its pixels (16 px digits, c 20, 500 steps of τ 0.1), where Eq. 4's
     # first-order condition is an inequality. Measured for seeds 0–2 at the encoder's c: Eq. 6's residual
     # at the private image 1.59e5, larger than at a grey image (1.10e5–1.13e5); the bound-aware residual
@@ -81,7 +81,7 @@ def test_the_private_image_meets_the_kkt_conditions_that_eq6_forces_into_equalit
 
     digits = load_dataset("digits", {"size": 16})
     net = fitted_extractor(
-        ExtractorParams(epochs=10), digits.info, digits.public, 0, ArtifactCache(None), CPU
+        ExtractorParams(epochs=10), digits.info, digits.public, 0, ArtifactCache(tmp_path), CPU
     )
     g = feature_map(net, ExtractorParams())
     pick = torch.randperm(len(digits.train), generator=torch.Generator().manual_seed(0))[:8]

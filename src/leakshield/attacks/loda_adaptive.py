@@ -15,6 +15,7 @@ public configuration names (the same content-addressed artifact the clients use)
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from typing import Literal
 
@@ -32,6 +33,7 @@ from leakshield.defenses.loda.defense import loda_c
 from leakshield.defenses.loda.encoder import stationarity_residual
 from leakshield.defenses.loda.extractor import ExtractorParams, build_extractor, feature_map, fitted_extractor
 from leakshield.fl.types import ServerView
+from leakshield.registry import Params
 from leakshield.threats import Adversary, Knowledge, threat
 
 
@@ -55,6 +57,17 @@ class LodaInverse(GradientInversion):
 
     params: LodaInverseParams
     fit_scope = "public"
+
+    def __init__(self, params: Params, init_images: torch.Tensor | None = None) -> None:
+        super().__init__(params, init_images)
+        #: the defense's c per defense setting, when the attack takes it (inverse_c: None); for this
+        #: instance's artifact only (a copy with another artifact starts empty)
+        self._defense_c: dict[str, float] = {}
+
+    def with_artifact(self, artifact: Artifact) -> LodaInverse:
+        other = super().with_artifact(artifact)
+        other._defense_c = {}
+        return other
 
     def fit(self, data: FitData) -> Artifact:
         """The public split and the extractor of the default settings (the clients' cached artifact when
@@ -95,13 +108,13 @@ class LodaInverse(GradientInversion):
         device = next(view.model.parameters()).device
         tensors = self.artifact.tensors
         settings = ExtractorParams(**loda.params.model_dump(include=set(ExtractorParams.model_fields)))
+        public = ImageSet(tensors["public.x"].to(device), tensors["public.y"].to(device))
+        fit_seed = int(self.artifact.metadata.get("seed", 0))
         if _identity(settings) == self.artifact.metadata.get("extractor"):
             net = build_extractor(settings, info, 0).to(device)
             prefix = "extractor."
             net.load_state_dict({k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)})
         else:
-            public = ImageSet(tensors["public.x"].to(device), tensors["public.y"].to(device))
-            fit_seed = int(self.artifact.metadata.get("seed", 0))
             net = fitted_extractor(settings, info, public, fit_seed, None, device)
         g = feature_map(net.eval(), settings)
         x_prime = obscured.images.to(device)
@@ -112,9 +125,11 @@ class LodaInverse(GradientInversion):
         p = self.params
         c = p.inverse_c
         if c is None:  # the defense's own c: public, or calibrated on the public split as the clients do
-            public = ImageSet(tensors["public.x"].to(device), tensors["public.y"].to(device))
-            fit_seed = int(self.artifact.metadata.get("seed", 0))
-            c = loda_c(loda.params, info, public, fit_seed, None, device)
+            # a calibration is many encodings: computed once per defense setting, not once per view
+            key = json.dumps(loda.params.model_dump(mode="json"), sort_keys=True)
+            if key not in self._defense_c:
+                self._defense_c[key] = loda_c(loda.params, info, public, fit_seed, None, device)
+            c = self._defense_c[key]
         x, residual = solve_stationarity(
             g, x_prime, x, info, c=c, steps=p.inverse_steps, lr=p.inverse_lr, kkt=p.kkt
         )

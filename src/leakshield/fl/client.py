@@ -234,13 +234,8 @@ class HonestClient:
         local_training(params, schedule, gradient, optimizer=local.optimizer, lr=local.local_lr,
                        momentum=local.momentum, in_place=True)  # fmt: skip
         delta = {k: (params[k].detach() - before[k]) for k in params}
-        return (
-            delta,
-            steps,
-            ClientTrace(
-                defended if complete else None, components if complete and components is not None else None
-            ),
-        )
+        trace = ClientTrace(defended, components) if complete else ClientTrace(None)
+        return delta, steps, trace
 
 
 def compute_update(

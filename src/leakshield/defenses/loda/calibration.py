@@ -9,6 +9,7 @@ attack recomputes the same c.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -33,23 +34,15 @@ class CTrial:
 
 
 def trial_c(
-    params: ExtractorParams,
+    g: Callable[[torch.Tensor], torch.Tensor],
+    private: torch.Tensor,
+    starts: torch.Tensor,
+    info: DatasetInfo,
     c: float,
     steps: int,
     step_size: float,
-    info: DatasetInfo,
-    public: ImageSet,
-    seed: int,
-    cache: ArtifactCache | None,
-    device: torch.device,
 ) -> CTrial:
-    """Obscure ``CALIBRATION_IMAGES`` public images (seeded) with ``c`` and measure both sides of Eq. 4."""
-    net = fitted_extractor(params, info, public, seed, cache, device)
-    g = feature_map(net, params)
-    order = torch.randperm(len(public), generator=torch.Generator().manual_seed(seed + 17))
-    n = min(CALIBRATION_IMAGES, len(public) // 2)
-    private = public.x[order[:n]].to(device)
-    starts = public.x[order[n : 2 * n]].to(device)
+    """Obscure ``private`` from ``starts`` with ``c`` and measure both sides of Eq. 4."""
     x_prime = obscure(g, private, starts, info, c=c, steps=steps, lr=step_size)
     with torch.no_grad():
         target = g(info.normalize(private))
@@ -76,9 +69,13 @@ def calibrated_c(
     key = FitKey("loda:c", settings, "public", data_fingerprint(public), seed)
 
     def fit() -> Artifact:
+        g = feature_map(fitted_extractor(params, info, public, seed, cache, device), params)
+        order = torch.randperm(len(public), generator=torch.Generator().manual_seed(seed + 17))
+        n = min(CALIBRATION_IMAGES, len(public) // 2)  # n public images, obscured from n others
+        private, starts = public.x[order[:n]].to(device), public.x[order[n : 2 * n]].to(device)
         trials = []
         for c in sorted(grid):
-            trials.append(trial_c(params, c, steps, step_size, info, public, seed, cache, device))
+            trials.append(trial_c(g, private, starts, info, c, steps, step_size))
             if trials[-1].ssim <= ssim_target:
                 break
         return Artifact({}, {"trials": [vars(t) for t in trials]})
