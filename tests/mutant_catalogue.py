@@ -36,6 +36,7 @@ AGGREGATE = "tests/test_aggregate_attacks.py"
 ATS_PROTOCOL = "tests/test_ats_protocol.py"
 ANTIGAN_PROTOCOL = "tests/test_antigan_protocol.py"
 LODA_PROTOCOL = "tests/test_loda_protocol.py"
+SEER = "tests/test_seer.py"
 
 #: the gradient-matching presets: their claim is the paper's setting (the engine's steps have their own)
 PRESET_CHANGES = [
@@ -316,6 +317,22 @@ MUTANTS: list[Mutant] = [
            "attacks/fishing.py", "bias = torch.full_like(layer.bias, NON_TARGET_BIAS)",
            "bias = layer.bias.clone()",
            (f"{AGGREGATE}::test_class_fishing_recovers_the_one_sample_of_its_class_from_an_aggregate",)),
+    Mutant("attack", "seer", "the decoder trained to give back a negative, not the positive",
+           "attacks/seer_training.py", "loss = (decoded[0] - x[0]).pow(2).mean()",
+           "loss = (decoded[0] - x[1]).pow(2).mean()",
+           (f"{SEER}::test_seer_recovers_the_bright_sample_from_a_secure_aggregate",)),
+    Mutant("attack", "seer", "first-order training (the model sent is never trained)",
+           "attacks/seer_training.py", "summed_gradient(model, info, x, y, create_graph=True))",
+           "summed_gradient(model, info, x, y, create_graph=False))",
+           (f"{SEER}::test_the_model_sent_keeps_the_honest_architecture",
+            f"{SEER}::test_seer_recovers_the_bright_sample_from_a_secure_aggregate")),
+    Mutant("attack", "seer", "the aggregate read as a mean (not multiplied back to the sum)",
+           "attacks/seer.py", "summed = torch.cat([gradient[n].flatten() for n in names]) * view.batch_size",
+           "summed = torch.cat([gradient[n].flatten() for n in names])",
+           (f"{SEER}::test_seer_recovers_the_bright_sample_from_a_secure_aggregate",)),
+    Mutant("attack", "seer", "the positive left at its own brightness", "attacks/seer_training.py",
+           "    targets[0] = positive\n", "    targets[0] = means[0]\n",
+           (f"{SEER}::test_tweaked_batches_hold_exactly_one_sample_with_the_property",)),
     Mutant("attack", "noise-aware", "the Gaussian likelihood's 1/2σ² replaced by 1/σ²", "attacks/adaptive.py",
            "scale = 1 / (2 * std**2 * entries) if std > 0 else 1.0",
            "scale = 1 / (std**2 * entries) if std > 0 else 1.0",

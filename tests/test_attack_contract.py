@@ -26,6 +26,7 @@ SMALL = {"iterations": 2, "restarts": 1}
 SPECIAL = {
     "carlini": {"rounds": 2, "steps": 3, "coefficient_samples": 20, "inner_params": {"iterations": 2}},
     "imprint": {"bins": 8},
+    "seer": {"steps": 3, "entries": 16, "latent": 4, "hidden": 8},
     "loda-inverse": {"iterations": 2, "restarts": 1, "inverse_steps": 2},
     "ggl": {"iterations": 2, "generator_steps": 2, "generator_width": 8},
     "ggl-adaptive": {"iterations": 2, "generator_steps": 2, "generator_width": 8},

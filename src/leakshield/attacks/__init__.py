@@ -16,6 +16,7 @@ from leakshield.attacks import (  # noqa: F401  (register attacks)
     loda_adaptive,
     loki,
     precode_analytic,
+    seer,
     trap_weights,
 )
 from leakshield.attacks.base import ATTACKS, Attack, Reconstruction, ServerKnowledge, create_attack
