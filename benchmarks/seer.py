@@ -7,12 +7,19 @@ natural FedSGD aggregates of private training images (drawn at random, so an agg
 or several samples above the property's threshold). Reported per shape:
 
 - ``one positive``: share of aggregates with exactly one sample above the threshold (SEER's case);
-- ``SSIM to it``: mean SSIM of the decoded image to that sample, over those aggregates;
-- ``leak``: share of all aggregates in which the decoded image matches *some* sample at SSIM ≥ 0.6;
-- the same two for the honest model read by the same decoder (``honest``) and for the public mean
-  image (``guess``): what the attack would score without its model, and without the update.
+- over those aggregates, the decoded image's mean SSIM to that sample and the share recovered at
+  SSIM ≥ 0.6, for SEER, for the same decoder reading the honest model's aggregate (``honest``: the
+  decoder's own prior, what it draws without the model SEER trained) and for the public mean image
+  (``guess``);
+- ``any``: share of all aggregates in which the decoded image matches *some* sample at SSIM ≥ 0.6
+  (SEER, then honest): a loose measure, which the decoder's prior of a plausible digit already meets
+  against 16 candidates.
 
-    python benchmarks/seer.py                      # 1×16, 4×4, 10×16; 10,000 training steps
+Shapes with the same number of samples give the same figures: the aggregate of FedSGD updates is the
+sum of the samples' gradients, however the samples are split among clients (secure aggregation hides
+nothing from SEER), and the fit depends on that number only.
+
+    python benchmarks/seer.py                      # 4×4 and 10×16; 10,000 training steps
     python benchmarks/seer.py --shapes 1x16 --steps 2000 --trials 20
 """
 
@@ -64,8 +71,9 @@ def measure(digits, clients: int, batch: int, steps: int, trials: int) -> dict[s
     secrets = attack.prepare_model(model, ServerKnowledge(digits.info, digits.public)).secrets
     mean = digits.public.x.mean(dim=0)
     gen = torch.Generator().manual_seed(1)
-    rows: dict[str, list[float]] = {k: [] for k in ("one", "to_it", "leak", "honest_to_it", "honest_leak",
-                                                    "guess_to_it", "guess_leak", "decode_ms")}  # fmt: skip
+    measures = [f"{who}{m}" for who in ("", "honest_", "guess_") for m in ("to_it", "got_it", "any")]
+    keys = ["one", "decode_ms", *measures]
+    rows: dict[str, list[float]] = {k: [] for k in keys}
     for trial in range(trials):
         chosen = torch.randperm(len(digits.train), generator=gen)[:size].tolist()
         images = digits.train.subset(chosen)
@@ -78,30 +86,34 @@ def measure(digits, clients: int, batch: int, steps: int, trials: int) -> dict[s
         positives = (property_scores(images.x, "bright") > threshold).nonzero().flatten()
         rows["one"].append(float(len(positives) == 1))
         for key, image in (("", found), ("honest_", honest.images[0]), ("guess_", mean)):
-            rows[f"{key}leak"].append(float(best_match(image, images.x) >= 0.6))
+            rows[f"{key}any"].append(float(best_match(image, images.x) >= 0.6))
             if len(positives) == 1:
-                rows[f"{key}to_it"].append(ssim(image[None], images.x[positives]).item())
+                to_it = ssim(image[None], images.x[positives]).item()
+                rows[f"{key}to_it"].append(to_it)
+                rows[f"{key}got_it"].append(float(to_it >= 0.6))
     out = {k: statistics.mean(v) if v else float("nan") for k, v in rows.items()}
     return {"fit_s": fit_s, **out}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", nargs="+", default=["1x16", "4x4", "10x16"], help="clients x batch")
+    parser.add_argument("--shapes", nargs="+", default=["4x4", "10x16"], help="clients x batch")
     parser.add_argument("--steps", type=int, default=10000)
     parser.add_argument("--trials", type=int, default=50)
     args = parser.parse_args()
     torch.manual_seed(0)
     digits = load_dataset("digits", {"channels": 1, "size": 16})
-    print("| clients × batch | fit (s) | decode (ms) | one positive | SSIM to it | leak "
-          "| honest: SSIM to it | honest: leak | guess: SSIM to it | guess: leak |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| clients × batch | fit (s) | decode (ms) | one positive | SEER: SSIM to it | SEER: ≥ 0.6 "
+          "| honest: SSIM to it | honest: ≥ 0.6 | guess: SSIM to it | guess: ≥ 0.6 "
+          "| any (SEER / honest) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for shape in args.shapes:
         clients, batch = (int(v) for v in shape.split("x"))
         m = measure(digits, clients, batch, args.steps, args.trials)
         print(f"| {clients} × {batch} | {m['fit_s']:.0f} | {m['decode_ms']:.1f} | {m['one']:.2f} | "
-              f"{m['to_it']:.3f} | {m['leak']:.2f} | {m['honest_to_it']:.3f} | {m['honest_leak']:.2f} | "
-              f"{m['guess_to_it']:.3f} | {m['guess_leak']:.2f} |", flush=True)  # fmt: skip
+              f"{m['to_it']:.3f} | {m['got_it']:.2f} | {m['honest_to_it']:.3f} | {m['honest_got_it']:.2f} | "
+              f"{m['guess_to_it']:.3f} | {m['guess_got_it']:.2f} | {m['any']:.2f} / {m['honest_any']:.2f} |",
+              flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Run the example in Flower's simulation engine (Ray backend) from Python, without a SuperLink:
 
     python -m leakshield_flower_example.simulate --clients 10 --rounds 3 --out runs/flower-example
+    python -m leakshield_flower_example.simulate --secagg --rounds 3 --out runs/flower-secagg
 
 Telemetry is off (FLWR_TELEMETRY_ENABLED=0) and nothing is installed at run time: the apps are
 imported from this package."""
@@ -17,7 +18,7 @@ import yaml
 from flwr.simulation import run_simulation
 
 from leakshield.experiment.config import load_config
-from leakshield.flower import client_app, server_app
+from leakshield.flower import client_app, secure_client_app, secure_server_app, server_app
 
 HERE = Path(__file__).parent
 
@@ -63,14 +64,16 @@ class TreeMemory(threading.Thread):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=str(HERE / "federation.yaml"), help="experiment YAML")
+    parser.add_argument("--config", default=None, help="experiment YAML (default: federation.yaml, "
+                        "with --secagg secagg.yaml)")  # fmt: skip
+    parser.add_argument("--secagg", action="store_true", help="under SecAgg+ (the audit sees the mean only)")
     parser.add_argument("--clients", type=int, default=None, help="override fl.clients of the config")
     parser.add_argument("--rounds", type=int, default=3, help="FL rounds")
     parser.add_argument("--audit-clients", type=int, default=5, help="replies attacked a round (0: none)")
     parser.add_argument("--out", default="runs/flower-example", help="the audit's run directory")
     parser.add_argument("--cpus", type=int, default=os.cpu_count() or 1, help="CPUs Ray may use")
     args = parser.parse_args()
-    config_path = Path(args.config)
+    config_path = Path(args.config or HERE / ("secagg.yaml" if args.secagg else "federation.yaml"))
     if args.clients is not None:
         config = load_config(config_path)
         config = config.model_copy(update={"fl": config.fl.model_copy(update={"clients": args.clients})})
@@ -82,9 +85,10 @@ def main() -> None:
     memory = TreeMemory()
     memory.start()
     start = time.time()
+    server, client = (secure_server_app, secure_client_app) if args.secagg else (server_app, client_app)
     run_simulation(
-        server_app(config_path.absolute(), defaults=defaults),
-        client_app(config_path.absolute()),
+        server(config_path.absolute(), defaults=defaults),
+        client(config_path.absolute()),
         num_supernodes=clients,
         backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": args.cpus}},
     )

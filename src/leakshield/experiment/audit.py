@@ -164,9 +164,14 @@ class UpdateAuditor(RoundObserver):
         model: nn.Module,
         updates: Mapping[int, ClientUpdate],
         defenses: Mapping[int, tuple[PublicDefense, ...]],
+        *,
+        summed: ClientUpdate | None = None,
     ) -> CellRecord | None:
         """Attack a sample of ``updates`` (client id → the update received) to ``model`` (as sent in
-        ``round``), the attacker knowing each client's public ``defenses``; store and return the cell."""
+        ``round``), the attacker knowing each client's public ``defenses``; store and return the cell.
+        Under secure aggregation the aggregate of ``updates`` is attacked; ``summed``: the aggregate as
+        the server received it (Flower's SecAgg+ reveals nothing else), the keys of ``updates`` then
+        naming the clients in it."""
         wanted = self.settings.rounds
         if not updates or (wanted is not None and round not in wanted):
             return None
@@ -183,7 +188,8 @@ class UpdateAuditor(RoundObserver):
             truths = [fed.client(c).round_data(round, self.device) for c in chosen]
             if aggregated:
                 truths = [ImageSet(torch.cat([t.x for t in truths]), torch.cat([t.y for t in truths]))]
-                updates = {AGGREGATE: aggregate_updates([updates[c] for c in chosen])}
+                received = summed if summed is not None else aggregate_updates([updates[c] for c in chosen])
+                updates = {AGGREGATE: received}
                 defenses = {AGGREGATE: defenses.get(chosen[0], ())}
                 chosen = [AGGREGATE]
             # an honest server's preparation: the model is sent unchanged, secrets from public knowledge

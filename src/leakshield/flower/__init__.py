@@ -8,7 +8,8 @@ defenses in real federations and a leakage audit of their updates.
 - Server: :class:`AuditingStrategy` (wraps any strategy; attacks a sample of replies; results in a
   leakshield run directory).
 - :func:`client_app` / :func:`server_app`: ready-made apps for an experiment config
-  (``examples/flower/``).
+  (``examples/flower/``); :func:`secure_client_app` / :func:`secure_server_app`: the same under Flower's
+  SecAgg+ (``SecAggPlusWorkflow``), the audit attacking each round's unmasked aggregate.
 - A train step of your own: :class:`leakshield.fl.DefenseSteps` gives it the data, gradient and release
   stages (same randomness as leakshield's client); attach ``ReportedFacts(...).to_record()`` to the reply
   under :data:`FACTS_RECORD` so the auditing strategy knows how the update was computed."""
@@ -29,6 +30,7 @@ from leakshield.flower.client import LeakshieldTrainer, SelfAuditMod, without_su
 from leakshield.flower.guard import GuardMod
 from leakshield.flower.mods import ReleaseDefenseMod, announced, is_release_only, release_mods
 from leakshield.flower.records import FACTS_RECORD, ReportedFacts, reply_state, update_from_reply
+from leakshield.flower.secure_aggregation import SecureAggregationAudit, secure_client_app, secure_server_app
 from leakshield.flower.strategy import AuditingStrategy
 
 __all__ = [
@@ -38,12 +40,15 @@ __all__ = [
     "LeakshieldTrainer",
     "ReleaseDefenseMod",
     "ReportedFacts",
+    "SecureAggregationAudit",
     "SelfAuditMod",
     "announced",
     "client_app",
     "is_release_only",
     "release_mods",
     "reply_state",
+    "secure_client_app",
+    "secure_server_app",
     "server_app",
     "update_from_reply",
     "without_suffix",

@@ -4,9 +4,11 @@ self-audit for deployments (the client inverts its own update and sends back onl
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from flwr.app import ArrayRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.clientapp.typing import ClientAppCallable
 
@@ -93,12 +95,32 @@ class LeakshieldTrainer:
 
     def __call__(self, msg: Message, context: Context) -> Message:
         client_id, round_ = partition_id(context), server_round(msg)
-        fed = self.federation(client_id, self.seed_for(context))
         key, arrays = next(iter(msg.content.array_records.items()))
         sent = state_of(arrays)
-        mods = announced(msg)
+        state, facts = self.train(client_id, round_, sent, self.seed_for(context), announced(msg))
+        content = RecordDict(
+            {
+                key: ArrayRecord(state),
+                "metrics": MetricRecord({"num-examples": facts.protocol.num_samples}),
+                FACTS_RECORD: facts.to_record(),
+            }
+        )
+        return Message(content, reply_to=msg)
+
+    def train(
+        self,
+        client_id: int,
+        round_: int,
+        sent: dict[str, torch.Tensor],
+        seed: int,
+        mods: Sequence[PublicDefense] = (),
+    ) -> tuple[dict[str, torch.Tensor], ReportedFacts]:
+        """Client ``client_id``'s reply in ``round_`` (0-based) to the model ``sent`` (a state dict):
+        its state after local training and its protocol facts; ``mods``: the defenses that mods
+        around this step apply (left out of the pipeline)."""
+        fed = self.federation(client_id, seed)
         client = fed.client(client_id)
-        pipeline = without_suffix(client.pipeline, mods)
+        pipeline = without_suffix(client.pipeline, list(mods))
         model = fed.fresh_model()
         model.load_state_dict(sent)
         trainer = dataclasses.replace(client, pipeline=pipeline, refusals=[])
@@ -119,14 +141,7 @@ class LeakshieldTrainer:
             parameters=tuple(name for name, _ in model.named_parameters()),
             defenses=(*pipeline.public_config(), *mods),
         )
-        content = RecordDict(
-            {
-                key: ArrayRecord(reply_state(sent, update)),
-                "metrics": MetricRecord({"num-examples": update.protocol.num_samples}),
-                FACTS_RECORD: facts.to_record(),
-            }
-        )
-        return Message(content, reply_to=msg)
+        return reply_state(sent, update), facts
 
 
 def without_suffix(pipeline: DefensePipeline, applied: list[PublicDefense]) -> DefensePipeline:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message
@@ -75,7 +76,20 @@ class ReportedFacts:
                 f"the reply carries no '{FACTS_RECORD}' ConfigRecord: train with "
                 "leakshield.flower.LeakshieldTrainer, or attach ReportedFacts(...).to_record() yourself"
             )
-        r = message.content.config_records[FACTS_RECORD]
+        return cls.from_mapping(message.content.config_records[FACTS_RECORD])
+
+    def to_json(self) -> str:
+        """The facts as one JSON string (a legacy ``FitRes`` metric, which holds scalars only)."""
+        return json.dumps(dict(self.to_record()))
+
+    @classmethod
+    def from_json(cls, text: str) -> ReportedFacts:
+        """The facts of :meth:`to_json`."""
+        return cls.from_mapping(json.loads(text))
+
+    @classmethod
+    def from_mapping(cls, r: Mapping[str, Any]) -> ReportedFacts:
+        """The facts of a record's (or a decoded JSON object's) fields."""
         try:
             protocol = ProtocolFacts(
                 algorithm=str(r["algorithm"]),  # type: ignore[arg-type]
