@@ -17,8 +17,9 @@ same failure mode); the evaluator's matching scores it against every sample of t
 Parameters: ``prop`` (``bright`` | ``dark``); ``aggregate_size``: the samples per aggregate the model is
 trained for (all clients' batches together: 16 = one client's batch of 16, or 4 clients of 4);
 ``entries``: how many gradient entries the secret decoder reads (the authors' parameter selection);
-``latent``, ``hidden``: the decoder's widths; ``steps``, ``lr``: its training (Adam); ``seed``: the
-secret entries and the decoder's initialization.
+``latent``, ``hidden``: the decoder's widths; ``steps``, ``lr``: its training (Adam); ``shift``: the
+training images' random translation (an augmentation); ``seed``: the secret entries and the decoder's
+initialization.
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ class SeerParams(Params):
     trained for; one of them is above the property's threshold on average. entries: gradient entries
     the secret decoder reads. latent: width of the linear disaggregator's output. hidden: width of the
     reconstructor's hidden layer. steps: training steps of the model and decoder on the public split.
-    lr: Adam's step size for that training. seed: the secret entries, the decoder's initialization and
-    the training batches."""
+    lr: Adam's step size for that training. shift: largest random translation (pixels) of the public
+    images in training, an augmentation against memorizing a small public split (0: none). seed: the
+    secret entries, the decoder's initialization and the training batches."""
 
     prop: Literal["bright", "dark"] = "bright"
     aggregate_size: int = pydantic.Field(default=16, ge=1)
@@ -64,6 +66,7 @@ class SeerParams(Params):
     hidden: int = pydantic.Field(default=512, ge=1)
     steps: int = pydantic.Field(default=10000, ge=1)
     lr: float = pydantic.Field(default=3e-4, gt=0)
+    shift: int = pydantic.Field(default=1, ge=0)
     seed: int = 0
 
 
@@ -108,7 +111,7 @@ class SeerAttack(Attack):
         model = copy.deepcopy(data.model).to(data.device)
         decoder = _decoder(p, model, data.info.shape).to(data.device)
         threshold = property_threshold(data.data, p.prop, p.aggregate_size)
-        schedule = SeerSchedule(p.steps, p.lr, p.aggregate_size, p.prop)
+        schedule = SeerSchedule(p.steps, p.lr, p.aggregate_size, p.prop, p.shift)
         losses = train_seer(model, decoder, data.data, data.info, schedule, threshold, p.seed, data.progress)
         tensors = {f"model.{k}": v.detach().cpu() for k, v in model.state_dict().items()}
         tensors |= {f"decoder.{k}": v.detach().cpu() for k, v in decoder.state_dict().items()}

@@ -1,12 +1,15 @@
 """SEER's training (Garov et al., *Hiding in Plain Sight: Disguising Data Stealing Attacks in Federated
-Learning*, ICLR 2024, Sec. 4): the server trains the model it will send jointly with a secret
-disaggregator and reconstructor, so that the sum of a batch's (or an aggregate's) gradients, read at a
-secret subset of entries, decodes to the one sample that has a chosen property.
+Learning*, ICLR 2024; facts from the authors' code, ``insait-institute/SEER``): the server trains the
+model it will send jointly with a secret disaggregator and reconstructor, so that the sum of a batch's
+(or an aggregate's) gradients, read at a secret subset of entries, decodes to the one sample that has a
+chosen property.
 
-One training step (the paper's Eq. 2, end to end through the model's gradient):
+One training step (end to end through the model's gradient, as the authors' ``train.py``):
 
-1. draw ``aggregate_size`` public images and tweak their brightness (the authors' ``distr.tweak``) so
-   that exactly one — the positive — is above the property's threshold and the others below it;
+1. draw ``aggregate_size`` public images, shift each by up to ``shift`` pixels (an augmentation the
+   small public splits here need: without it the model memorizes them) and tweak their brightness
+   (the authors' ``distr.tweak``) so that exactly one — the positive — is above the property's
+   threshold and the others below it;
 2. compute the summed gradient g = Σᵢ ∇θ ℓ(xᵢ, yᵢ) with ``create_graph`` (second order);
 3. decode x̂ = R(D(g[S])) (S: the secret entries, D: a linear disaggregator, R: the reconstructor);
 4. step θ, D and R together on ‖x̂ − x_positive‖².
@@ -79,6 +82,15 @@ def tweak_batch(
     return out
 
 
+def shifted(images: torch.Tensor, pixels: int, generator: torch.Generator) -> torch.Tensor:
+    """Each image rolled by its own random (dy, dx) ∈ [−``pixels``, ``pixels``]² (0: unchanged)."""
+    if pixels == 0:
+        return images
+    moves = torch.randint(-pixels, pixels + 1, (len(images), 2), generator=generator).tolist()
+    rolled = [torch.roll(x, shifts=(dy, dx), dims=(1, 2)) for x, (dy, dx) in zip(images, moves, strict=True)]
+    return torch.stack(rolled)
+
+
 class Disaggregator(nn.Module):
     """SEER's secret decoder: the gradient entries ``entries`` (flat indices into the concatenated
     parameters) → a linear disaggregator without bias (linear, so a sum of gradients maps to the sum of
@@ -110,12 +122,14 @@ def summed_gradient(model: nn.Module, info: DatasetInfo, x: torch.Tensor, y: tor
 @dataclass(frozen=True)
 class SeerSchedule:
     """steps: training steps; lr: Adam's step size for the model and the decoder; aggregate_size: the
-    samples per step (one positive); prop: ``bright`` or ``dark``."""
+    samples per step (one positive); prop: ``bright`` or ``dark``; shift: the augmentation's largest
+    translation in pixels."""
 
     steps: int
     lr: float
     aggregate_size: int
     prop: str
+    shift: int = 1
 
 
 def property_threshold(public: ImageSet, prop: str, aggregate_size: int) -> float:
@@ -136,7 +150,8 @@ def train_seer(
     seed: int,
     progress: bool = False,
 ) -> list[float]:
-    """Train ``model`` and ``decoder`` in place (SEER, Sec. 4); returns the loss every 100 steps."""
+    """Train ``model`` and ``decoder`` in place (see the module docstring); returns the loss every 100
+    steps."""
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam([*model.parameters(), *decoder.parameters()], lr=schedule.lr)
     device = next(model.parameters()).device
@@ -146,7 +161,8 @@ def train_seer(
     for step in tqdm(range(schedule.steps), desc="SEER (model + secret decoder)", disable=not progress,
                      leave=False):  # fmt: skip
         chosen = torch.randperm(n, generator=generator)[:size]
-        x = tweak_batch(public.x[chosen].float(), threshold, schedule.prop, generator).to(device)
+        x = shifted(public.x[chosen].float(), schedule.shift, generator)
+        x = tweak_batch(x, threshold, schedule.prop, generator).to(device)
         y = public.y[chosen].to(device)
         decoded = decoder(summed_gradient(model, info, x, y, create_graph=True))
         loss = (decoded[0] - x[0]).pow(2).mean()
