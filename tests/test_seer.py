@@ -20,13 +20,17 @@ from leakshield.attacks.seer_training import (
     shifted,
     tweak_batch,
 )
+from leakshield.cli import main
 from leakshield.data import ImageSet, load_dataset
 from leakshield.defenses import DefensePipeline
 from leakshield.errors import ConfigError
+from leakshield.experiment import ResultStore
 from leakshield.fl import HonestClient, LocalTraining, ServerKnowledge, ThreatModel
 from leakshield.fl.secure_aggregation import AggregateMember, observe_aggregate
 from leakshield.metrics.image import ssim
 from leakshield.models import create_model
+
+from helpers import tiny_config, write_config
 
 CLIENTS, BATCH = 4, 4  # an aggregate of 16 samples from 4 clients
 
@@ -162,3 +166,33 @@ def test_seer_recovers_the_bright_sample_from_a_secure_aggregate(digits, fitted)
     assert (scores_t >= 0.6).sum() >= 9, scores
     assert (honest_t >= 0.6).sum() <= 6, honest_scores
     assert scores_t.mean() > honest_t.mean() + 0.2, (scores, honest_scores)
+
+
+# -- in a grid ------------------------------------------------------------------------------------------
+def test_seer_runs_in_a_grid_with_a_fit_per_model_layout_and_a_dry_run_that_times_it(tmp_path, capsys):
+    """Through ``leakshield run``: the dry run times SEER's fit once per model layout (PRECODE's
+    bottleneck changes it) without fitting into the run's cache, and every cell then runs with the fit
+    of its own layout."""
+    seer = {"name": "seer", "steps": 40, "entries": 64, "latent": 8, "hidden": 16, "aggregate_size": 4}
+    fl = {"clients": 4, "secure_aggregation": True, "local": {"algorithm": "fedsgd", "batch_size": 2}}
+    config = tiny_config(models=[{"name": "mlp", "width": 16, "hidden_layers": 1}],
+                         defenses=["none", "precode"], attacks=[seer], fl=fl,
+                         victims={"count": 1, "batch_size": 2, "seed": 0}, utility={"rounds": 0})  # fmt: skip
+    path, out = write_config(tmp_path / "cfg.yaml", config), tmp_path / "run"
+    args = [
+        "--quiet",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--no-report",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    ]
+    assert main(["run", str(path), "--out", str(out), *args, "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("fit seer · mlp") == 2 and "not estimated" not in text, text
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.safetensors"))
+    assert main(["run", str(path), "--out", str(out), *args]) == 0
+    records = [r for r in ResultStore(out / "results.sqlite").records() if r.kind == "attack"]
+    assert len(records) == 2 and all(r.status == "ok" for r in records), [r.error for r in records]

@@ -91,6 +91,13 @@ class Attack(Fittable):
     name: str = "attack"
     #: ``public``: the attack needs a one-off :meth:`fit` on the public split (e.g. a generator prior)
     fit_scope: ClassVar[Literal["public"] | None] = None
+    #: the parameter its fit's cost grows linearly with (e.g. training ``steps``), which lets the dry run
+    #: time the fit at two short budgets; None: the fit is not estimated
+    fit_budget: ClassVar[str | None] = None
+    #: its artifact holds trained parameters of the model itself (e.g. SEER): the fit is keyed by the
+    #: model's layout after the defenses' model stage, so a defense that changes the architecture gets
+    #: its own fit
+    fit_trains_model: ClassVar[bool] = False
 
     #: how the attack runs (speed only; see :mod:`leakshield.attacks.execution`)
     execution: Execution = Execution()

@@ -103,6 +103,8 @@ class SeerAttack(Attack):
 
     params: SeerParams
     fit_scope = "public"
+    fit_budget = "steps"
+    fit_trains_model = True
 
     def fit(self, data: FitData) -> Artifact:
         if data.model is None:

@@ -4,20 +4,28 @@ Estimates come from short probes of the real code on the real data, victims and 
 table: one FL round per (model, defense), and each (model, attack) run at two short budgets k and 2k so
 that set-up and per-step cost separate (time ≈ set-up + iterations · per step; L-BFGS attacks that stop
 early finish sooner, so theirs is an upper bound). A chain of cells (one model × defense × seed) trains
-its FL model once up to its last round. Methods that need a fitted artifact (policy searches, public
-generators) are listed as not estimated: a probe could start the fit itself, which may take hours. With
-N workers the total is divided by N (chains permitting).
+its FL model once up to its last round. An attack whose fit grows linearly with a budget it declares
+(``Attack.fit_budget``, e.g. SEER's training steps) has its fit timed once per model at two short budgets
+and its cells probed with a two-step fit (in a temporary cache, never the run's). Other methods that need
+a fitted artifact (policy searches, public generators) are listed as not estimated: a probe could start
+the fit itself, which may take hours. With N workers the total is divided by N (chains permitting).
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
+import tempfile
 import time
 from dataclasses import dataclass, field
 
+from leakshield.artifacts import ArtifactCache, FitData
 from leakshield.attacks import create_attack
 from leakshield.defenses.base import DefensePipeline
 from leakshield.experiment.cells import Cell
 from leakshield.experiment.config import Component
+from leakshield.experiment.fitting import model_layout
 from leakshield.experiment.parallel import chains
 from leakshield.experiment.pipeline import ExperimentContext, run_cell
 from leakshield.experiment.rundir import STORE_FILE, check_run_dir
@@ -60,6 +68,7 @@ def estimate_grid(runner) -> GridEstimate:
     context = ExperimentContext(runner.config, runner.device, progress=False, cache=runner.cache)
     round_seconds: dict[tuple, float] = {}
     attack_seconds: dict[tuple, float | None] = {}
+    fits: set[tuple] = set()  # (attack, model, defense) whose fit is counted
     for chain in chains(todo):
         first = chain[0]
         if first.kind == "baseline":
@@ -87,6 +96,8 @@ def estimate_grid(runner) -> GridEstimate:
                     attack_seconds[key] = None
                     result.not_estimated.append(f"{label}: its probe failed ({type(exc).__name__}: {exc})")
             _add(result, label, attack_seconds[key])
+            if attack_seconds[key] is not None:
+                _add_fit(result, context, cell, fits)
     for pair, seconds in round_seconds.items():
         if seconds is None:
             result.not_estimated.append(f"FL training under {pair[1]} ({pair[0]}) ({NOT_PROBED})")
@@ -132,12 +143,55 @@ def _round_time(context: ExperimentContext, cell: Cell) -> float | None:
     return seconds
 
 
+def _add_fit(result: GridEstimate, context: ExperimentContext, cell: Cell, seen: set[tuple]) -> None:
+    """The one-off fit of the cell's attack, timed at budgets k and 2k and extrapolated (once per model,
+    attack and, for fits of the model's own parameters, model layout; attacks that declare a
+    :attr:`~leakshield.attacks.base.Attack.fit_budget` only)."""
+    triple = tuple(cell.coordinates[k] for k in ("attack", "model", "defense"))
+    if triple in seen:
+        return
+    seen.add(triple)
+    attack = context.config.create_attack(cell.attack)
+    if attack.fit_budget is None or _needs_fit(cell):
+        return
+    net, _ = context.models.fresh(cell.model, cell.defense, cell.seed)
+    label = f"fit {cell.coordinates['attack']} · {cell.coordinates['model']}"
+    if attack.fit_trains_model:  # one fit per model layout (a defense's model stage may change it)
+        label += f" · layout {hashlib.sha256(json.dumps(model_layout(net)).encode()).hexdigest()[:8]}"
+    if label in result.kinds:
+        return
+    budget = int(getattr(attack.params, attack.fit_budget))
+    k = max(2, min(budget // 100, 20))
+
+    def fit(steps: int) -> float:
+        short = context.config.create_attack(
+            Component(**{**cell.attack.model_dump(exclude_none=True), attack.fit_budget: steps})
+        )
+        data = FitData(context.info, context.data.public, copy.deepcopy(net), cell.seed or 0, context.device)
+        return _timed(lambda: short.fit(data))
+
+    fit(k)  # warm-up
+    t1, t2 = fit(k), fit(2 * k)
+    per_step = max(t2 - t1, 0.0) / k
+    _add(result, label, max(t1 - k * per_step, 0.0) + budget * per_step)
+
+
 def _attack_time(context: ExperimentContext, cell: Cell) -> float | None:
     """Seconds of the attack on every victim at round 0 (at the cell's scale), extrapolated from budgets
-    k and 2k."""
+    k and 2k (an attack with a fit budget: its cell with a two-step fit, the fit itself apart)."""
     attack = context.config.create_attack(cell.attack)
-    if attack.fit_scope is not None or _needs_fit(cell):
+    if _needs_fit(cell) or (attack.fit_scope is not None and attack.fit_budget is None):
         return None
+    if attack.fit_budget is not None:
+        short = Component(**{**cell.attack.model_dump(exclude_none=True), attack.fit_budget: 2})
+        probe = Cell("attack", cell.model, cell.defense, short, 0, cell.seed, cell.scale)
+        with tempfile.TemporaryDirectory() as folder:
+            saved, context.cache = context.cache, ArtifactCache(folder)
+            try:
+                run_cell(context, probe)  # the two-step fit and the first forward passes
+                return _timed(lambda: run_cell(context, probe))
+            finally:
+                context.cache = saved
     iterations = getattr(attack.params, "iterations", None)
     probe = Cell("attack", cell.model, cell.defense, cell.attack, 0, cell.seed, cell.scale)
     if not iterations:

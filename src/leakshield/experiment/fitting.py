@@ -59,6 +59,11 @@ class FitSetting:
     progress: bool = False
 
 
+def model_layout(model: nn.Module) -> list[list[Any]]:
+    """The model's state entries as [name, shape] pairs: what an artifact of its parameters must fit."""
+    return [[name, list(value.shape)] for name, value in model.state_dict().items()]
+
+
 def _params_json(params: Any) -> dict[str, Any]:
     return params.model_dump(mode="json")
 
@@ -118,13 +123,16 @@ def fit_attack(attack: Attack, setting: FitSetting, cache: ArtifactCache) -> tup
     """``attack`` with its public-split artifact, if it declares a fit."""
     if attack.fit_scope is None:
         return attack, []
+    context: dict[str, Any] = {"model": setting.model_id}
+    if attack.fit_trains_model:
+        context["layout"] = model_layout(setting.model)
     key = FitKey(
         component=f"attack:{attack.name}",
         params=_params_json(attack.params),
         scope="public",
         data=data_fingerprint(setting.public),
         seed=setting.seed,
-        context={"model": setting.model_id},
+        context=context,
     )
     data = FitData(
         setting.info,
