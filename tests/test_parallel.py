@@ -143,3 +143,24 @@ def test_ray_executor_runs_the_same_cells(tmp_path):
     one, ray = _records(tmp_path / "one"), _records(tmp_path / "ray")
     assert one.keys() == ray.keys()
     assert all(reproducible(one[k].metrics) == reproducible(ray[k].metrics) for k in one)
+
+
+def test_dry_run_probes_multi_round_attacks_at_short_round_budgets(tmp_path, monkeypatch):
+    """Carlini et al.'s attack has no ``iterations``: its cost grows with the rounds it observes, and
+    the probe runs it at 2 and 4 rounds, never at its full 50 (a probe of the whole attack took longer
+    than the run it estimates)."""
+    from leakshield.experiment import ExperimentRunner, estimate, parse_config
+
+    probed: list[dict] = []
+
+    def fake_run_cell(context, cell):
+        probed.append(dict(cell.attack.params) if cell.attack else {})
+
+    monkeypatch.setattr(estimate, "run_cell", fake_run_cell)
+    carlini = {"name": "carlini", "rounds": 50, "inner_params": {"iterations": 2}}
+    config = tiny_config(defenses=[{"name": "mixup", "k": 2}], attacks=[carlini], utility={"rounds": 0})
+    runner = ExperimentRunner(parse_config(config), tmp_path / "run", device="cpu", progress=False)
+    found = estimate.estimate_grid(runner)
+    rounds = sorted({p.get("rounds") for p in probed if "rounds" in p})
+    assert rounds == [2, 4], probed
+    assert any(label.startswith("attack carlini") for label in found.kinds)

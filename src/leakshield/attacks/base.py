@@ -91,6 +91,9 @@ class Attack(Fittable):
     name: str = "attack"
     #: ``public``: the attack needs a one-off :meth:`fit` on the public split (e.g. a generator prior)
     fit_scope: ClassVar[Literal["public"] | None] = None
+    #: the parameter its run's cost grows linearly with, which the dry run probes at two short budgets
+    #: (an attack without one is probed by running it whole)
+    probe_budget: ClassVar[str] = "iterations"
     #: the parameter its fit's cost grows linearly with (e.g. training ``steps``), which lets the dry run
     #: time the fit at two short budgets; None: the fit is not estimated
     fit_budget: ClassVar[str | None] = None

@@ -93,6 +93,7 @@ class CarliniAttack(Attack):
     """Multi-round decoding of instance encodings (see the module docstring)."""
 
     params: CarliniParams
+    probe_budget = "rounds"  # each observed round runs the inner attack once
 
     @property
     def rounds_observed(self) -> int:

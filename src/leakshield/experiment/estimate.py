@@ -2,13 +2,15 @@
 
 Estimates come from short probes of the real code on the real data, victims and device, never from a
 table: one FL round per (model, defense), and each (model, attack) run at two short budgets k and 2k so
-that set-up and per-step cost separate (time ≈ set-up + iterations · per step; L-BFGS attacks that stop
-early finish sooner, so theirs is an upper bound). A chain of cells (one model × defense × seed) trains
-its FL model once up to its last round. An attack whose fit grows linearly with a budget it declares
-(``Attack.fit_budget``, e.g. SEER's training steps) has its fit timed once per model at two short budgets
-and its cells probed with a two-step fit (in a temporary cache, never the run's). Other methods that need
-a fitted artifact (policy searches, public generators) are listed as not estimated: a probe could start
-the fit itself, which may take hours. With N workers the total is divided by N (chains permitting).
+that set-up and per-step cost separate (time ≈ set-up + budget · per step; L-BFGS attacks that stop
+early finish sooner, so theirs is an upper bound). The budget is ``iterations``, or the parameter an
+attack names in ``Attack.probe_budget`` (Carlini et al.'s attack: its observed ``rounds``). A chain of
+cells (one model × defense × seed) trains its FL model once up to its last round. An attack whose fit
+grows linearly with a budget it declares (``Attack.fit_budget``, e.g. SEER's training steps) has its fit
+timed once per model layout at two short budgets and its cells probed with a two-step fit (in a
+temporary cache, never the run's). Other methods that need a fitted artifact (policy searches, public
+generators) are listed as not estimated: a probe could start the fit itself, which may take hours. With
+N workers the total is divided by N (chains permitting).
 """
 
 from __future__ import annotations
@@ -192,14 +194,14 @@ def _attack_time(context: ExperimentContext, cell: Cell) -> float | None:
                 return _timed(lambda: run_cell(context, probe))
             finally:
                 context.cache = saved
-    iterations = getattr(attack.params, "iterations", None)
+    iterations = getattr(attack.params, attack.probe_budget, None)
     probe = Cell("attack", cell.model, cell.defense, cell.attack, 0, cell.seed, cell.scale)
     if not iterations:
         return _timed(lambda: run_cell(context, probe))
     k = max(2, min(iterations // 100, 20))
 
     def run(budget: int) -> float:
-        short = Component(**{**cell.attack.model_dump(exclude_none=True), "iterations": budget})
+        short = Component(**{**cell.attack.model_dump(exclude_none=True), attack.probe_budget: budget})
         return _timed(
             lambda: run_cell(
                 context, Cell("attack", cell.model, cell.defense, short, 0, cell.seed, cell.scale)
