@@ -20,6 +20,7 @@ import hashlib
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from leakshield.artifacts import ArtifactCache, FitData
@@ -163,7 +164,6 @@ def _add_fit(result: GridEstimate, context: ExperimentContext, cell: Cell, seen:
     if label in result.kinds:
         return
     budget = int(getattr(attack.params, attack.fit_budget))
-    k = max(2, min(budget // 100, 20))
 
     def fit(steps: int) -> float:
         short = context.config.create_attack(
@@ -172,10 +172,7 @@ def _add_fit(result: GridEstimate, context: ExperimentContext, cell: Cell, seen:
         data = FitData(context.info, context.data.public, copy.deepcopy(net), cell.seed or 0, context.device)
         return _timed(lambda: short.fit(data))
 
-    fit(k)  # warm-up
-    t1, t2 = fit(k), fit(2 * k)
-    per_step = max(t2 - t1, 0.0) / k
-    _add(result, label, max(t1 - k * per_step, 0.0) + budget * per_step)
+    _add(result, label, _extrapolated(fit, budget))
 
 
 def _attack_time(context: ExperimentContext, cell: Cell) -> float | None:
@@ -198,7 +195,6 @@ def _attack_time(context: ExperimentContext, cell: Cell) -> float | None:
     probe = Cell("attack", cell.model, cell.defense, cell.attack, 0, cell.seed, cell.scale)
     if not iterations:
         return _timed(lambda: run_cell(context, probe))
-    k = max(2, min(iterations // 100, 20))
 
     def run(budget: int) -> float:
         short = Component(**{**cell.attack.model_dump(exclude_none=True), attack.probe_budget: budget})
@@ -208,10 +204,17 @@ def _attack_time(context: ExperimentContext, cell: Cell) -> float | None:
             )
         )
 
-    run(k)  # warm-up: first forward passes, the trained-model cache
+    return _extrapolated(run, iterations)
+
+
+def _extrapolated(run: Callable[[int], float], budget: int) -> float:
+    """Seconds of ``run`` at ``budget``, from its times at short budgets k and 2k (after a warm-up run
+    at k: first forward passes, caches): set-up + budget · per step."""
+    k = max(2, min(budget // 100, 20))
+    run(k)
     t1, t2 = run(k), run(2 * k)
     per_step = max(t2 - t1, 0.0) / k
-    return max(t1 - k * per_step, 0.0) + iterations * per_step
+    return max(t1 - k * per_step, 0.0) + budget * per_step
 
 
 def print_estimate(runner, *, workers: int = 1) -> GridEstimate:

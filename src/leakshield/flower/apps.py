@@ -44,12 +44,10 @@ def resolve(path: str | Path, base: Path | None) -> Path:
     return path if path.is_absolute() or base is None else base / path
 
 
-class ConfiguredTrainStep:
-    """The ClientApp's train function for an experiment config (picklable: Ray ships it to its actors;
-    the trainer is built lazily in each process). On the clients the config defends, the defense
-    stack's trailing update-stage defenses run as :class:`~leakshield.flower.mods.ReleaseDefenseMod`
-    mods around :class:`LeakshieldTrainer`, the rest in it; a stack with a client guard runs
-    :class:`~leakshield.flower.guard.GuardMod` right before the train step."""
+class TrainerStep:
+    """Base of a ClientApp train function for an experiment config (``config``, else the run config's
+    ``config``; relative paths from ``base``): picklable (Ray ships it to its actors), its
+    :class:`LeakshieldTrainer` built lazily in each process."""
 
     def __init__(self, config: str | Path | None = None, base: Path | None = None) -> None:
         self.config, self.base = config, base
@@ -63,6 +61,14 @@ class ConfiguredTrainStep:
             path = resolve(str(self.config or context.run_config["config"]), self.base)
             self._trainer = LeakshieldTrainer(path, device=str(context.run_config.get("device", "cpu")))
         return self._trainer
+
+
+class ConfiguredTrainStep(TrainerStep):
+    """The ClientApp's train function for an experiment config (see :class:`TrainerStep`). On the
+    clients the config defends, the defense stack's trailing update-stage defenses run as
+    :class:`~leakshield.flower.mods.ReleaseDefenseMod` mods around :class:`LeakshieldTrainer`, the
+    rest in it; a stack with a client guard runs :class:`~leakshield.flower.guard.GuardMod` right
+    before the train step."""
 
     def __call__(self, msg: Message, context: Context) -> Message:
         step = self.trainer(context)

@@ -44,8 +44,8 @@ from leakshield.experiment.audit import AuditSettings, UpdateAuditor
 from leakshield.experiment.config import load_config
 from leakshield.experiment.federation import NO_CLIENT, Federation
 from leakshield.fl import ClientUpdate
-from leakshield.flower.apps import SERVER_DEFAULTS, resolve
-from leakshield.flower.client import LeakshieldTrainer, partition_id
+from leakshield.flower.apps import SERVER_DEFAULTS, TrainerStep, resolve
+from leakshield.flower.client import partition_id
 from leakshield.flower.records import ReportedFacts, update_from_reply
 from leakshield.metrics.utility import accuracy
 
@@ -77,24 +77,11 @@ def arrays_of(state: Mapping[str, torch.Tensor]) -> Parameters:
     return ndarrays_to_parameters([v.detach().cpu().numpy() for v in state.values()])
 
 
-class SecureTrainStep:
+class SecureTrainStep(TrainerStep):
     """The SecAgg+ ClientApp's train function for an experiment config (see the module docstring):
     legacy ``FitIns`` in, :meth:`LeakshieldTrainer.train`, legacy ``FitRes`` out with the facts under
     :data:`FACTS_METRIC`. The round is the config's ``server-round`` (set by
     :func:`secure_server_app`), else the message's group id (Flower's legacy workflows set it)."""
-
-    def __init__(self, config: str | Path | None = None, base: Path | None = None) -> None:
-        self.config, self.base = config, base
-        self._trainer: LeakshieldTrainer | None = None
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_trainer": None}
-
-    def trainer(self, context: Context) -> LeakshieldTrainer:
-        if self._trainer is None:
-            path = resolve(str(self.config or context.run_config["config"]), self.base)
-            self._trainer = LeakshieldTrainer(path, device=str(context.run_config.get("device", "cpu")))
-        return self._trainer
 
     def __call__(self, msg: Message, context: Context) -> Message:
         trainer = self.trainer(context)
@@ -133,8 +120,7 @@ def aggregate_from_results(sent: Mapping[str, torch.Tensor], aggregate: Mapping[
                               f"{facts[0].client_id}: their mean is no one update")  # fmt: skip
     update = update_from_reply(sent, aggregate, facts[0])
     total = sum(f.protocol.num_samples for f in facts)
-    protocol = dataclasses.replace(first, num_samples=total)
-    return ClientUpdate(update.global_params, update.delta, protocol, update.buffers)
+    return dataclasses.replace(update, protocol=dataclasses.replace(first, num_samples=total))
 
 
 class SecureAggregationAudit(FedAvg):
