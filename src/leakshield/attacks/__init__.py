@@ -7,6 +7,7 @@ from leakshield.attacks import (  # noqa: F401  (register attacks)
     carlini,
     cocktail_party,
     dcs2_adaptive,
+    feature_fishing,
     fishing,
     gan,
     ggl,

@@ -11,7 +11,7 @@ shared gradient of every layer below the classifier is therefore the (scaled) gr
 class's samples only, whatever the batch size — and, under secure aggregation, whatever the number of
 clients. An optimization attack (cosine distance, scale-free) recovers them; one sample of the class
 in the whole update is recovered as from a batch of one. Several samples of the class blend: the paper
-then fishes one feature inside the class (feature fishing), which leakshield does not implement.
+then fishes one feature inside the class (feature fishing: ``feature-fishing``).
 
 Parameters: ``target_class``: the class fished; ``samples``: how many images to recover from the
 target class's gradient (1 in the paper); the inversion's own parameters (IG's: cosine, TV 1e-4, signed
