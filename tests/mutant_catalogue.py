@@ -37,6 +37,9 @@ ATS_PROTOCOL = "tests/test_ats_protocol.py"
 ANTIGAN_PROTOCOL = "tests/test_antigan_protocol.py"
 LODA_PROTOCOL = "tests/test_loda_protocol.py"
 SEER = "tests/test_seer.py"
+FEATURE_FISHING = "tests/test_feature_fishing.py"
+DETECTORS = "tests/test_detectors.py"
+EVASION = "tests/test_guard_evasion.py"
 
 #: the gradient-matching presets: their claim is the paper's setting (the engine's steps have their own)
 PRESET_CHANGES = [
@@ -317,6 +320,45 @@ MUTANTS: list[Mutant] = [
            "attacks/fishing.py", "bias = torch.full_like(layer.bias, NON_TARGET_BIAS)",
            "bias = layer.bias.clone()",
            (f"{AGGREGATE}::test_class_fishing_recovers_the_one_sample_of_its_class_from_an_aggregate",)),
+    Mutant("attack", "feature-fishing", "the fished logit's slope negated (the cut's sides swap)",
+           "attacks/feature_fishing.py", "layer.weight[p.target_class, cut.feature] = cut.slope",
+           "layer.weight[p.target_class, cut.feature] = -cut.slope",
+           (f"{FEATURE_FISHING}::test_only_samples_on_their_side_of_the_cut_send_a_gradient_below_the_classifier",
+            f"{FEATURE_FISHING}::test_feature_fishing_recovers_one_sample_exactly_from_an_aggregate_of_160")),
+    Mutant("attack", "feature-fishing", "the cut chosen ignoring the other classes that speak above it",
+           "attacks/feature_fishing.py", "chance = lam_t * torch.exp(-lam_t - lam_o)",
+           "chance = lam_t * torch.exp(-lam_t)",
+           (f"{FEATURE_FISHING}::test_choose_cut_takes_the_feature_that_isolates_one_target_sample",
+            f"{FEATURE_FISHING}::test_feature_fishing_recovers_one_sample_exactly_from_an_aggregate_of_160")),
+    Mutant("attack", "feature-fishing", "the decoded input read from the weight gradient alone",
+           "attacks/feature_fishing.py", "return ((grad_b @ grad_w) / energy)",
+           "return (grad_w.sum(0) / energy)",
+           (f"{FEATURE_FISHING}::test_feature_fishing_recovers_one_sample_exactly_from_an_aggregate_of_160",)),
+    Mutant("defense", "loss-guard", "the loss averaged over log-probabilities of the wrong sign",
+           "defenses/loss_guard.py", "loss = F.cross_entropy(model(x).double(), y)",
+           "loss = -F.cross_entropy(model(x).double(), y)",
+           (f"{DETECTORS}::test_loss_guard_refuses_fishing_models_and_accepts_a_federations_honest_rounds",)),
+    Mutant("defense", "dominance-guard", "a unit counted as dominated by its weakest sample",
+           "defenses/dominance_guard.py", "top = energy.max(0).values", "top = energy.min(0).values",
+           (f"{DETECTORS}::test_dominated_share_counts_live_units_one_sample_owns",
+            f"{DETECTORS}::test_dominance_guard_refuses_models_that_single_out_samples_and_accepts_honest_rounds")),
+    Mutant("defense", "dominance-guard", "the per-sample gradient summed over the batch first",
+           "defenses/dominance_guard.py", 'g = torch.einsum("ntk,nti->nki", delta, a)',
+           'g = torch.einsum("ntk,nti->nki", delta, a).sum(0, keepdim=True).expand(len(x), -1, -1)',
+           (f"{DETECTORS}::test_per_sample_unit_energy_is_each_samples_own_gradient_per_unit",
+            f"{DETECTORS}::test_dominance_guard_refuses_models_that_single_out_samples_and_accepts_honest_rounds")),
+    Mutant("defense", "dominance-guard", "participation measured per unit instead of per sample",
+           "defenses/dominance_guard.py", "e = energy.sum(1)", "e = energy.sum(0)",
+           (f"{DETECTORS}::test_relative_participation_counts_the_samples_that_reach_each_layer",
+            f"{DETECTORS}::test_dominance_guard_refuses_models_that_single_out_samples_and_accepts_honest_rounds")),
+    Mutant("attack", "fishing-stealthy", "the bias bisected the wrong way (the loss guard sees it)",
+           "attacks/guard_evasion.py", "low, high = (mid, high) if loss(mid) <= limit else (low, mid)",
+           "low, high = (low, mid) if loss(mid) <= limit else (mid, high)",
+           (f"{EVASION}::test_stealthy_fishing_passes_the_loss_guard_and_still_recovers_its_sample",)),
+    Mutant("attack", "trap-weights-stealthy", "the rate search stops where the guard would refuse",
+           "attacks/guard_evasion.py", "if worst < self.params.margin * p.fraction:",
+           "if worst >= self.params.margin * p.fraction:",
+           (f"{EVASION}::test_stealthy_trap_weights_pass_the_dominance_guard_at_a_cost_in_recoveries",)),
     Mutant("attack", "seer", "the decoder trained to give back a negative, not the positive",
            "attacks/seer_training.py", "loss = (decoded[0] - x[0]).pow(2).mean()",
            "loss = (decoded[0] - x[1]).pow(2).mean()",

@@ -172,6 +172,8 @@ Claim = Callable[[Seen, Seen, dict], None]
 CLAIMS: dict[str, tuple[dict, Claim]] = {
     "none": ({}, _unchanged),
     "row-guard": ({}, _unchanged),  # an honest model passes and the update is untouched
+    "loss-guard": ({}, _unchanged),  # the same, and reading the client's data leaves its draws alone
+    "dominance-guard": ({}, _unchanged),
     "gaussian-noise": ({"sigma": 0.01}, _gaussian),
     "laplacian-noise": ({"scale": 0.01}, _laplace),
     "clipping": ({"bound": 0.01}, _clipped),

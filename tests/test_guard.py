@@ -95,10 +95,14 @@ def test_detection_cells_score_the_guard_and_the_report_shows_them(tmp_path):
         assert guarded.metrics["refused"] == 1.0
         assert guarded.metrics["ssim"] == pytest.approx(baseline)
         assert cells[("none", "imprint", round_)].metrics["ssim"] > 0.9  # unguarded, imprint recovers
-        assert "refused" not in cells[("guard", "ig", round_)].metrics  # honest models pass
+        assert cells[("guard", "ig", round_)].metrics["refused"] == 0.0  # honest models pass
+        assert "refused" not in cells[("none", "ig", round_)].metrics  # no guard, nothing to refuse
     table = (out / "table.md").read_text()
     assert "Client guards: detection of malicious models" in table
     assert "| mlp · guard | 0 | 1.000 | 0.000 | 8 / 40 |" in table
+    # per attack: refused every time, so nothing leaks through the guard; without it imprint recovers all
+    assert "Client guards against each attack: detection and leakage" in table
+    assert "| mlp · guard | imprint | 1.000 | 8 | 1.000 | 0.000 | 1.000 | — |" in table
     assert "Threat models: to whom each attack leaks" in table and "G (Data-Enhanced Manipulator)" in table
     html = (out / "report.html").read_text()
     assert "TPR (malicious models refused)" in html

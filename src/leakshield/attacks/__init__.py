@@ -11,6 +11,7 @@ from leakshield.attacks import (  # noqa: F401  (register attacks)
     fishing,
     gan,
     ggl,
+    guard_evasion,
     imprint,
     inversion,
     label_counts,

@@ -14,6 +14,7 @@ import math
 
 from leakshield.experiment.cells import Cell
 from leakshield.experiment.protocols import CellOutput, register_protocol
+from leakshield.experiment.server_attack import fitted_attack
 from leakshield.experiment.world import ExperimentContext
 from leakshield.fl import HonestClient, ServerKnowledge
 from leakshield.seeds import seeded_generator
@@ -44,12 +45,12 @@ def run_detection(world: ExperimentContext, cell: Cell) -> CellOutput:
             for c in clients
         ]
 
-    knowledge = ServerKnowledge(data_info=world.info, public=world.data.public)
+    knowledge = ServerKnowledge(world.info, world.data.public, defenses=pipeline.public_config())
     rows, positives = [], []
     for spec in config.attacks:
-        attack = config.create_attack(spec)
-        if not attack.threat.modifies_model:
+        if not config.create_attack(spec).threat.modifies_model:
             continue
+        attack = fitted_attack(world, cell, spec)  # SEER's model is trained on the public split first
         judged = []
         for r in config.attack.rounds:
             honest = world.models.at_round(cell.model, cell.defense, cell.seed, r).model

@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import torch
+
 from leakshield.artifacts import ArtifactCache, FitData
 from leakshield.attacks import create_attack
 from leakshield.defenses.base import DefensePipeline
@@ -33,6 +35,7 @@ from leakshield.experiment.parallel import chains
 from leakshield.experiment.pipeline import ExperimentContext, run_cell
 from leakshield.experiment.rundir import STORE_FILE, check_run_dir
 from leakshield.experiment.store import ResultStore
+from leakshield.fl import HonestClient, ServerKnowledge
 
 
 @dataclass
@@ -88,6 +91,9 @@ def estimate_grid(runner) -> GridEstimate:
             if cell.kind == "utility":
                 label = f"utility · {cell.coordinates['model']}"
                 _add(result, label, 0.0 if round_seconds[pair] is not None else None)
+                continue
+            if cell.kind == "detection":
+                _add(result, f"detection · {pair[0]} · {pair[1]}", _detection_time(context, cell))
                 continue
             scale = cell.scale.label if cell.scale else ""
             key = (cell.coordinates["model"], cell.coordinates["attack"], scale)
@@ -173,6 +179,30 @@ def _add_fit(result: GridEstimate, context: ExperimentContext, cell: Cell, seen:
         return _timed(lambda: short.fit(data))
 
     _add(result, label, _extrapolated(fit, budget))
+
+
+def _detection_time(context: ExperimentContext, cell: Cell) -> float | None:
+    """Seconds of a detection cell beyond its FL training: every defended client judges the honest model
+    of each of its rounds and each model-modifying attack's model at each attack round (one judgement
+    and each attack's preparation timed on the fresh model; attacks' fits are counted with their
+    attack cells)."""
+    if _needs_fit(cell):
+        return None
+    config = context.config
+    net, pipeline = context.models.fresh(cell.model, cell.defense, cell.seed)
+    ids = [i for i, data in enumerate(context.models.clients) if config.fl.is_defended(i) and len(data)]
+    if not ids:
+        return 0.0
+    client = HonestClient(ids[0], context.models.clients[ids[0]], config.fl.local, pipeline, context.info,
+                          public=context.models.public, seed=cell.seed or 0)  # fmt: skip
+    generator = torch.Generator(next(net.parameters()).device).manual_seed(0)
+    client.inspect(net, 0, generator)  # the first call's lazy set-up is not the cell's cost
+    judge = _timed(lambda: client.inspect(net, 0, generator))
+    knowledge = ServerKnowledge(context.info, context.data.public)
+    modifying = [a for a in map(config.create_attack, config.attacks) if a.threat.modifies_model]
+    prepare = sum(_timed(lambda a=a: a.prepare_model(net, knowledge)) for a in modifying if not a.fit_scope)
+    rounds = len(config.attack.rounds)
+    return judge * len(ids) * ((cell.round or 0) + len(modifying) * rounds) + prepare * rounds
 
 
 def _attack_time(context: ExperimentContext, cell: Cell) -> float | None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from leakshield.attacks.base import Reconstruction
+from leakshield.attacks.base import Attack, Reconstruction
 from leakshield.data import ImageSet
 from leakshield.experiment.aggregate_round import claimed_by_victim, observe_in_aggregate
 from leakshield.experiment.cells import Cell
+from leakshield.experiment.config import Component
 from leakshield.experiment.fitting import FitSetting, fit_attack
 from leakshield.experiment.protocols import CellOutput, register_protocol
 from leakshield.experiment.world import ExperimentContext
@@ -19,30 +20,39 @@ from leakshield.fl import HonestClient, Observation, ServerKnowledge, ThreatMode
 from leakshield.seeds import victim_attack_seed, victim_round_generator
 
 
+def fitted_attack(world: ExperimentContext, cell: Cell, spec: Component) -> Attack:
+    """The attack ``spec`` for ``cell``'s model, defense and seed, with its public-split fit (cached) if
+    it declares one."""
+    assert cell.model and cell.defense and cell.seed is not None
+    attack = world.config.create_attack(spec, world.cache.root)
+    if attack.fit_scope is None:
+        return attack
+    net, _ = world.models.fresh(cell.model, cell.defense, cell.seed)
+    setting = FitSetting(
+        world.info,
+        world.data.public,
+        world.models.clients,
+        world.config.fl,
+        net,
+        {"name": cell.model.name, **cell.model.params},
+        cell.seed,
+        world.device,
+        world.progress,
+    )
+    attack, used = fit_attack(attack, setting, world.cache)
+    world.models.used.extend(u for u in used if u not in world.models.used)
+    return attack
+
+
 @register_protocol("server-attack", "a server attacks each victim's update; the evaluator scores it")
 def run_server_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
     assert cell.model and cell.defense and cell.attack and cell.round is not None
     assert cell.seed is not None
-    attack = world.config.create_attack(cell.attack, world.cache.root)
-    if attack.fit_scope is not None:
-        net, _ = world.models.fresh(cell.model, cell.defense, cell.seed)
-        setting = FitSetting(
-            world.info,
-            world.data.public,
-            world.models.clients,
-            world.config.fl,
-            net,
-            {"name": cell.model.name, **cell.model.params},
-            cell.seed,
-            world.device,
-            world.progress,
-        )
-        attack, used = fit_attack(attack, setting, world.cache)
-        world.models.used.extend(u for u in used if u not in world.models.used)
+    attack = fitted_attack(world, cell, cell.attack)
     threat = ThreatModel(labels_known=world.config.attack.threat.labels_known)
-    knowledge = ServerKnowledge(data_info=world.info, public=world.data.public)
     rounds = [cell.round + t for t in range(attack.rounds_observed)]
     trained = [world.models.at_round(cell.model, cell.defense, cell.seed, r) for r in rounds]
+    knowledge = ServerKnowledge(world.info, world.data.public, defenses=trained[0].pipeline.public_config())
     victim_client = world.config.victims.client
     client = HonestClient(
         client_id=victim_client,
@@ -99,7 +109,7 @@ def run_server_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
     defended = [o.trace.defended_x for o in observations]
     components = [o.trace.component_x for o in observations]
     output = world.score(reconstructions, list(victims), defended, extra, components)
-    if any(o.refused for o in observations):
+    if any(o.refused for o in observations) or trained[0].pipeline.guards:  # a guard's 0 is a result
         output.metrics["refused"] = sum(bool(o.refused) for o in observations) / len(observations)
     if world.config.fl.secure_aggregation:  # how many clients each attacked aggregate held
         held = [o.views[0].clients for o in observations if o.views]

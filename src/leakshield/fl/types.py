@@ -20,12 +20,14 @@ class ServerKnowledge:
     """What a (malicious) server may use to prepare the model it sends: public dataset facts and the
     public split (never a client's private data). ``slot`` of ``slots``: which of the round's sampled
     clients the model is for, in client order (a server may send each client its own model, as LOKI
-    does; 0 of 1 without secure aggregation)."""
+    does; 0 of 1 without secure aggregation). ``defenses``: the clients' defenses as their public
+    configuration (Kerckhoffs: e.g. a client guard's thresholds, which a detection-aware attack evades)."""
 
     data_info: DatasetInfo
     public: ImageSet
     slot: int = 0
     slots: int = 1
+    defenses: tuple[PublicDefense, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The report's threat sections: to whom each attack column leaks (the threat model stored with its
 cells) and, for defense settings with a client guard, the detection cells' true- and false-positive
-rates."""
+rates, overall and per attack next to what the attack leaks with and without the guard."""
 
 from __future__ import annotations
 
@@ -14,6 +14,10 @@ from leakshield.threats import Threat
 THREAT_HEAD = ("attack (column)", "registered name", "threat model", "catalogue (Carletti et al.)", "knows")
 DETECTION_HEAD = ("model · defense", "seed", "TPR (malicious models refused)", "FPR (honest refused)",
                   "malicious / honest models judged")  # fmt: skip
+PER_ATTACK_HEAD = ("model · defense", "attack", "TPR (mean over seeds)", "models judged",
+                   "ASR without a guard", "ASR with it", "victims refused",
+                   "ASR of the victims it let through")  # fmt: skip
+WORD_COLUMNS = {"model · defense", "attack"}
 
 
 def threat_rows(records: Sequence[CellRecord]) -> list[tuple[str, ...]]:
@@ -42,6 +46,38 @@ def detection_rows(records: Sequence[CellRecord]) -> list[tuple[str, ...]]:
     return rows
 
 
+def per_attack_rows(records: Sequence[CellRecord]) -> list[tuple[str, ...]]:
+    """Per guard setting and model-modifying attack: its mean true-positive rate over the detection
+    cells, and the attack cells' ASR without a guard (defense ``none``), with the guard, the share of
+    victims refused and the ASR of the victims let through (a refused victim scores the no-information
+    guess, below any ASR threshold, so that is ASR / (1 − refused))."""
+    judged: dict[tuple[str, str, str], list[tuple[float, int]]] = {}
+    for r in records:
+        if r.kind == "detection" and r.status == "ok":
+            for row in r.victims:
+                if "tpr" in row and isinstance(row["tpr"], int | float):
+                    judged.setdefault((r.model, r.defense, row["attack"]), []).append(
+                        (row["tpr"], row["models"])
+                    )
+    leaks: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    for r in records:
+        if r.kind == "attack" and r.status == "ok" and isinstance(r.metrics.get("asr"), int | float):
+            refused = r.metrics.get("refused", 0.0)
+            leaks.setdefault((r.model, r.defense, r.attack), []).append((r.metrics["asr"], refused))
+    rows = []
+    for (model, defense, attack), rates in sorted(judged.items()):
+        tpr = sum(t for t, _ in rates) / len(rates)
+        guarded, plain = leaks.get((model, defense, attack), []), leaks.get((model, "none", attack), [])
+        asr = sum(a for a, _ in guarded) / len(guarded) if guarded else math.nan
+        refused = sum(f for _, f in guarded) / len(guarded) if guarded else math.nan
+        through = asr / (1 - refused) if guarded and refused < 1 else math.nan
+        unguarded = sum(a for a, _ in plain) / len(plain) if plain else math.nan
+        count = str(sum(n for _, n in rates))
+        rows.append((f"{model} · {defense}", attack, _rate(tpr), count, _rate(unguarded), _rate(asr),
+                     _rate(refused), _rate(through)))  # fmt: skip
+    return rows
+
+
 def _rate(value: object) -> str:
     if not isinstance(value, int | float) or math.isnan(value):
         return "—"
@@ -60,10 +96,12 @@ def markdown_sections(records: Sequence[CellRecord]) -> str:
 def html_sections(records: Sequence[CellRecord]) -> str:
     out, left = [], " style='text-align:left'"
     for title, head, rows in _sections(records):
-        text = head is THREAT_HEAD  # words, left-aligned; the detection table's rates stay right-aligned
-        header = "".join(f"<th{left if text else ''}>{html.escape(h)}</th>" for h in head)
-        body = "".join("<tr>" + "".join(f"<td{left if text else ''}>{html.escape(c)}</td>" for c in row)
-                       + "</tr>" for row in rows)  # fmt: skip
+        # words left-aligned (the threat table, the names of the detection tables); rates right-aligned
+        align = [left if head is THREAT_HEAD or h in WORD_COLUMNS else "" for h in head]
+        header = "".join(f"<th{a}>{html.escape(h)}</th>" for a, h in zip(align, head, strict=True))
+        cells = (zip(align, row, strict=True) for row in rows)
+        body = "".join("<tr>" + "".join(f"<td{a}>{html.escape(c)}</td>" for a, c in r) + "</tr>"
+                       for r in cells)  # fmt: skip
         out.append(f"<h2>{html.escape(title)}</h2><table><tr>{header}</tr>{body}</table>")
     return "\n".join(out)
 
@@ -76,4 +114,6 @@ def _sections(records: Sequence[CellRecord]) -> list[tuple[str, tuple[str, ...],
     detections = detection_rows(records)
     if detections:
         sections.append(("Client guards: detection of malicious models", DETECTION_HEAD, detections))
+        sections.append(("Client guards against each attack: detection and leakage", PER_ATTACK_HEAD,
+                         per_attack_rows(records)))  # fmt: skip
     return sections
