@@ -174,6 +174,7 @@ CLAIMS: dict[str, tuple[dict, Claim]] = {
     "row-guard": ({}, _unchanged),  # an honest model passes and the update is untouched
     "loss-guard": ({}, _unchanged),  # the same, and reading the client's data leaves its draws alone
     "dominance-guard": ({}, _unchanged),
+    "drift-guard": ({}, _unchanged),
     "gaussian-noise": ({"sigma": 0.01}, _gaussian),
     "laplacian-noise": ({"scale": 0.01}, _laplace),
     "clipping": ({"bound": 0.01}, _clipped),

@@ -4,6 +4,7 @@ refuses the models the active attacks it targets prepare while accepting honest 
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from leakshield.defenses.dominance_guard import (
     per_sample_unit_energy,
     relative_participation,
 )
+from leakshield.defenses.drift_guard import drift
 from leakshield.defenses.loss_guard import loss_ratio
 from leakshield.fl import HonestClient, LocalTraining, ServerKnowledge
 from leakshield.fl.config import FLConfig
@@ -119,3 +121,45 @@ def test_dominance_guard_refuses_models_that_single_out_samples_and_accepts_hone
                 assert "live units" in verdict.reason
             if name == "feature-fishing" and round_ == 0:  # measured: nobody of the 16 speaks
                 assert "blocked" in verdict.reason, verdict
+
+
+def test_drift_guard_refuses_rewritten_layers_against_the_previous_round_and_accepts_honest_steps(digits):
+    knowledge = ServerKnowledge(digits.info, digits.public)
+    honest = honest_models(digits, 30)
+    guard = create_defense("drift-guard", {})
+    client = HonestClient(0, digits.train.subset(list(range(23))), LocalTraining(), DefensePipeline([guard]),
+                          digits.info)  # fmt: skip
+
+    def judge(model, round_, previous):
+        context = dataclasses.replace(client.context(round_, torch.Generator()), previous=previous)
+        return guard.inspect(model, context)
+
+    steps = [judge(honest[r], r, honest[r - 1]) for r in range(1, 30)]
+    # measured: an honest FedSGD round moves a tensor by at most 0.097 of its size (refused above 0.5)
+    assert all(v.accepted for v in steps) and max(v.score for v in steps) < 0.25, [v.score for v in steps]
+    for name in ("trap-weights", "fishing", "feature-fishing", "fishing-stealthy", "trap-weights-stealthy"):
+        sent = create_attack(name, {}).prepare_model(honest[10], knowledge).model
+        verdict = judge(sent, 10, honest[9])
+        assert not verdict.accepted and "drift-guard" in verdict.reason, (name, verdict)  # measured ≥ 133×
+        assert judge(sent, 10, None).accepted  # nothing to compare with: the first round
+    imprinted = create_attack("imprint", {"bins": 16}).prepare_model(honest[10], knowledge).model
+    assert "names or shapes differ" in judge(imprinted, 10, honest[9]).reason
+    stats = drift(honest[10], honest[9], 0.01)
+    assert set(stats) == {n for n, _ in honest[10].named_parameters()}
+
+
+def test_a_client_with_the_drift_guard_compares_with_the_last_model_it_accepted(digits):
+    knowledge = ServerKnowledge(digits.info, digits.public)
+    honest = honest_models(digits, 2)
+    trap = create_attack("trap-weights", {}).prepare_model(honest[1], knowledge).model
+
+    def client() -> HonestClient:
+        pipeline = DefensePipeline([create_defense("drift-guard", {})])
+        return HonestClient(0, digits.train.subset(list(range(23))), LocalTraining(), pipeline, digits.info)
+
+    fresh = client()
+    assert fresh.fit(trap, 1) is not None  # its first round: nothing to compare with
+    seasoned = client()
+    assert seasoned.fit(honest[0], 0) is not None and seasoned.last_accepted is not None
+    assert seasoned.fit(trap, 1) is None and "drift-guard" in seasoned.refusals[0][1]
+    assert seasoned.fit(honest[1], 1) is not None  # the honest next model passes

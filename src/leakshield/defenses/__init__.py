@@ -10,6 +10,7 @@ from leakshield.defenses import (  # noqa: F401  (register defenses)
     dcs2,
     dominance_guard,
     dpsgd,
+    drift_guard,
     dropout,
     loda,
     loss_guard,

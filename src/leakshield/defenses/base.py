@@ -55,7 +55,8 @@ class ClientContext:
     client's seed (the one its fits used); ``cache``: the run's artifact cache (None outside a run).
     ``notes``: private facts a data stage records for the evaluator (never for an attack), shared by the
     round's minibatch contexts: ``largest_component``, the mixing component of largest weight of each
-    image (MixUp, InstaHide; LODA's Sec. 5.1 scores against it)."""
+    image (MixUp, InstaHide; LODA's Sec. 5.1 scores against it). ``previous``: the model the client
+    received and accepted in the previous round, for a guard that compares (None: none known)."""
 
     client_id: int
     round: int
@@ -70,6 +71,7 @@ class ClientContext:
     seed: int = 0
     cache: ArtifactCache | None = None
     notes: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    previous: nn.Module | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def at_step(self, batch: ImageSet, step: int, indices: torch.Tensor | None = None) -> ClientContext:
         """The context of one minibatch (``indices``: its rows in the client's dataset, if known)."""
@@ -109,6 +111,8 @@ class Defense(Fittable):
     fit_scope: ClassVar[FitScope | None] = None
     #: whether :meth:`inspect` judges received models (a client guard)
     guards: ClassVar[bool] = False
+    #: whether its guard compares the model received with the previous round's (``context.previous``)
+    needs_previous: ClassVar[bool] = False
 
     def __init__(self, params: Params) -> None:
         self.params = params
@@ -195,6 +199,11 @@ class DefensePipeline:
     def guards(self) -> bool:
         """Whether any defense of the pipeline is a client guard."""
         return any(d.guards for d in self.defenses)
+
+    @property
+    def needs_previous(self) -> bool:
+        """Whether a guard of the pipeline compares the model received with the previous round's."""
+        return any(d.needs_previous for d in self.defenses)
 
     def inspect(self, model: nn.Module, context: ClientContext) -> Verdict:
         """Every guard in order; the first refusal wins."""

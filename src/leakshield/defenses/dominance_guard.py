@@ -95,8 +95,11 @@ def per_sample_unit_energy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -
         bias = 1.0 if module.bias is not None else 0.0
         if isinstance(module, nn.Linear):
             delta, a = delta.reshape(len(x), -1, delta.shape[-1]), a.reshape(len(x), -1, a.shape[-1])
-            g = torch.einsum("ntk,nti->nki", delta, a)  # per-sample weight gradient
-            energy[name] = g.pow(2).sum(-1) + bias * delta.sum(1).pow(2)
+            if delta.shape[1] == 1:  # one input row per sample: ‖δ_ik x_i‖² = δ_ik² ‖x_i‖²
+                weight = delta[:, 0].pow(2) * a[:, 0].pow(2).sum(-1, keepdim=True)
+            else:
+                weight = torch.einsum("ntk,nti->nki", delta, a).pow(2).sum(-1)  # per-sample weight gradient
+            energy[name] = weight + bias * delta.sum(1).pow(2)
         else:
             patches = F.unfold(a, module.kernel_size, module.dilation, module.padding, module.stride)
             d = delta.flatten(2)  # samples × filters × positions

@@ -38,12 +38,15 @@ def run_detection(world: ExperimentContext, cell: Cell) -> CellOutput:
     ]
 
     def refused(model, round: int) -> list[bool]:
-        return [
-            not c.inspect(
-                model, round, seeded_generator(cell.seed, DETECTION_STREAM, round, c.client_id)
-            ).accepted
+        # the honest model of the round before is what every client accepted then (guards that compare)
+        before = None
+        if round and pipeline.needs_previous:
+            before = world.models.at_round(cell.model, cell.defense, cell.seed, round - 1).model
+        verdicts = [
+            c.inspect(model, round, seeded_generator(cell.seed, DETECTION_STREAM, round, c.client_id), before)
             for c in clients
         ]
+        return [not v.accepted for v in verdicts]
 
     knowledge = ServerKnowledge(world.info, world.data.public, defenses=pipeline.public_config())
     rows, positives = [], []

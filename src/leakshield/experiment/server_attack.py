@@ -66,6 +66,9 @@ def run_server_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
         cache=world.cache,
     )
     models = [t.model for t in trained]
+    previous = None  # the model the victim accepted the round before (for guards that compare rounds)
+    if cell.round > 0 and trained[0].pipeline.needs_previous:
+        previous = world.models.at_round(cell.model, cell.defense, cell.seed, cell.round - 1).model
 
     def observe(k: int, batch: ImageSet) -> Observation:
         batch = batch.to(world.device)
@@ -78,7 +81,7 @@ def run_server_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
             victim_round_generator(cell.seed, k, t, device=world.device) for t in range(len(rounds))
         ]
         return observe_victim(models, batch, client, threat=threat, rounds=rounds, server=attack,
-                              knowledge=knowledge, generators=generators)  # fmt: skip
+                              knowledge=knowledge, generators=generators, previous=previous)  # fmt: skip
 
     victims = world.victims_of(cell.scale)
     observations = [observe(k, batch) for k, batch in enumerate(victims)]

@@ -80,6 +80,8 @@ class HonestClient:
     cache: ArtifactCache | None = field(default=None, compare=False, repr=False)
     #: (round, reason) of every model this client's guards refused (observable refusals)
     refusals: list[tuple[int, str]] = field(default_factory=list, compare=False, repr=False)
+    #: the last model it accepted, kept only when a guard compares rounds (``drift-guard``)
+    last_accepted: nn.Module | None = field(default=None, compare=False, repr=False)
 
     @property
     def sampling_rate(self) -> float:
@@ -96,19 +98,25 @@ class HonestClient:
             return None
         device = next(model.parameters()).device
         generator = self.generator(round, device)
-        verdict = self.inspect(model, round, generator)
+        verdict = self.inspect(model, round, generator, previous=self.last_accepted)
         if not verdict.accepted:
             self.refusals.append((round, verdict.reason))
             return None
+        if self.pipeline.needs_previous:  # a guard compares the next round's model with this one
+            self.last_accepted = copy.deepcopy(model)
         data, indices = self._round_data(generator)
         update, _ = self.compute(model, round, data, generator, indices=indices)
         return update
 
-    def inspect(self, model: nn.Module, round: int, generator: torch.Generator) -> Verdict:
-        """The guard stage: the pipeline's guards judge ``model`` as received, before any training."""
+    def inspect(
+        self, model: nn.Module, round: int, generator: torch.Generator, previous: nn.Module | None = None
+    ) -> Verdict:
+        """The guard stage: the pipeline's guards judge ``model`` as received, before any training
+        (``previous``: the model the client accepted the round before, for guards that compare)."""
         if not self.pipeline.guards:
             return ACCEPTED
-        return self.pipeline.inspect(model, self.context(round, generator))
+        context = dataclasses.replace(self.context(round, generator), previous=previous)
+        return self.pipeline.inspect(model, context)
 
     def context(self, round: int, generator: torch.Generator) -> ClientContext:
         """The client's context in ``round`` (outside a minibatch)."""

@@ -53,6 +53,7 @@ def observe_victim(
     server: ServerRole | None = None,
     knowledge: ServerKnowledge | None = None,
     generators: Sequence[torch.Generator] | None = None,
+    previous: nn.Module | None = None,
 ) -> Observation:
     """The victim ``client`` shares an update on its private ``batch`` in each observed round, unless
     its guard refuses the model sent (then :attr:`Observation.refused` says why and no view follows).
@@ -61,6 +62,8 @@ def observe_victim(
     ``rounds``: their round numbers (default 0, 1, …). ``server``: the attack, whose ``prepare_model``
     builds the model sent from the honest one and the public ``knowledge``; None sends the honest model.
     ``generators``: the client's randomness per round (default: seeded 0, 1, … on the model's device).
+    ``previous``: the honest model of the round before the first observed one, which the client
+    accepted then (for guards that compare rounds; None: unknown, e.g. round 0).
     """
     rounds = list(rounds) if rounds is not None else list(range(len(models)))
     if len(rounds) != len(models):
@@ -72,7 +75,8 @@ def observe_victim(
         prepared = server.prepare_model(model, knowledge) if server is not None else PreparedModel(model)
         device = next(prepared.model.parameters()).device
         generator = generators[t] if generators is not None else torch.Generator(device).manual_seed(t)
-        verdict = client.inspect(prepared.model, round_, generator)
+        before = previous if t == 0 else models[t - 1]  # what the client accepted the round before
+        verdict = client.inspect(prepared.model, round_, generator, previous=before)
         if not verdict.accepted:  # the client shares nothing from this round on
             client.refusals.append((round_, verdict.reason))
             return Observation(views, traces[0] if traces else ClientTrace(None), verdict.reason)
