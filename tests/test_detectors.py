@@ -163,3 +163,17 @@ def test_a_client_with_the_drift_guard_compares_with_the_last_model_it_accepted(
     assert seasoned.fit(honest[0], 0) is not None and seasoned.last_accepted is not None
     assert seasoned.fit(trap, 1) is None and "drift-guard" in seasoned.refusals[0][1]
     assert seasoned.fit(honest[1], 1) is not None  # the honest next model passes
+
+
+def test_reading_the_clients_data_leaves_its_random_draws_alone(digits):
+    """The guards draw their probe from the round's generator and put its state back: a guarded client
+    that accepts trains on the same minibatch as an unguarded one (115 samples: more than a probe)."""
+    data, local = digits.train.subset(list(range(115))), LocalTraining(batch_size=16)
+    model = create_model("mlp", {"width": 64}, in_shape=digits.info.shape, num_classes=10, seed=0)
+    plain = HonestClient(0, data, local, DefensePipeline(), digits.info).fit(model, 3)
+    guards = DefensePipeline.from_config([{"name": "loss-guard", "params": {}},
+                                          {"name": "dominance-guard", "params": {}}])  # fmt: skip
+    guarded = HonestClient(0, data, local, guards, digits.info).fit(model, 3)
+    assert plain is not None and guarded is not None
+    for name, delta in plain.delta.items():
+        assert torch.equal(guarded.delta[name], delta), name
