@@ -164,3 +164,31 @@ def test_dry_run_probes_multi_round_attacks_at_short_round_budgets(tmp_path, mon
     rounds = sorted({p.get("rounds") for p in probed if "rounds" in p})
     assert rounds == [2, 4], probed
     assert any(label.startswith("attack carlini") for label in found.kinds)
+
+
+def test_dry_run_shortens_the_inversion_each_observed_round_runs(tmp_path, monkeypatch):
+    """Carlini et al.'s attack inverts every observed round with an inner attack (1,000 IG steps by
+    default): the probe shortens those steps too (10 and 20 of 1,000), and extrapolates in both."""
+    from leakshield.experiment import ExperimentRunner, estimate, parse_config
+
+    probed: list[dict] = []
+
+    def fake_run_cell(context, cell):
+        probed.append(dict(cell.attack.params) if cell.attack else {})
+
+    def fake_timed(run):  # a deterministic clock: each probe "takes" the work its budgets ask
+        run()
+        p = probed[-1]
+        rounds, inner = p.get("rounds", 0), p.get("inner_params", {}).get("iterations", 0)
+        return 1.0 + rounds * (0.5 + 0.01 * inner)  # set-up 1 s, 0.5 s a round, 10 ms an inner step
+
+    monkeypatch.setattr(estimate, "run_cell", fake_run_cell)
+    monkeypatch.setattr(estimate, "_timed", fake_timed)
+    config = tiny_config(defenses=[{"name": "mixup", "k": 2}], attacks=[{"name": "carlini", "rounds": 50}],
+                         utility={"rounds": 0})  # fmt: skip
+    runner = ExperimentRunner(parse_config(config), tmp_path / "run", device="cpu", progress=False)
+    found = estimate.estimate_grid(runner)
+    inner = sorted({p["inner_params"]["iterations"] for p in probed if "inner_params" in p})
+    assert inner == [10, 20], probed
+    (seconds,) = [s for label, (_, s) in found.kinds.items() if label.startswith("attack carlini")]
+    assert seconds == pytest.approx(1.0 + 50 * (0.5 + 0.01 * 1000))  # set-up and both budgets recovered

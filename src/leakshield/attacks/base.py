@@ -5,7 +5,7 @@ No attack signature accepts the private batch (the attacker never touches the tr
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
@@ -101,6 +101,12 @@ class Attack(Fittable):
     #: model's layout after the defenses' model stage, so a defense that changes the architecture gets
     #: its own fit
     fit_trains_model: ClassVar[bool] = False
+
+    def inner_budget(self) -> tuple[int, Callable[[int], dict[str, Any]]] | None:
+        """The budget of an attack it runs inside each step of its own (e.g. Carlini et al.'s inversion of
+        every observed round), which the dry run shortens too: (its value, parameter updates that set it
+        to j); None when there is none."""
+        return None
 
     #: how the attack runs (speed only; see :mod:`leakshield.attacks.execution`)
     execution: Execution = Execution()

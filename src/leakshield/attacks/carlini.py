@@ -19,7 +19,7 @@ start (the side of the mean public image), the box and the partner term.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,6 +98,12 @@ class CarliniAttack(Attack):
     @property
     def rounds_observed(self) -> int:
         return self.params.rounds
+
+    def inner_budget(self) -> tuple[int, Callable[[int], dict[str, Any]]] | None:
+        inner = self.params.resolved_inner_params
+        if "iterations" not in inner:
+            return None
+        return int(inner["iterations"]), lambda j: {"inner_params": {**inner, "iterations": j}}
 
     def prepare_model(self, model: nn.Module, knowledge: ServerKnowledge) -> PreparedModel:
         # honest server: the model is unchanged; the public split's mean image models unknown partners

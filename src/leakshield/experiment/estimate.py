@@ -4,8 +4,10 @@ Estimates come from short probes of the real code on the real data, victims and 
 table: one FL round per (model, defense), and each (model, attack) run at two short budgets k and 2k so
 that set-up and per-step cost separate (time ≈ set-up + budget · per step; L-BFGS attacks that stop
 early finish sooner, so theirs is an upper bound). The budget is ``iterations``, or the parameter an
-attack names in ``Attack.probe_budget`` (Carlini et al.'s attack: its observed ``rounds``). A chain of
-cells (one model × defense × seed) trains its FL model once up to its last round. An attack whose fit
+attack names in ``Attack.probe_budget`` (Carlini et al.'s attack: its observed ``rounds``); the budget
+of an attack it runs inside (``Attack.inner_budget``: the inner inversion's iterations) is shortened
+too, and the time extrapolated in both. A chain of cells (one model × defense × seed) trains its FL
+model once up to its last round. An attack whose fit
 grows linearly with a budget it declares (``Attack.fit_budget``, e.g. SEER's training steps) has its fit
 timed once per model layout at two short budgets and its cells probed with a two-step fit (in a
 temporary cache, never the run's). Other methods that need a fitted artifact (policy searches, public
@@ -225,22 +227,36 @@ def _attack_time(context: ExperimentContext, cell: Cell) -> float | None:
     probe = Cell("attack", cell.model, cell.defense, cell.attack, 0, cell.seed, cell.scale)
     if not iterations:
         return _timed(lambda: run_cell(context, probe))
+    inner = attack.inner_budget()
 
-    def run(budget: int) -> float:
-        short = Component(**{**cell.attack.model_dump(exclude_none=True), attack.probe_budget: budget})
-        return _timed(
-            lambda: run_cell(
-                context, Cell("attack", cell.model, cell.defense, short, 0, cell.seed, cell.scale)
-            )
-        )
+    def run(budget: int, inner_budget: int | None = None) -> float:
+        updates = inner[1](inner_budget) if inner is not None and inner_budget is not None else {}
+        dump = {**cell.attack.model_dump(exclude_none=True), attack.probe_budget: budget, **updates}
+        short = Cell("attack", cell.model, cell.defense, Component(**dump), 0, cell.seed, cell.scale)
+        return _timed(lambda: run_cell(context, short))
 
-    return _extrapolated(run, iterations)
+    j = _short(inner[0]) if inner is not None else 0
+    if inner is None or inner[0] <= 2 * j:
+        return _extrapolated(run, iterations)
+    # both budgets short: cost ≈ set-up + rounds · (per round + inner steps · per inner step)
+    k = _short(iterations)
+    run(k, j)  # warm-up
+    t11, t21, t12 = run(k, j), run(2 * k, j), run(k, 2 * j)
+    per_inner_step = max(t12 - t11, 0.0) / (k * j)
+    per_round = max(max(t21 - t11, 0.0) / k - j * per_inner_step, 0.0)
+    setup = max(t11 - k * (per_round + j * per_inner_step), 0.0)
+    return setup + iterations * (per_round + inner[0] * per_inner_step)
+
+
+def _short(budget: int) -> int:
+    """The short probe budget k for a full ``budget`` (k and 2k are timed)."""
+    return max(2, min(budget // 100, 20))
 
 
 def _extrapolated(run: Callable[[int], float], budget: int) -> float:
     """Seconds of ``run`` at ``budget``, from its times at short budgets k and 2k (after a warm-up run
     at k: first forward passes, caches): set-up + budget · per step."""
-    k = max(2, min(budget // 100, 20))
+    k = _short(budget)
     run(k)
     t1, t2 = run(k), run(2 * k)
     per_step = max(t2 - t1, 0.0) / k
