@@ -154,9 +154,8 @@ class StealthyTrapWeights(TrapWeightsAttack):
                 energies = per_sample_unit_energy(prepared.model, x, public.y[index].to(device))
                 for name, energy in energies.items():
                     share, live = dominated_share(energy, p.dominance, p.floor)
-                    shares[name] = shares.get(name, 0.0) + (share if live >= p.min_units else 0.0) / len(
-                        batches
-                    )
+                    counted = share if live >= p.min_units else 0.0  # as the guard counts it
+                    shares[name] = shares.get(name, 0.0) + counted / len(batches)
             worst = max(shares.values(), default=0.0)
             if worst < self.params.margin * p.fraction:
                 break
