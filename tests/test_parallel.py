@@ -192,3 +192,20 @@ def test_dry_run_shortens_the_inversion_each_observed_round_runs(tmp_path, monke
     assert inner == [10, 20], probed
     (seconds,) = [s for label, (_, s) in found.kinds.items() if label.startswith("attack carlini")]
     assert seconds == pytest.approx(1.0 + 50 * (0.5 + 0.01 * 1000))  # set-up and both budgets recovered
+
+
+def test_dry_run_counts_the_rounds_a_detection_cell_replays(tmp_path, monkeypatch):
+    """A detection cell judges the honest model of every round, which it replays: its estimate is its
+    judgements plus one FL round per round of the federation (the run measured 7.0 s for a cell the
+    estimate without the replay put at 2.4 s)."""
+    from leakshield.experiment import ExperimentRunner, estimate, parse_config
+
+    monkeypatch.setattr(estimate, "_round_time", lambda context, cell: 0.25)
+    monkeypatch.setattr(estimate, "_detection_time", lambda context, cell: 2.0)
+    monkeypatch.setattr(estimate, "_attack_time", lambda context, cell: 0.0)
+    config = tiny_config(defenses=[{"name": "row-guard"}], attacks=[{"name": "imprint", "bins": 8}],
+                         utility={"rounds": 12})  # fmt: skip
+    runner = ExperimentRunner(parse_config(config), tmp_path / "run", device="cpu", progress=False)
+    found = estimate.estimate_grid(runner)
+    (seconds,) = [s for label, (_, s) in found.kinds.items() if label.startswith("detection")]
+    assert seconds == pytest.approx(2.0 + 12 * 0.25)

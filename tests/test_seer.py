@@ -196,3 +196,13 @@ def test_seer_runs_in_a_grid_with_a_fit_per_model_layout_and_a_dry_run_that_time
     assert main(["run", str(path), "--out", str(out), *args]) == 0
     records = [r for r in ResultStore(out / "results.sqlite").records() if r.kind == "attack"]
     assert len(records) == 2 and all(r.status == "ok" for r in records), [r.error for r in records]
+    capsys.readouterr()
+    # the two fits are in the cache now: a dry run of the same grid elsewhere counts neither
+    assert main(["run", str(path), "--out", str(tmp_path / "again"), *args, "--dry-run"]) == 0
+    assert "fit seer" not in capsys.readouterr().out
+    # two seeds fit twice per layout (the key holds the seed); a fresh cache counts both
+    seeds = write_config(tmp_path / "seeds.yaml", {**config, "seeds": [0, 1]})
+    fresh = [a if a != str(tmp_path / "cache") else str(tmp_path / "cache2") for a in args]
+    assert main(["run", str(seeds), "--out", str(tmp_path / "seeds"), *fresh, "--dry-run"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "fit seer · mlp" in line]
+    assert len(lines) == 2 and all(" 2 × " in line for line in lines), lines

@@ -32,10 +32,11 @@ from leakshield.attacks import create_attack
 from leakshield.defenses.base import DefensePipeline
 from leakshield.experiment.cells import Cell
 from leakshield.experiment.config import Component
-from leakshield.experiment.fitting import model_layout
+from leakshield.experiment.fitting import attack_fit_key, model_layout
 from leakshield.experiment.parallel import chains
 from leakshield.experiment.pipeline import ExperimentContext, run_cell
 from leakshield.experiment.rundir import STORE_FILE, check_run_dir
+from leakshield.experiment.server_attack import attack_fit_setting
 from leakshield.experiment.store import ResultStore
 from leakshield.fl import HonestClient, ServerKnowledge
 
@@ -76,7 +77,7 @@ def estimate_grid(runner) -> GridEstimate:
     context = ExperimentContext(runner.config, runner.device, progress=False, cache=runner.cache)
     round_seconds: dict[tuple, float] = {}
     attack_seconds: dict[tuple, float | None] = {}
-    fits: set[tuple] = set()  # (attack, model, defense) whose fit is counted
+    fits: set[object] = set()  # the cells (attack, model, defense, seed) and fit keys already counted
     for chain in chains(todo):
         first = chain[0]
         if first.kind == "baseline":
@@ -94,8 +95,11 @@ def estimate_grid(runner) -> GridEstimate:
                 label = f"utility · {cell.coordinates['model']}"
                 _add(result, label, 0.0 if round_seconds[pair] is not None else None)
                 continue
-            if cell.kind == "detection":
-                _add(result, f"detection · {pair[0]} · {pair[1]}", _detection_time(context, cell))
+            if cell.kind == "detection":  # it replays the federation's rounds to judge each model
+                seconds = _detection_time(context, cell)
+                if seconds is not None and round_seconds[pair] is not None:
+                    seconds += round_seconds[pair] * (cell.round or 0)
+                _add(result, f"detection · {pair[0]} · {pair[1]}", seconds)
                 continue
             scale = cell.scale.label if cell.scale else ""
             key = (cell.coordinates["model"], cell.coordinates["attack"], scale)
@@ -154,22 +158,30 @@ def _round_time(context: ExperimentContext, cell: Cell) -> float | None:
     return seconds
 
 
-def _add_fit(result: GridEstimate, context: ExperimentContext, cell: Cell, seen: set[tuple]) -> None:
-    """The one-off fit of the cell's attack, timed at budgets k and 2k and extrapolated (once per model,
-    attack and, for fits of the model's own parameters, model layout; attacks that declare a
-    :attr:`~leakshield.attacks.base.Attack.fit_budget` only)."""
-    triple = tuple(cell.coordinates[k] for k in ("attack", "model", "defense"))
-    if triple in seen:
+def _add_fit(result: GridEstimate, context: ExperimentContext, cell: Cell, seen: set[object]) -> None:
+    """The one-off fit of the cell's attack (attacks that declare a
+    :attr:`~leakshield.attacks.base.Attack.fit_budget` only): once per fit the run will make — per seed,
+    model and, for fits of the model's own parameters, model layout — unless the cache already holds it;
+    timed at budgets k and 2k and extrapolated once per label, the other seeds counted at that time."""
+    where = cell.coordinates
+    quadruple = (where["attack"], where["model"], where["defense"], cell.seed)
+    if quadruple in seen:
         return
-    seen.add(triple)
+    seen.add(quadruple)
     attack = context.config.create_attack(cell.attack)
     if attack.fit_budget is None or _needs_fit(cell):
         return
-    net, _ = context.models.fresh(cell.model, cell.defense, cell.seed)
+    setting = attack_fit_setting(context, cell)
+    key = attack_fit_key(attack, setting)
+    if key.digest in seen or context.cache.load(key) is not None:
+        return  # another defense with the same layout shares this fit, or the run loads it
+    seen.add(key.digest)
+    net = setting.model
     label = f"fit {cell.coordinates['attack']} · {cell.coordinates['model']}"
     if attack.fit_trains_model:  # one fit per model layout (a defense's model stage may change it)
         label += f" · layout {hashlib.sha256(json.dumps(model_layout(net)).encode()).hexdigest()[:8]}"
-    if label in result.kinds:
+    if label in result.kinds:  # another seed: the same fit again
+        _add(result, label, result.kinds[label][1])
         return
     budget = int(getattr(attack.params, attack.fit_budget))
 

@@ -119,14 +119,12 @@ def fit_defenses(
     return pipeline.with_artifacts(public, clients), used
 
 
-def fit_attack(attack: Attack, setting: FitSetting, cache: ArtifactCache) -> tuple[Attack, list[ArtifactUse]]:
-    """``attack`` with its public-split artifact, if it declares a fit."""
-    if attack.fit_scope is None:
-        return attack, []
+def attack_fit_key(attack: Attack, setting: FitSetting) -> FitKey:
+    """The cache key of ``attack``'s public-split fit for ``setting`` (its model, layout and seed)."""
     context: dict[str, Any] = {"model": setting.model_id}
     if attack.fit_trains_model:
         context["layout"] = model_layout(setting.model)
-    key = FitKey(
+    return FitKey(
         component=f"attack:{attack.name}",
         params=_params_json(attack.params),
         scope="public",
@@ -134,6 +132,13 @@ def fit_attack(attack: Attack, setting: FitSetting, cache: ArtifactCache) -> tup
         seed=setting.seed,
         context=context,
     )
+
+
+def fit_attack(attack: Attack, setting: FitSetting, cache: ArtifactCache) -> tuple[Attack, list[ArtifactUse]]:
+    """``attack`` with its public-split artifact, if it declares a fit."""
+    if attack.fit_scope is None:
+        return attack, []
+    key = attack_fit_key(attack, setting)
     data = FitData(
         setting.info,
         setting.public,

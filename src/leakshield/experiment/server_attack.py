@@ -27,21 +27,18 @@ def fitted_attack(world: ExperimentContext, cell: Cell, spec: Component) -> Atta
     attack = world.config.create_attack(spec, world.cache.root)
     if attack.fit_scope is None:
         return attack
-    net, _ = world.models.fresh(cell.model, cell.defense, cell.seed)
-    setting = FitSetting(
-        world.info,
-        world.data.public,
-        world.models.clients,
-        world.config.fl,
-        net,
-        {"name": cell.model.name, **cell.model.params},
-        cell.seed,
-        world.device,
-        world.progress,
-    )
-    attack, used = fit_attack(attack, setting, world.cache)
+    attack, used = fit_attack(attack, attack_fit_setting(world, cell), world.cache)
     world.models.used.extend(u for u in used if u not in world.models.used)
     return attack
+
+
+def attack_fit_setting(world: ExperimentContext, cell: Cell) -> FitSetting:
+    """What an attack's public-split fit for ``cell`` sees: the cell's fresh model, its identity, seed."""
+    assert cell.model and cell.defense and cell.seed is not None
+    net, _ = world.models.fresh(cell.model, cell.defense, cell.seed)
+    model_id = {"name": cell.model.name, **cell.model.params}
+    return FitSetting(world.info, world.data.public, world.models.clients, world.config.fl, net, model_id,
+                      cell.seed, world.device, world.progress)  # fmt: skip
 
 
 @register_protocol("server-attack", "a server attacks each victim's update; the evaluator scores it")
