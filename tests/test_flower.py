@@ -277,3 +277,27 @@ def test_the_guard_mod_refuses_a_changed_architecture_and_a_guarded_layout(
     assert [(r, c) for r, c, _ in guard.refusals] == [(0, 0), (0, 1)]
     reply = guard(_train_message(ArrayRecord(honest.state_dict())), _context(0), train_step)
     assert not reply.has_error() and reached == [0]
+
+
+def test_the_guard_mod_hands_drift_guard_the_model_each_client_accepted(
+    tmp_path: Path, task_identity
+) -> None:
+    """drift-guard through Flower: the train step's guard mod remembers, per client, the last model it
+    accepted, so a rewritten first layer next round is refused; a client that has accepted nothing yet
+    has nothing to compare with and accepts."""
+    from leakshield.attacks import create_attack
+    from leakshield.fl import ServerKnowledge
+
+    config = {**CONFIG, "defenses": [{"name": "drift-guard"}], "models": [{"name": "mlp", "width": 32}]}
+    path = tmp_path / "drift.yaml"
+    path.write_text(yaml.safe_dump(config))
+    step = ConfiguredTrainStep(path)
+    fed = Federation.build(load_config(path))
+    honest = fed.fresh_model()
+    trap = create_attack("trap-weights", {}).prepare_model(honest, ServerKnowledge(fed.info, fed.data.public))
+    first = step(_train_message(ArrayRecord(honest.state_dict()), 1), _context(0))
+    assert not first.has_error()
+    second = step(_train_message(ArrayRecord(trap.model.state_dict()), 2), _context(0))
+    assert second.has_error() and "drift-guard" in second.error.reason
+    unseen = step(_train_message(ArrayRecord(trap.model.state_dict()), 2), _context(1))
+    assert not unseen.has_error()  # client 1 accepted nothing before: no reference

@@ -70,12 +70,23 @@ class ConfiguredTrainStep(TrainerStep):
     rest in it; a stack with a client guard runs :class:`~leakshield.flower.guard.GuardMod` right
     before the train step."""
 
+    _guard: GuardMod | None = None
+
+    def __getstate__(self) -> dict:
+        return {**super().__getstate__(), "_guard": None}
+
+    def guard(self, step: LeakshieldTrainer) -> GuardMod:
+        """The process's one guard mod (it remembers what each client accepted, for drift-guard)."""
+        if self._guard is None or self._guard.trainer is not step:
+            self._guard = GuardMod(step)
+        return self._guard
+
     def __call__(self, msg: Message, context: Context) -> Message:
         step = self.trainer(context)
         chain = step
         if step.config.fl.is_defended(partition_id(context)):
             if DefensePipeline.from_config(step.config.defenses[0].entries).guards:  # innermost
-                chain = functools.partial(GuardMod(step), call_next=chain)
+                chain = functools.partial(self.guard(step), call_next=chain)
             for mod in reversed(release_mods(step.config.defenses[0].entries)):
                 chain = functools.partial(mod, call_next=chain)
         return chain(msg, context)

@@ -5,13 +5,17 @@ failed client (its reason one line) — no update leaves the client.
 Two checks: the arrays must form the architecture the federation agreed on (the config's model with
 the defenses' model stage: same names and shapes — a server that changes the architecture, e.g.
 prepends an imprint block, is refused here), then the configured defense stack's guards judge the
-model (:meth:`leakshield.defenses.base.Defense.inspect`, e.g. ``row-guard``). List it *last* among the
-ClientApp's mods so that it runs innermost, right before the train step."""
+model (:meth:`leakshield.defenses.base.Defense.inspect`, e.g. ``row-guard``). A guard that compares
+rounds (``drift-guard``) gets the last model the client accepted through this mod, kept in memory for
+as long as the ClientApp's process lives (a SuperNode that restarts it starts over: the first model
+after a restart has nothing to compare with). List it *last* among the ClientApp's mods so that it
+runs innermost, right before the train step."""
 
 from __future__ import annotations
 
 from flwr.app import Context, Message, MessageType
 from flwr.clientapp.typing import ClientAppCallable
+from torch import nn
 
 from leakshield.flower.client import LeakshieldTrainer, partition_id, server_round
 from leakshield.flower.mods import error_reply
@@ -26,6 +30,9 @@ class GuardMod:
         self.trainer = trainer
         #: (round, client, reason) of every refusal this mod made (observable in-process)
         self.refusals: list[tuple[int, int, str]] = []
+        #: per client, the last model it accepted, kept when a guard compares rounds (``drift-guard``),
+        #: for as long as this ClientApp process lives
+        self.accepted: dict[int, nn.Module] = {}
 
     def __call__(self, msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
         if msg.metadata.message_type != MessageType.TRAIN:
@@ -50,8 +57,11 @@ class GuardMod:
             else:
                 model.load_state_dict(sent)
                 client = fed.client(client_id)
-                verdict = client.inspect(model, round_, client.generator(round_, fed.device))
+                previous = self.accepted.get(client_id)
+                verdict = client.inspect(model, round_, client.generator(round_, fed.device), previous)
                 reason = verdict.reason
+                if verdict.accepted and client.pipeline.needs_previous:
+                    self.accepted[client_id] = model
         if reason:
             self.refusals.append((round_, client_id, reason))
             return error_reply(msg, f"client {client_id} refused the model of round {round_}: {reason}")
