@@ -40,7 +40,6 @@ import pydantic
 import torch
 from torch import nn
 
-from leakshield.attacks.analytic import first_linear_fed_by_image
 from leakshield.attacks.base import ATTACKS, Reconstruction
 from leakshield.attacks.fishing import (
     NON_TARGET_BIAS,
@@ -49,7 +48,9 @@ from leakshield.attacks.fishing import (
     FishingSecrets,
     classifier_layer,
 )
+from leakshield.attacks.trap_weights import first_image_layer
 from leakshield.data.types import DatasetInfo
+from leakshield.errors import ConfigError
 from leakshield.fl.types import PreparedModel, ServerKnowledge, ServerView
 from leakshield.threats import Adversary, Knowledge, threat
 
@@ -154,13 +155,12 @@ def decode_one(view: ServerView, layer: str) -> torch.Tensor | None:
 
 
 def _image_layer(model: nn.Module, info: DatasetInfo) -> str | None:
-    device = next(model.parameters()).device
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        try:
-            name = first_linear_fed_by_image(model, info.shape)
-        except ValueError:
-            return None
-    return name if model.get_submodule(name).bias is not None else None
+    """The fully connected first layer with a bias that one sample's gradient decodes through, if any."""
+    try:
+        name, layer = first_image_layer(model, info, "feature-fishing")
+    except ConfigError:
+        return None
+    return name if layer.bias is not None else None
 
 
 @ATTACKS.register(

@@ -33,7 +33,7 @@ from leakshield.attacks.base import ATTACKS
 from leakshield.attacks.fishing import NON_TARGET_BIAS, FishingAttack, FishingParams, classifier_layer
 from leakshield.attacks.trap_weights import TrapWeightsAttack, TrapWeightsParams
 from leakshield.defenses.base import PublicDefense
-from leakshield.defenses.dominance_guard import DominanceGuardParams, dominated_share, per_sample_unit_energy
+from leakshield.defenses.dominance_guard import DominanceGuardParams, batch_statistics
 from leakshield.defenses.loss_guard import LossGuardParams
 from leakshield.fl.types import PreparedModel, ServerKnowledge
 from leakshield.registry import Params
@@ -143,19 +143,13 @@ class StealthyTrapWeights(TrapWeightsAttack):
         info, public = knowledge.data_info, knowledge.public
         generator = torch.Generator().manual_seed(self.params.seed)
         batches = [torch.randperm(len(public), generator=generator)[: p.batch] for _ in range(p.batches)]
+        device = next(model.parameters()).device
+        probes = [(info.normalize(public.x[i].to(device)), public.y[i].to(device)) for i in batches]
         prepared = None
         for rate in sorted(self.params.rates):
             plain = TrapWeightsAttack(self.params.model_copy(update={"activation_rate": rate}))
             prepared = plain.prepare_model(model, knowledge)
-            device = next(prepared.model.parameters()).device
-            shares: dict[str, float] = {}
-            for index in batches:  # the guard's statistic on public batches of its size
-                x = info.normalize(public.x[index].to(device))
-                energies = per_sample_unit_energy(prepared.model, x, public.y[index].to(device))
-                for name, energy in energies.items():
-                    share, live = dominated_share(energy, p.dominance, p.floor)
-                    counted = share if live >= p.min_units else 0.0  # as the guard counts it
-                    shares[name] = shares.get(name, 0.0) + counted / len(batches)
+            shares, _ = batch_statistics(prepared.model, probes, p)  # the guard's statistic, public data
             worst = max(shares.values(), default=0.0)
             if worst < self.params.margin * p.fraction:
                 break

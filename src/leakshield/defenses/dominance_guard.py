@@ -31,6 +31,8 @@ more is refused."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pydantic
 import torch
 import torch.nn.functional as F
@@ -130,6 +132,24 @@ def relative_participation(energies: dict[str, torch.Tensor]) -> dict[str, float
     return {n: r / top for n, r in ratios.items()} if top > 0 else {}
 
 
+def batch_statistics(
+    model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], p: DominanceGuardParams
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The guard's two statistics per layer, means over ``batches`` of (normalized inputs, labels): the
+    share of live units one sample owns (0 where fewer than ``min_units`` are live), and the relative
+    participation. The detection-aware trap weights compute it on public batches."""
+    shares: dict[str, list[float]] = {}
+    lows: dict[str, list[float]] = {}
+    for xb, yb in batches:
+        energies = per_sample_unit_energy(model, xb, yb)
+        for name, energy in energies.items():
+            share, live = dominated_share(energy, p.dominance, p.floor)
+            shares.setdefault(name, []).append(share if live >= p.min_units else 0.0)
+        for name, low in relative_participation(energies).items():
+            lows.setdefault(name, []).append(low)
+    return {n: sum(v) / len(v) for n, v in shares.items()}, {n: sum(v) / len(v) for n, v in lows.items()}
+
+
 @DEFENSES.register(
     "dominance-guard",
     summary="client guard: refuses a received model in which one of the client's samples alone makes the "
@@ -150,18 +170,9 @@ class DominanceGuard(Defense):
         x, y = probe_batch(model, context, p.batch * p.batches)
         if len(x) < 2:
             return ACCEPTED  # one sample dominates everything: nothing to judge
-        shares: dict[str, list[float]] = {}
-        lows: dict[str, list[float]] = {}
         size = min(p.batch, len(x))  # full batches only: a small remainder would look dominated
-        for xb, yb in zip(x.split(size)[: len(x) // size], y.split(size)[: len(x) // size], strict=True):
-            energies = per_sample_unit_energy(model, xb, yb)
-            for name, energy in energies.items():
-                share, live = dominated_share(energy, p.dominance, p.floor)
-                shares.setdefault(name, []).append(share if live >= p.min_units else 0.0)
-            for name, low in relative_participation(energies).items():
-                lows.setdefault(name, []).append(low)
-        mean_share = {n: sum(v) / len(v) for n, v in shares.items()}
-        mean_low = {n: sum(v) / len(v) for n, v in lows.items()}
+        batches = list(zip(x.split(size)[: len(x) // size], y.split(size)[: len(x) // size], strict=True))
+        mean_share, mean_low = batch_statistics(model, batches, p)
         where, worst = max(mean_share.items(), key=lambda kv: kv[1], default=("", 0.0))
         blocked, low = min(mean_low.items(), key=lambda kv: kv[1], default=("", 1.0))
         score = max(worst / p.fraction, p.blocking / max(low, 1e-12))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+from torch import nn
+
 from leakshield.experiment.cells import Cell
 from leakshield.experiment.protocols import CellOutput, register_protocol
 from leakshield.experiment.server_attack import fitted_attack
@@ -37,11 +39,16 @@ def run_detection(world: ExperimentContext, cell: Cell) -> CellOutput:
         if fl.is_defended(i) and len(data)
     ]
 
+    honest_models: dict[int, nn.Module] = {}
+
+    def honest(r: int) -> nn.Module:  # each round's honest global model, built once
+        if r not in honest_models:
+            honest_models[r] = world.models.at_round(cell.model, cell.defense, cell.seed, r).model
+        return honest_models[r]
+
     def refused(model, round: int) -> list[bool]:
         # the honest model of the round before is what every client accepted then (guards that compare)
-        before = None
-        if round and pipeline.needs_previous:
-            before = world.models.at_round(cell.model, cell.defense, cell.seed, round - 1).model
+        before = honest(round - 1) if round and pipeline.needs_previous else None
         verdicts = [
             c.inspect(model, round, seeded_generator(cell.seed, DETECTION_STREAM, round, c.client_id), before)
             for c in clients
@@ -56,13 +63,12 @@ def run_detection(world: ExperimentContext, cell: Cell) -> CellOutput:
         attack = fitted_attack(world, cell, spec)  # SEER's model is trained on the public split first
         judged = []
         for r in config.attack.rounds:
-            honest = world.models.at_round(cell.model, cell.defense, cell.seed, r).model
-            judged += refused(attack.prepare_model(honest, knowledge).model, r)
+            judged += refused(attack.prepare_model(honest(r), knowledge).model, r)
         positives += judged
         rows.append({"attack": spec.display, "tpr": _rate(judged), "models": len(judged)})
     negatives = []
     for r in range(cell.round):
-        negatives += refused(world.models.at_round(cell.model, cell.defense, cell.seed, r).model, r)
+        negatives += refused(honest(r), r)
     metrics = {
         "tpr": _rate(positives),
         "fpr": _rate(negatives),
