@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 
@@ -55,8 +56,9 @@ def test_a_mixup_cell_scores_against_the_largest_component(tmp_path):
     assert "psnr_component" not in records["none"].metrics
 
 
-def test_the_loda_config_sets_igs_tv_as_the_paper_does():
-    config = yaml.safe_load((CONFIGS / "loda.yaml").read_text())
+@pytest.mark.parametrize("name", ["loda.yaml", "loda-cpu.yaml"])
+def test_the_loda_config_sets_igs_tv_as_the_paper_does(name):
+    config = yaml.safe_load((CONFIGS / name).read_text())
     pruning = {d["label"] for d in config["defenses"] if isinstance(d, dict) and d["name"] == "pruning"}
     labels = {d if isinstance(d, str) else d.get("label", d["name"]) for d in config["defenses"]}
     igs = [a for a in config["attacks"] if a["name"] == "ig"]

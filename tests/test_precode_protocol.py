@@ -5,9 +5,11 @@ space (``mse_normalized``); the engine's ``patience`` on both of its Adam paths.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from leakshield.attacks import ATTACKS, create_attack
 from leakshield.attacks.base import Reconstruction
@@ -133,3 +135,14 @@ def test_iga_precode_rebuilds_an_undefended_mlps_image_and_not_a_precode_one():
         scores[defended] = values
     assert min(scores[False]) >= 0.85 and max(scores[True]) <= 0.4
     assert not math.isnan(sum(scores[True]))
+
+
+@pytest.mark.parametrize("name", ["precode-paper.yaml", "precode-cpu.yaml"])
+def test_the_paper_protocol_configs_train_and_attack_as_the_paper(name):
+    """Clients train with Adam lr 1e-3, batch 64; the attack is iga-precode; MSE also in the paper's space."""
+    config = yaml.safe_load((Path(__file__).parent.parent / "configs" / name).read_text())
+    local = config["fl"]["local"]
+    assert (local["optimizer"], local["local_lr"], local["batch_size"]) == ("adam", 0.001, 64)
+    assert {a["name"] for a in config["attacks"]} == {"iga-precode"}
+    assert config["attack"]["rounds"] == [0] and config["attack"]["threat"]["labels_known"]
+    assert "mse_normalized" in config["report"]["values"]
