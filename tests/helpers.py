@@ -11,6 +11,9 @@ from typing import Any
 
 import yaml
 
+#: the project's shipped experiment configs
+CONFIGS = Path(__file__).parent.parent / "configs"
+
 TINY: dict[str, Any] = {
     "name": "tiny",
     "seeds": [0],

@@ -3,8 +3,6 @@ an attacker that switches off dropout in its own copy of the model, and Adam 1e-
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 import yaml
@@ -17,7 +15,7 @@ from leakshield.errors import ConfigError
 from leakshield.fl import LocalTraining
 from leakshield.models import create_model
 
-CONFIGS = Path(__file__).parent.parent / "configs"
+from helpers import CONFIGS
 
 
 @pytest.fixture(scope="module")

@@ -3,13 +3,11 @@ are named in every shipped table, so no number is read as the other variant's.""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import yaml
 
 from leakshield.defenses import create_defense
 
-CONFIGS = Path(__file__).parent.parent / "configs"
+from helpers import CONFIGS
 
 
 def test_every_shipped_dcs2_row_names_its_eq10_variant():

@@ -6,7 +6,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +16,7 @@ from leakshield.experiment.store import reproducible
 from leakshield.report import build_report
 from leakshield.threats import OBSERVER
 
-from helpers import tiny_config, write_config
+from helpers import CONFIGS, tiny_config, write_config
 
 
 def test_grid_expands_models_defenses_attacks_rounds_seeds():
@@ -446,7 +445,7 @@ def test_sensitive_victims_and_one_defended_client_reach_the_table(tmp_path):
         parse_config(tiny_config(victims={"count": 1, "batch_size": 1, "sensitive": 1}))
 
 
-SHIPPED = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+SHIPPED = sorted(CONFIGS.glob("*.yaml"))
 
 
 NOT_EXPERIMENTS = ("ats-search.yaml", "leaderboard.yaml")  # a search config; presets (test_leaderboard)
@@ -464,4 +463,4 @@ def test_every_shipped_experiment_config_is_valid(path):
 def test_the_shipped_search_config_is_valid():
     from leakshield.cli_ats import load_search_config
 
-    assert load_search_config(Path(__file__).parent.parent / "configs" / "ats-search.yaml")
+    assert load_search_config(CONFIGS / "ats-search.yaml")

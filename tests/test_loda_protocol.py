@@ -4,8 +4,6 @@ is 1e-3 against gradient pruning and 1e-4 otherwise."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 import yaml
@@ -15,9 +13,8 @@ from leakshield.data import load_dataset
 from leakshield.defenses import create_defense
 from leakshield.experiment import ExperimentRunner, ResultStore, parse_config
 
-from helpers import client_context, tiny_config
+from helpers import CONFIGS, client_context, tiny_config
 
-CONFIGS = Path(__file__).parent.parent / "configs"
 CPU = torch.device("cpu")
 
 

@@ -5,7 +5,6 @@ space (``mse_normalized``); the engine's ``patience`` on both of its Adam paths.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +21,8 @@ from leakshield.fl import server_view_of
 from leakshield.metrics import ssim
 from leakshield.metrics.image import mse, mse_normalized
 from leakshield.models import create_model
+
+from helpers import CONFIGS
 
 
 def test_iga_precode_is_the_papers_attack_setting():
@@ -140,7 +141,7 @@ def test_iga_precode_rebuilds_an_undefended_mlps_image_and_not_a_precode_one():
 @pytest.mark.parametrize("name", ["precode-paper.yaml", "precode-cpu.yaml"])
 def test_the_paper_protocol_configs_train_and_attack_as_the_paper(name):
     """Clients train with Adam lr 1e-3, batch 64; the attack is iga-precode; MSE also in the paper's space."""
-    config = yaml.safe_load((Path(__file__).parent.parent / "configs" / name).read_text())
+    config = yaml.safe_load((CONFIGS / name).read_text())
     local = config["fl"]["local"]
     assert (local["optimizer"], local["local_lr"], local["batch_size"]) == ("adam", 0.001, 64)
     assert {a["name"] for a in config["attacks"]} == {"iga-precode"}
