@@ -73,12 +73,15 @@ def _component(value: Any) -> Any:
 
 
 class DefenseSetting(pydantic.BaseModel):
-    """One column of defenses: a single defense or a ``stack`` applied in order."""
+    """One column of defenses: a single defense or a ``stack`` applied in order. ``training``: this
+    setting's own client training (replaces ``fl.local`` for its FL rounds, e.g. the defense paper's
+    optimizer and a tuned learning rate); None trains as ``fl.local`` says."""
 
     model_config = pydantic.ConfigDict(extra="allow")
     name: str | None = None
     label: str | None = None
     stack: list[Component] | None = None
+    training: LocalTraining | None = None
 
     @pydantic.model_validator(mode="before")
     @classmethod
@@ -345,6 +348,12 @@ class ExperimentConfig(Section):
         return [(f"defenses[{i}]" + (f".stack[{j}]" if d.stack else ""), entry)
                 for i, d in enumerate(self.defenses) for j, entry in enumerate(d.entries)]  # fmt: skip
 
+    def fl_for(self, defense: DefenseSetting) -> FLConfig:
+        """The federation ``defense`` trains in: ``fl`` with the setting's own ``training`` if it has one."""
+        if defense.training is None:
+            return self.fl
+        return self.fl.model_copy(update={"local": defense.training})
+
     @property
     def victim_update(self) -> LocalTraining:
         """The protocol of the attacked update."""
@@ -363,6 +372,9 @@ class ExperimentConfig(Section):
         dataset's files are excluded: moving the data does not change the numbers)."""
         payload = self.model_dump(mode="json", exclude={"report", "execution"})
         payload["dataset"].pop("root", None)
+        for defense in payload["defenses"]:  # added after runs were stored: counts only when set
+            if defense.get("training") is None:
+                defense.pop("training", None)
         for attack in payload["attacks"]:  # how an attack runs is not what it computes
             for name in EXECUTION_FIELDS:
                 attack.pop(name, None)

@@ -31,7 +31,7 @@ DETECTION_STREAM = 0xDE7EC7
 )
 def run_detection(world: ExperimentContext, cell: Cell) -> CellOutput:
     assert cell.model and cell.defense and cell.round is not None and cell.seed is not None
-    config, fl = world.config, world.config.fl
+    config, fl = world.config, world.config.fl_for(cell.defense)
     pipeline = world.models.at_round(cell.model, cell.defense, cell.seed, 0).pipeline
     clients = [
         HonestClient(i, data, fl.local, pipeline, world.info, public=world.models.public, seed=cell.seed)

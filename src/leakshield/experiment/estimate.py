@@ -207,7 +207,8 @@ def _detection_time(context: ExperimentContext, cell: Cell) -> float | None:
     ids = [i for i, data in enumerate(context.models.clients) if config.fl.is_defended(i) and len(data)]
     if not ids:
         return 0.0
-    client = HonestClient(ids[0], context.models.clients[ids[0]], config.fl.local, pipeline, context.info,
+    local = config.fl_for(cell.defense).local
+    client = HonestClient(ids[0], context.models.clients[ids[0]], local, pipeline, context.info,
                           public=context.models.public, seed=cell.seed or 0)  # fmt: skip
     generator = torch.Generator(next(net.parameters()).device).manual_seed(0)
     client.inspect(net, 0, generator)  # the first call's lazy set-up is not the cell's cost

@@ -51,7 +51,7 @@ def run_participant_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
     """One participant-attack cell (see the module docstring)."""
     assert cell.model and cell.defense and cell.attack and cell.round is not None and cell.seed is not None
     attack = world.config.create_attack(cell.attack)
-    fl, plan, info = world.config.fl, attack.participation(), world.info
+    fl, plan, info = world.config.fl_for(cell.defense), attack.participation(), world.info
     attacker_id = fl.clients - 1 if plan.attacker is None else plan.attacker
     if attacker_id >= fl.clients:
         raise ConfigError(

@@ -84,7 +84,7 @@ class TrainedModels:
             sim = FederatedSimulation.honest(
                 net,
                 self.clients,
-                self.config.fl,
+                self.config.fl_for(defense),
                 pipeline,
                 self.data.info,
                 public=self.public,
