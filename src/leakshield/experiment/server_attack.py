@@ -109,9 +109,23 @@ def run_server_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
     defended = [o.trace.defended_x for o in observations]
     components = [o.trace.component_x for o in observations]
     output = world.score(reconstructions, list(victims), defended, extra, components)
+    output.metrics.update(prior_scores(world, reconstructions, list(victims)))
     if any(o.refused for o in observations) or trained[0].pipeline.guards:  # a guard's 0 is a result
         output.metrics["refused"] = sum(bool(o.refused) for o in observations) / len(observations)
     if world.config.fl.secure_aggregation:  # how many clients each attacked aggregate held
         held = [o.views[0].clients for o in observations if o.views]
         output.metrics["aggregate_clients"] = sum(held) / len(held) if held else 0.0
     return output
+
+
+def prior_scores(
+    world: ExperimentContext, reconstructions: list[Reconstruction], victims: list[ImageSet]
+) -> dict[str, float]:
+    """``prior_ssim`` / ``prior_psnr``: how close a prior-based attack's draw for the known labels,
+    made without the update, already is to the victims (scored as the reconstructions are); empty for
+    attacks without a prior. The leaderboard counts such an attack as leaking only above it."""
+    pairs = [(r.prior, v) for r, v in zip(reconstructions, victims, strict=True) if r.prior is not None]
+    if not pairs:
+        return {}
+    scored = world.score([Reconstruction(images=p) for p, _ in pairs], [v for _, v in pairs])
+    return {f"prior_{k}": scored.metrics[k] for k in ("ssim", "psnr") if k in scored.metrics}

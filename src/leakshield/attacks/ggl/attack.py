@@ -112,11 +112,15 @@ class GenerativeGradientLeakage(Attack):
         mapped = MappedLoss(matching) if p.vectorize and one_fedsgd_round(views) else None
         best_z: list[torch.Tensor | None] = [None] * len(views)
         best = [float("inf")] * len(views)
+        priors: list[torch.Tensor] = []
         for _ in range(p.restarts):
             z0 = [
                 torch.randn(v.batch_size, p.latent_dim, generator=g).to(device)
                 for v, g in zip(views, gens, strict=True)
             ]
+            if not priors:  # the prior's own draw for the labels: what the update must improve on
+                with torch.no_grad():
+                    priors = [generator(z, y).clamp(0, 1).cpu() for z, (y, _) in zip(z0, labels, strict=True)]
             found = self._search(p, matching, mapped, views, z0, labels, targets, seeds, progress)
             for i, (z, distance) in enumerate(found):
                 if distance < best[i]:
@@ -137,7 +141,8 @@ class GenerativeGradientLeakage(Attack):
                      "vectorized": float(mapped is not None), "finetuned": float(p.finetune_steps > 0),
                      "seconds": (time.perf_counter() - start) / len(views)}  # fmt: skip
             results.append(Reconstruction(images=images.cpu(), labels=y.cpu(), stats=stats,
-                                          normalized=view.data_info.normalize(images).cpu()))  # fmt: skip
+                                          normalized=view.data_info.normalize(images).cpu(),
+                                          prior=priors[i]))  # fmt: skip
         return results
 
     def _search(
