@@ -15,12 +15,14 @@ from leakshield.experiment.pipeline import cell_threat, run_cell
 from leakshield.experiment.store import CellRecord
 from leakshield.experiment.world import ExperimentContext
 from leakshield.image_grid import image_grid, png_bytes
+from leakshield.provenance import source_hash
 
 
 def environment(device: torch.device) -> dict[str, object]:
     """What a cell's float results may depend on beyond config and seed (reduction order)."""
     return {
         "leakshield": __version__,
+        "source": source_hash(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "device": str(device),
