@@ -1,5 +1,6 @@
 """``leakshield leaderboard``: every defense against every attack under one protocol
-(``configs/leaderboard.yaml``), run as a resumable grid, then ranked by each defense's strongest attack."""
+(``configs/leaderboard.yaml``), run as resumable grids (the main grid and the preset's realism
+scenarios), then ranked per threat model by each defense's strongest attack."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def add_parser(sub: Any, common: Any) -> None:
     board.add_argument(
         "--preset",
         default="quick",
-        help="quick (digits; 11 min with --workers 2 on 2 cores from an empty cache, measured) or full",
+        help="quick (smoke: 1 seed, small budgets), standard (3 seeds, realism scenarios; the README's "
+        "Results) or full (the papers' budgets; a GPU). Measured times: docs/leaderboard.md",
     )
     board.add_argument(
         "--config", type=Path, default=None, help="a leaderboard file (default: the shipped one)"
@@ -49,6 +51,19 @@ def add_parser(sub: Any, common: Any) -> None:
         "next to it, docs/leaderboard/<preset>.json)",
     )
     board.add_argument("--dry-run", action="store_true", help="print the cells to compute and the estimate")
+    board.add_argument(
+        "--tune",
+        action="store_true",
+        help="run the learning-rate sweep instead (each defense's paper optimizer, accuracy on the public "
+        "split) and print the 'training' section it selects",
+    )
+    board.add_argument(
+        "--check",
+        type=Path,
+        default=None,
+        metavar="README",
+        help="say whether README's Results were computed by this code (exit 1 when stale) and stop",
+    )
     board.add_argument("--retry-failed", action="store_true", help="recompute cells stored as failed")
     common(board)
 
@@ -56,17 +71,25 @@ def add_parser(sub: Any, common: Any) -> None:
 def cmd_leaderboard(args: argparse.Namespace, run: Callable[..., int]) -> int:
     from leakshield.errors import LeakshieldError
     from leakshield.leaderboard.export import readme_section, records_from_json, replace_readme_section
-    from leakshield.leaderboard.presets import load_leaderboard
+    from leakshield.leaderboard.presets import load_leaderboard, load_scenarios
     from leakshield.leaderboard.report import build_leaderboard
 
+    if args.check is not None:
+        return _check(args.check)
     if args.readme is not None and not args.readme.is_file():  # say so now, not after the whole run
         raise LeakshieldError(f"--readme {args.readme}: no such file (the README whose Results to rewrite)")
     config = load_leaderboard(args.preset, path=args.config, data_root=args.data_root)
     out = args.out or Path("runs") / config.name
-    status = run(config, out, args)
+    if args.tune:
+        return _tune(config, out, args, run)
+    scenarios = load_scenarios(args.preset, path=args.config, data_root=args.data_root)
     if args.dry_run:
-        return status
-    files = build_leaderboard(out, preset=args.preset)
+        return _dry_run(config, out, scenarios, args)
+    status = run(config, out, args)
+    for name, scenario, _ in scenarios:
+        print(f"scenario {name}:")
+        status = max(status, run(scenario, out / "scenarios" / name, args))
+    files = build_leaderboard(out, preset=args.preset, scenarios=[(n, a) for n, _, a in scenarios])
     print(f"leaderboard: {files.html}  ({len(files.pages)} defense pages)  table: {files.markdown}")
     if args.readme is not None:
         export = args.readme.parent / "docs" / "leaderboard" / f"{args.preset}.json"
@@ -77,3 +100,60 @@ def cmd_leaderboard(args: argparse.Namespace, run: Callable[..., int]) -> int:
         replace_readme_section(args.readme, readme_section(facts, records, source))
         print(f"README: {args.readme} (Results section from {export})")
     return status
+
+
+def _dry_run(config: Any, out: Path, scenarios: list, args: argparse.Namespace) -> int:
+    from leakshield.experiment import ExperimentRunner
+    from leakshield.experiment.estimate import print_estimate
+
+    cli_threads(args)
+    total, missing = 0.0, 0
+    for name, grid, where in [("main grid", config, out)] + [
+        (f"scenario {n}", c, out / "scenarios" / n) for n, c, _ in scenarios
+    ]:
+        print(f"— {name}")
+        runner = ExperimentRunner(grid, where, device=args.device, progress=False, cache_dir=args.cache_dir)
+        found = print_estimate(runner, workers=args.workers)
+        total += found.seconds(args.workers)
+        missing += len(found.not_estimated)
+    note = f" ({missing} kind(s) not estimated, listed above)" if missing else ""
+    print(f"leaderboard total: {total / 60:.1f} min with {args.workers} worker(s){note}")
+    return 0
+
+
+def cli_threads(args: argparse.Namespace) -> None:
+    """Probe at the thread count the cells will run with (``--workers`` > 1: single-threaded workers)."""
+    import torch
+
+    from leakshield.cli import available_cores
+
+    torch.set_num_threads(args.threads or (1 if args.workers > 1 else available_cores()))
+
+
+def _tune(config: Any, out: Path, args: argparse.Namespace, run: Callable[..., int]) -> int:
+    from leakshield.experiment.rundir import STORE_FILE
+    from leakshield.experiment.store import ResultStore
+    from leakshield.leaderboard.tuning import tuning_config, write_tuning
+
+    sweep = tuning_config(config)
+    where = out.parent / f"{out.name}-tuning"
+    status = run(sweep, where, args)
+    if args.dry_run:
+        return status
+    path, text = write_tuning(where, sweep, ResultStore(where / STORE_FILE).records())
+    print(f"selected on the public split ({path}); keep in the leaderboard file:\n{text}")
+    return status
+
+
+def _check(readme: Path) -> int:
+    from leakshield.errors import LeakshieldError
+    from leakshield.leaderboard.export import freshness, readme_block
+
+    if not readme.is_file():
+        raise LeakshieldError(f"--check {readme}: no such file")
+    block = readme_block(readme.read_text())
+    if block is None:
+        raise LeakshieldError(f"--check {readme}: no generated Results block (run with --readme first)")
+    fresh, message = freshness(block)
+    print(message)
+    return 0 if fresh else 1

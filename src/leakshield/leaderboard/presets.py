@@ -1,6 +1,8 @@
 """The leaderboard's protocol and presets (``configs/leaderboard.yaml``, shipped in the package): a
 ``base`` experiment config, presets that deep-merge into it (lists replace), per-name parameter
-overrides (``params``), extra rows (``add_defenses``), and the CIFAR-10 switch used with ``--data-root``."""
+overrides (``params``), extra rows (``add_defenses``), each defense's own client training
+(``training``: the paper's optimizer at the learning rate ``--tune`` selected), the realism
+``scenarios`` a preset runs beside its main grid, and the CIFAR-10 switch used with ``--data-root``."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ from leakshield.errors import ConfigError
 from leakshield.experiment.config import ExperimentConfig, parse_config
 from leakshield.experiment.yaml_files import read_yaml
 
-PRESET_KEYS = ("params", "add_defenses")
+PRESET_KEYS = ("params", "add_defenses", "scenarios")
+#: keys of a scenario that describe it rather than change the experiment
+SCENARIO_KEYS = ("title", "ranked")
 
 
 def default_leaderboard_text() -> str:
@@ -40,6 +44,23 @@ def _with_params(entries: list[Any], params: dict[str, dict[str, Any]]) -> list[
         item = {"name": entry} if isinstance(entry, str) else dict(entry)
         if item.get("name") in params:
             item = deep_merge(item, params[item["name"]])
+        out.append(item if len(item) > 1 or not isinstance(entry, str) else entry)
+    return out
+
+
+def _with_training(entries: list[Any], document: dict[str, Any], local: dict[str, Any]) -> list[Any]:
+    """Give every defense named in the file's ``training`` section that client training (merged into
+    the protocol's ``fl.local``), unless the entry sets its own."""
+    training = document.get("training") or {}
+    if not isinstance(training, dict):
+        raise ConfigError("training: expected defense name → client training (e.g. precode: "
+                          "{optimizer: adam, local_lr: 0.001})")  # fmt: skip
+    out = []
+    for entry in entries:
+        item = {"name": entry} if isinstance(entry, str) else dict(entry)
+        own = training.get(item.get("name"))
+        if own is not None and "training" not in item:
+            item["training"] = deep_merge(local, own)
         out.append(item if len(item) > 1 or not isinstance(entry, str) else entry)
     return out
 
@@ -72,9 +93,13 @@ def leaderboard_data(
                           f"parameters (e.g. ig: {{iterations: 500}}); not a mapping: {bad}")  # fmt: skip
     if not isinstance(extra, list):
         raise ConfigError(f"{source}: presets.{preset}.add_defenses: expected a list of defenses")
+    changes.pop("scenarios", None)
     data = deep_merge(document["base"], changes)
     data.setdefault("name", f"leaderboard-{preset}")
-    data["defenses"] = _with_params([*data.get("defenses", []), *extra], params)
+    local = (data.get("fl") or {}).get("local") or {}
+    data["defenses"] = _with_training(
+        _with_params([*data.get("defenses", []), *extra], params), document, local
+    )
     data["attacks"] = _with_params(data.get("attacks", []), params)
     if data_root is not None:
         if not isinstance(document.get("cifar10"), dict):
@@ -93,3 +118,54 @@ def load_leaderboard(
     text = read_yaml(path, "leaderboard file") if path is not None else default_leaderboard_text()
     source = str(path) if path is not None else "configs/leaderboard.yaml"
     return parse_config(leaderboard_data(text, preset, data_root=data_root, source=source), source=source)
+
+
+def scenario_names(text: str, preset: str) -> list[str]:
+    """The scenarios ``preset`` runs beside its main grid (in the file's order)."""
+    document = yaml.safe_load(text) if isinstance(text, str) else text
+    chosen = ((document or {}).get("presets") or {}).get(preset) or {}
+    names = chosen.get("scenarios") or []
+    defined = (document or {}).get("scenarios") or {}
+    unknown = [n for n in names if n not in defined]
+    if unknown:
+        raise ConfigError(f"presets.{preset}.scenarios: {unknown} not defined; "
+                          f"scenarios: {', '.join(defined)}")  # fmt: skip
+    return list(names)
+
+
+def scenario_data(
+    text: str,
+    preset: str,
+    scenario: str,
+    *,
+    data_root: str | Path | None = None,
+    source: str = "leaderboard config",
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(experiment config mapping, description) of one scenario: the preset's config with the
+    scenario's changes merged in (lists replace; the preset's ``params`` apply to its components)."""
+    document = yaml.safe_load(text) if isinstance(text, str) else text
+    main = leaderboard_data(document, preset, data_root=data_root, source=source)
+    spec = dict(((document.get("scenarios") or {}).get(scenario)) or {})
+    about = {k: spec.pop(k) for k in SCENARIO_KEYS if k in spec}
+    params = ((document.get("presets") or {}).get(preset) or {}).get("params") or {}
+    data = deep_merge(main, spec)
+    data["name"] = f"{main['name']}-{scenario}"
+    if "defenses" in spec:
+        local = (data.get("fl") or {}).get("local") or {}
+        data["defenses"] = _with_training(_with_params(spec["defenses"], params), document, local)
+    if "attacks" in spec:
+        data["attacks"] = _with_params(spec["attacks"], params)
+    return data, {"title": about.get("title", scenario), "ranked": bool(about.get("ranked", False))}
+
+
+def load_scenarios(
+    preset: str, *, path: str | Path | None = None, data_root: str | Path | None = None
+) -> list[tuple[str, ExperimentConfig, dict[str, Any]]]:
+    """(name, validated config, description) of every scenario of ``preset``."""
+    text = read_yaml(path, "leaderboard file") if path is not None else default_leaderboard_text()
+    source = str(path) if path is not None else "configs/leaderboard.yaml"
+    out = []
+    for name in scenario_names(text, preset):
+        data, about = scenario_data(text, preset, name, data_root=data_root, source=source)
+        out.append((name, parse_config(data, source=f"{source} (scenario {name})"), about))
+    return out

@@ -1,15 +1,19 @@
-"""The leaderboard's ranking: a defense's privacy is its privacy under the *strongest* attack run
-against it (never the average), over every attack and every attacked model state; defenses are ranked
-by that worst case, and the privacy–utility Pareto front is marked.
+"""The leaderboard's ranking, one per threat model: a defense's privacy against an adversary is its
+privacy under the *strongest* attack that adversary can run (never the average), over every attack and
+attacked model state; defenses are ranked by that worst case, and the privacy–utility front is marked.
 
 Scores: an attack cell's SSIM (per image, matched, averaged over victims), or for the GAN attack of a
 malicious client, which reconstructs classes rather than images, its class-level SSIM (Anti-GAN Eq. 5).
-Cells are first averaged over seeds. SSIMs are compared at the table's precision (3 decimals: a
-difference of 1e-5 between two perfect reconstructions is float noise, not privacy). The strongest
-attack has the highest SSIM; ties go to the higher PSNR, then to the attack's name, and the tied
-attacks are listed. Failed cells never count as a
-defense's success: they are reported next to the standing, and a defense whose attack cells all
-failed is unranked."""
+Each (attack, round, scale) is a mean over seeds with a 95 % t-interval (:mod:`.intervals`).
+
+Leakage is *measurable* only when the whole interval lies above the no-information level: the public
+mean image's SSIM (the baseline cells), or, for an attack that draws from a prior (GGL), the higher of
+that and its prior's own draw for the known labels (``prior_ssim``): a plausible digit of the right
+class is not leakage. Defenses without measurable leakage tie at the top. The strongest attack is the
+measurable one with the highest SSIM (ties: higher PSNR, then name; the attacks tied on SSIM are
+listed). Leaking defenses are ordered by it, and share a rank where their intervals overlap the rank's
+first (from one seed: where SSIM and accuracy are equal at 3 decimals). Failed cells never count as a
+defense's success: they are listed, and a defense whose attack cells all failed is unranked."""
 
 from __future__ import annotations
 
@@ -20,20 +24,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from leakshield.experiment.store import CellRecord
+from leakshield.leaderboard.intervals import PRECISION, Estimate, estimate, level
 from leakshield.leaderboard.threats import threat_of
 
-#: decimals at which SSIMs are compared (and shown)
-PRECISION = 3
-
-
-def level(ssim: float) -> float:
-    """An SSIM at the comparison precision."""
-    return round(ssim, PRECISION)
+__all__ = ["PRECISION", "AttackScore", "Standing", "level", "rank", "standings", "strongest", "threats"]
 
 
 @dataclass(frozen=True)
 class AttackScore:
-    """One attack on one model state of one defense, averaged over seeds."""
+    """One attack on one model state (and scale) of one defense, over seeds."""
 
     attack: str
     round: int
@@ -43,6 +42,29 @@ class AttackScore:
     metric: str = "ssim"
     #: to whom it leaks (the stored threat model's practitioner wording)
     threat: str = ""
+    #: 95 % interval half-width over the seeds (None from one seed)
+    half_width: float | None = None
+    #: the no-information level it must beat (None: none is defined for its metric)
+    reference: float | None = None
+    #: what ``reference`` is: ``mean image`` or ``prior draw``
+    reference_kind: str = "mean image"
+    #: the scale axes' point (``batch=16``), empty without axes
+    scale: str = ""
+    #: share of the victims whose client guard refused the attacked model (None: no guard ran)
+    refused: float | None = None
+
+    @property
+    def estimate(self) -> Estimate:
+        return Estimate(self.ssim, self.half_width, self.seeds)
+
+    @property
+    def measurable(self) -> bool:
+        """Whether this attack measurably beats its no-information level."""
+        return self.reference is None or self.estimate.above(self.reference)
+
+    @property
+    def where(self) -> str:
+        return f"{self.attack}@{self.round}" + (f" {self.scale}" if self.scale else "")
 
 
 @dataclass(frozen=True)
@@ -63,66 +85,122 @@ class Standing:
     pareto: bool = False
     rank: int | None = None
     extra: dict[str, float] = field(default_factory=dict)
+    #: the threat model the row is ranked under ("" : every attack)
+    threat: str = ""
+    #: 95 % interval half-width of the accuracy over seeds
+    accuracy_half_width: float | None = None
+
+    @property
+    def leaks(self) -> bool:
+        """Whether some attack measurably beats its no-information level."""
+        return self.strongest is not None and self.strongest.measurable
+
+
+def _finite(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
 def _score(record: CellRecord) -> tuple[float, str] | None:
     for metric in ("ssim", "class_ssim"):
-        value = record.metrics.get(metric)
-        if isinstance(value, int | float) and math.isfinite(value):
-            return float(value), metric
+        value = _finite(record.metrics.get(metric))
+        if value is not None:
+            return value, metric
     return None
 
 
-def attack_scores(records: Sequence[CellRecord]) -> dict[tuple[str, str], list[AttackScore]]:
-    """(model, defense) → the seed-averaged score of every (attack, round) that ran successfully."""
-    groups: dict[tuple[str, str, str, int], list[tuple[float, float | None, str]]] = defaultdict(list)
-    threats: dict[str, str] = {}
+def baselines(records: Sequence[CellRecord]) -> dict[str, float]:
+    """The no-information SSIM per scale label (``""`` without axes; a batch's baseline serves every
+    scale of that batch size)."""
+    found: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        value = _finite(r.metrics.get("ssim"))
+        if r.kind == "baseline" and r.status == "ok" and value is not None:
+            found[r.scale or ""].append(value)
+    return {k: sum(v) / len(v) for k, v in found.items()}
+
+
+def _reference(
+    base: dict[str, float], scale: str, metric: str, priors: list[float]
+) -> tuple[float | None, str]:
+    if metric != "ssim":
+        return None, ""
+    batch = next((part for part in scale.split() if part.startswith("batch=")), "")
+    mean_image = base.get(scale, base.get(batch, base.get("")))
+    if priors:
+        prior = sum(priors) / len(priors)
+        if mean_image is None or prior > mean_image:
+            return prior, "prior draw"
+    return mean_image, "mean image"
+
+
+def attack_scores(
+    records: Sequence[CellRecord], threat: str | None = None
+) -> dict[tuple[str, str], list[AttackScore]]:
+    """(model, defense) → the seed statistics of every (attack, round, scale) that ran successfully
+    (only the attacks of ``threat`` when given)."""
+    groups: dict[tuple, list[CellRecord]] = defaultdict(list)
     for r in records:
         if r.kind != "attack" or r.status != "ok" or r.model is None or r.defense is None or r.attack is None:
             continue
-        scored = _score(r)
-        if scored is None:
+        if _score(r) is None or (threat is not None and threat_of(r) != threat):
             continue
-        psnr = r.metrics.get("psnr")
-        psnr = float(psnr) if isinstance(psnr, int | float) and math.isfinite(psnr) else None
-        groups[(r.model, r.defense, r.attack, int(r.round or 0))].append((scored[0], psnr, scored[1]))
-        threats.setdefault(r.attack, threat_of(r))
+        groups[(r.model, r.defense, r.attack, int(r.round or 0), r.scale or "")].append(r)
+    base = baselines(records)
     out: dict[tuple[str, str], list[AttackScore]] = defaultdict(list)
-    for (model, defense, attack, round_), values in sorted(groups.items()):
-        psnrs = [p for _, p, _ in values if p is not None]
+    for (model, defense, attack, round_, scale), cells in sorted(groups.items()):
+        scored = [_score(c) for c in cells]
+        values = [s[0] for s in scored if s is not None]
+        metric = scored[0][1] if scored[0] is not None else "ssim"
+        psnrs = [p for p in (_finite(c.metrics.get("psnr")) for c in cells) if p is not None]
+        priors = [p for p in (_finite(c.metrics.get("prior_ssim")) for c in cells) if p is not None]
+        refused = [p for p in (_finite(c.metrics.get("refused")) for c in cells) if p is not None]
+        reference, kind = _reference(base, scale, metric, priors)
+        stats = estimate(values)
         out[(model, defense)].append(
             AttackScore(
-                attack=attack,
-                round=round_,
-                ssim=sum(v for v, _, _ in values) / len(values),
-                psnr=sum(psnrs) / len(psnrs) if psnrs else None,
-                seeds=len(values),
-                metric=values[0][2],
-                threat=threats[attack],
+                attack=attack, round=round_, ssim=stats.mean, psnr=sum(psnrs) / len(psnrs) if psnrs else None,
+                seeds=len(values), metric=metric, threat=threat_of(cells[0]), half_width=stats.half_width,
+                reference=reference, reference_kind=kind, scale=scale,
+                refused=sum(refused) / len(refused) if refused else None,
             )
-        )
+        )  # fmt: skip
     return out
 
 
 def strongest(scores: Sequence[AttackScore]) -> tuple[AttackScore | None, tuple[str, ...]]:
-    """The strongest of ``scores`` (highest SSIM, then PSNR, then name) and the attacks tied on SSIM."""
+    """The strongest of ``scores`` — measurable leaks first, then the highest SSIM, PSNR, name — and
+    the attacks tied with it on SSIM."""
     if not scores:
         return None, ()
-    key = lambda s: (-level(s.ssim), -(s.psnr if s.psnr is not None else -math.inf), s.attack, s.round)  # noqa: E731
+
+    def key(s: AttackScore) -> tuple:
+        psnr = s.psnr if s.psnr is not None else -math.inf
+        return (not s.measurable, -level(s.ssim), -psnr, s.attack, s.round, s.scale)
+
     best = min(scores, key=key)
-    same = [s for s in scores if level(s.ssim) == level(best.ssim) and s is not best]
-    tied = tuple(sorted({f"{s.attack}@{s.round}" for s in same}))
-    return best, tied
+    same = [
+        s
+        for s in scores
+        if s is not best and level(s.ssim) == level(best.ssim) and s.measurable == best.measurable
+    ]
+    return best, tuple(sorted({s.where for s in same}))
+
+
+def threats(records: Sequence[CellRecord]) -> list[str]:
+    """The threat models the run's attack cells ran under, honest-but-curious first."""
+    found = {threat_of(r) for r in records if r.kind == "attack" and r.status == "ok"}
+    return sorted(found, key=lambda t: (not t.startswith("honest"), "secure" in t, t))
 
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def standings(records: Sequence[CellRecord]) -> list[Standing]:
-    """Every (model, defense) with its strongest attack, utility (seed means; ADR against ``none``),
-    ε, cost (client seconds per update relative to ``none``) and failed cells; ranked, front marked."""
-    scores = attack_scores(records)
+def standings(records: Sequence[CellRecord], threat: str | None = None) -> list[Standing]:
+    """Every (model, defense) with its strongest attack (of ``threat`` when given), utility (seed means;
+    ADR against ``none``), ε, cost (client seconds per update relative to ``none``) and failed cells;
+    ranked, front marked."""
+    scores = attack_scores(records, threat)
     keys = sorted(
         {(r.model, r.defense) for r in records if r.kind in ("attack", "utility") and r.model and r.defense}
     )
@@ -130,18 +208,24 @@ def standings(records: Sequence[CellRecord]) -> list[Standing]:
     for r in records:
         if r.kind == "utility" and r.status == "ok" and r.model and r.defense:
             for name in ("accuracy", "epsilon", "client_seconds"):
-                value = r.metrics.get(name)
-                if isinstance(value, int | float) and math.isfinite(value):
-                    utility[(r.model, r.defense)][name].append(float(value))
+                value = _finite(r.metrics.get(name))
+                if value is not None:
+                    utility[(r.model, r.defense)][name].append(value)
     failed: dict[tuple[str, str], list[str]] = defaultdict(list)
     for r in records:
-        if r.status != "ok" and r.model and r.defense:
+        if (
+            r.status != "ok"
+            and r.model
+            and r.defense
+            and (threat is None or r.kind != "attack" or threat_of(r) == threat)
+        ):
             failed[(r.model, r.defense)].append(f"{r.kind}:{r.attack or '-'}@{r.round}")
     rows = []
     for model, defense in keys:
         util = utility.get((model, defense), {})
         clean = _mean(utility.get((model, "none"), {}).get("accuracy", []))
-        acc = _mean(util.get("accuracy", []))
+        accuracies = util.get("accuracy", [])
+        acc = estimate(accuracies) if accuracies else None
         seconds, base_seconds = (
             _mean(util.get("client_seconds", [])),
             _mean(utility.get((model, "none"), {}).get("client_seconds", [])),
@@ -149,29 +233,30 @@ def standings(records: Sequence[CellRecord]) -> list[Standing]:
         best, tied = strongest(scores.get((model, defense), []))
         rows.append(
             Standing(
-                model=model,
-                defense=defense,
-                strongest=best,
-                tied=tied,
+                model=model, defense=defense, strongest=best, tied=tied,
                 scores=tuple(scores.get((model, defense), [])),
-                accuracy=acc,
-                adr=(clean - acc) / clean if clean and acc is not None else None,
+                accuracy=acc.mean if acc else None, accuracy_half_width=acc.half_width if acc else None,
+                adr=(clean - acc.mean) / clean if clean and acc is not None else None,
                 epsilon=_mean(util.get("epsilon", [])),
                 cost=seconds / base_seconds if seconds is not None and base_seconds else None,
-                failed=tuple(sorted(failed.get((model, defense), []))),
+                failed=tuple(sorted(failed.get((model, defense), []))), threat=threat or "",
             )
-        )
+        )  # fmt: skip
     return rank(mark_pareto(rows))
 
 
+def _privacy(row: Standing) -> float:
+    """Lower is more private; every defense without measurable leakage is equally private."""
+    assert row.strongest is not None
+    return level(row.strongest.ssim) if row.leaks else -1.0
+
+
 def dominates(a: Standing, b: Standing) -> bool:
-    """``a`` is at least as private (lower strongest SSIM) and as accurate as ``b``, better in one."""
+    """``a`` is at least as private and as accurate as ``b``, better in one."""
     if a.strongest is None or b.strongest is None or a.accuracy is None or b.accuracy is None:
         return False
-    sa, sb = level(a.strongest.ssim), level(b.strongest.ssim)
-    no_worse = sa <= sb and a.accuracy >= b.accuracy
-    better = sa < sb or a.accuracy > b.accuracy
-    return no_worse and better
+    pa, pb = _privacy(a), _privacy(b)
+    return pa <= pb and a.accuracy >= b.accuracy and (pa < pb or a.accuracy > b.accuracy)
 
 
 def mark_pareto(rows: list[Standing]) -> list[Standing]:
@@ -181,13 +266,27 @@ def mark_pareto(rows: list[Standing]) -> list[Standing]:
     for row in rows:
         placed = row.strongest is not None and row.accuracy is not None
         beaten = any(dominates(o, row) for o in rows if o is not row and o.model == row.model)
-        out.append(_replace(row, pareto=placed and not beaten))
+        out.append(dataclasses.replace(row, pareto=placed and not beaten))
     return out
 
 
+def _ties(leader: Standing, row: Standing) -> bool:
+    if not leader.leaks and not row.leaks:
+        return True
+    if leader.leaks != row.leaks:
+        return False
+    a, b = leader.strongest, row.strongest
+    assert a is not None and b is not None
+    if a.half_width is None and b.half_width is None:  # one seed: exact ties only
+        same_accuracy = level(leader.accuracy or -1.0) == level(row.accuracy or -1.0)
+        return level(a.ssim) == level(b.ssim) and same_accuracy
+    return a.estimate.overlaps(b.estimate)
+
+
 def rank(rows: list[Standing]) -> list[Standing]:
-    """Order by model, then strongest-attack SSIM ascending (more private first), ties by accuracy
-    (higher first) then name; equal (SSIM, accuracy) share a rank. Unranked rows go last."""
+    """Order by model, then privacy (no measurable leakage first, then strongest SSIM ascending), ties by
+    accuracy (higher first) then name. A row shares the rank of its tie group's first row (see the
+    module docstring). Unranked rows go last."""
 
     def key(row: Standing) -> tuple:
         if row.strongest is None:
@@ -195,25 +294,23 @@ def rank(rows: list[Standing]) -> list[Standing]:
         return (
             row.model,
             0,
-            level(row.strongest.ssim),
+            _privacy(row),
             -(row.accuracy if row.accuracy is not None else -1.0),
             row.defense,
         )
 
-    ordered = sorted(rows, key=key)
     out: list[Standing] = []
-    for row in ordered:
+    leader: Standing | None = None
+    for row in sorted(rows, key=key):
         if row.strongest is None:
             out.append(row)
             continue
-        previous = out[-1] if out and out[-1].model == row.model and out[-1].rank is not None else None
-        if previous is not None and key(previous)[2:4] == key(row)[2:4]:
-            number = previous.rank
+        position = 1 + sum(1 for o in out if o.model == row.model and o.rank is not None)
+        if leader is not None and leader.model == row.model and _ties(leader, row):
+            number = leader.rank
         else:
-            number = 1 + sum(1 for o in out if o.model == row.model and o.rank is not None)
-        out.append(_replace(row, rank=number))
+            number, leader = position, None
+        placed = dataclasses.replace(row, rank=number)
+        leader = leader or placed
+        out.append(placed)
     return out
-
-
-def _replace(row: Standing, **changes: object) -> Standing:
-    return dataclasses.replace(row, **changes)  # type: ignore[arg-type]

@@ -13,8 +13,18 @@ from pathlib import Path
 
 from leakshield.experiment.rundir import STORE_FILE, load_run_config
 from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
-from leakshield.leaderboard.export import baseline_ssim, export_json, ranked_markdown, run_facts
+from leakshield.leaderboard.export import (
+    Scenario,
+    baseline_ssim,
+    export_json,
+    reading_note,
+    results_markdown,
+    results_tables,
+    run_facts,
+    source_line,
+)
 from leakshield.leaderboard.ranking import Standing, standings
+from leakshield.leaderboard.tables import html_table
 from leakshield.leaderboard.threats import cell_threat, threat_of
 from leakshield.report.html import CLASS_SSIM_CONVENTION, CONVENTIONS, _img, restore_missing_images
 
@@ -103,37 +113,6 @@ def _conventions(run_dir: Path, records: list[CellRecord]) -> str:
     return text
 
 
-def _ranked_html(rows: list[Standing]) -> str:
-    head = ("<table><tr><th>rank</th><th>model · defense</th><th>strongest attack (round; threat model)</th>"
-            "<th>SSIM</th><th>PSNR</th><th>accuracy</th><th>ADR</th><th>ε</th><th>cost</th>"
-            "<th>front</th></tr>")  # fmt: skip
-    body = []
-    for row in rows:
-        best, page = row.strongest, f"leaderboard/{slug(row.model + '__' + row.defense)}.html"
-        attack = (
-            "no attack cell succeeded" if best is None else f"{best.attack} (r{best.round}; {best.threat})"
-        )
-        if row.tied:
-            attack += f" — tied: {', '.join(row.tied)}"
-        if row.failed:
-            attack += f" — {len(row.failed)} failed cell(s)"
-        cells = [
-            str(row.rank or "—"),
-            f"<a href='{page}'>{html.escape(row.model)} · {html.escape(row.defense)}</a>",
-            html.escape(attack),
-            "—" if best is None else f"{best.ssim:.3f}" + ("" if best.metric == "ssim" else " (class)"),
-            "—" if best is None or best.psnr is None else f"{best.psnr:.2f}",
-            "—" if row.accuracy is None else f"{row.accuracy:.3f}",
-            "—" if row.adr is None else f"{row.adr:.3f}",
-            "—" if row.epsilon is None else f"{row.epsilon:.2f}",
-            "—" if row.cost is None else f"{row.cost:.2f}×",
-            "●" if row.pareto else "",
-        ]
-        cls = " class='front'" if row.pareto else ""
-        body.append(f"<tr{cls}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return head + "".join(body) + "</table>"
-
-
 def _attack_table(records: list[CellRecord]) -> str:
     first = {}
     for r in records:
@@ -180,43 +159,66 @@ def _defense_page(run_dir: Path, row: Standing, records: list[CellRecord], name:
     return "\n".join([*parts, "</body></html>"])
 
 
-def build_leaderboard(run_dir: str | Path, preset: str = "custom") -> LeaderboardFiles:
-    """Write the leaderboard files into ``run_dir`` from its stored cells."""
+def load_scenarios_of(run_dir: Path, scenarios: list[tuple[str, dict]]) -> list[Scenario]:
+    """The stored cells of each scenario run under ``run_dir/scenarios/<name>`` (missing ones skipped)."""
+    out = []
+    for name, about in scenarios:
+        where = run_dir / "scenarios" / name
+        if (where / STORE_FILE).is_file():
+            records = ResultStore(where / STORE_FILE).records()
+            out.append(Scenario(name, str(about.get("title", name)), bool(about.get("ranked")), records))
+    return out
+
+
+def build_leaderboard(
+    run_dir: str | Path, preset: str = "custom", scenarios: list[tuple[str, dict]] | None = None
+) -> LeaderboardFiles:
+    """Write the leaderboard files into ``run_dir`` from its stored cells and its scenarios' (``scenarios``:
+    (name, description) of each, as the preset defines them)."""
     run_dir = Path(run_dir)
     config = load_run_config(run_dir)
     store = ResultStore(run_dir / STORE_FILE)
     store.check(config.fingerprint())
     records = store.records()
     restore_missing_images(run_dir, records)
+    found = load_scenarios_of(run_dir, scenarios or [])
     rows = standings(records)
+    tables = results_tables(records, found)
     baseline = baseline_ssim(records)
-    facts = run_facts(records, config.name, preset, config.fingerprint())
-    markdown = ranked_markdown(rows, baseline)
-    plot = frontier_png(rows, baseline)
+    every = [*records, *(r for s in found for r in s.records)]
+    facts = run_facts(every, config.name, preset, config.fingerprint())
+    honest = _honest(records)
+    plot = frontier_png(standings(records, honest) if honest else rows, baseline)
     pages = []
+    links = {}
     for row in rows:
-        path = run_dir / "leaderboard" / f"{slug(row.model + '__' + row.defense)}.html"
+        page = f"leaderboard/{slug(row.model + '__' + row.defense)}.html"
+        path = run_dir / page
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(path, _defense_page(run_dir, row, records, config.name).encode())
         pages.append(path)
-    failed = [r for r in records if r.status != "ok"]
+        links[f"{row.model} · {row.defense}"] = page
+    failed = [r for r in every if r.status != "ok"]
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>leakshield leaderboard: "
         f"{html.escape(config.name)}</title>{STYLE}</head><body>",
         f"<h1>leakshield leaderboard: {html.escape(config.name)}</h1>",
-        f"<p class='box'>Run finished {facts['finished']} · leakshield {facts['leakshield']} · torch "
-        f"{facts['torch']} · {html.escape(facts['machine'])} · {facts['cells']} cells "
-        f"({len(failed)} failed), "
-        f"{facts['cell_seconds']:.0f} s of cell time · config fingerprint {facts['fingerprint']}</p>",
-        "<h2>Ranking: privacy under the strongest attack</h2>",
-        _ranked_html(rows),
-        f"<p>{html.escape(markdown.rsplit(chr(10), 2)[-2])}</p>",
-        "<h2>Privacy–utility frontier</h2>",
+        f"<p class='box'>Run finished {facts['finished']} · leakshield {facts['leakshield']} · "
+        f"{html.escape(source_line(facts).replace('`', ''))} · torch {facts['torch']} · "
+        f"{html.escape(facts['machine'])} · {len(every)} cells ({len(failed)} failed) in the main grid "
+        f"and {len(found)} scenario(s), {facts['cell_seconds']:.0f} s of cell time · config fingerprint "
+        f"{facts['fingerprint']}</p>",
+        f"<p>{html.escape(reading_note(records))}</p>",
+        "<h2>Rankings, one per threat model</h2>",
+        *(html_table(t, links) for t in tables if not t.title.startswith("Realism")),
+        "<h2>Privacy–utility frontier (honest-but-curious server)</h2>",
         _img(plot, "privacy-utility frontier")
         if plot
         else "<p>No defense has both an attack score and an accuracy.</p>",
+        "<h2>Realism: does the picture survive realistic settings?</h2>",
+        *(html_table(t) for t in tables if t.title.startswith("Realism")),
         "<h2>Attacks and their threat models</h2>",
-        _attack_table(records),
+        _attack_table(every),
         f"<h2>Metric conventions</h2><p class='box'>{html.escape(_conventions(run_dir, records))}</p>",
         "<p>Full per-cell table: <a href='report.html'>report.html</a>, "
         "<a href='results.csv'>results.csv</a>.</p>",
@@ -226,6 +228,13 @@ def build_leaderboard(run_dir: str | Path, preset: str = "custom") -> Leaderboar
         run_dir / "leaderboard.html", run_dir / "leaderboard.md", run_dir / "leaderboard.json", pages
     )
     atomic_write_bytes(files.html, "\n".join(parts).encode())
-    atomic_write_bytes(files.markdown, f"# {config.name}\n\n{markdown}".encode())
-    atomic_write_bytes(files.json, export_json(records, facts).encode())
+    atomic_write_bytes(files.markdown, f"# {config.name}\n\n{results_markdown(records, found)}".encode())
+    atomic_write_bytes(files.json, export_json(records, facts, found).encode())
     return files
+
+
+def _honest(records: list[CellRecord]) -> str | None:
+    from leakshield.leaderboard.ranking import threats
+
+    found = threats(records)
+    return found[0] if found and found[0].startswith("honest") else None
