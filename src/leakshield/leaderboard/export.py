@@ -63,14 +63,20 @@ def _cell_json(r: CellRecord) -> dict[str, Any]:
         "metrics": {k: v for k, v in r.metrics.items() if isinstance(v, int | float) or v is None},
         "attack_name": r.attack_name, "threat": r.threat, **({"scale": r.scale} if r.scale else {}),
         **({"environment": r.environment} if r.environment else {}),
+        **({"victims": _guarded_victims(r)} if "refused" in r.metrics else {}),
     }  # fmt: skip
+
+
+def _guarded_victims(r: CellRecord) -> list[dict[str, Any]]:
+    """A guarded cell's per-victim SSIMs and refusals (what 'SSIM if missed' is computed from)."""
+    return [{"ssim": v.get("ssim") or [], "refused": bool(v.get("refused"))} for v in r.victims]
 
 
 def export_json(
     records: Sequence[CellRecord], facts: dict[str, Any], scenarios: Sequence[Scenario] = ()
 ) -> str:
-    """The run as JSON: ``facts``, every cell without its images and per-victim lists, and each realism
-    scenario's description and cells."""
+    """The run as JSON: ``facts``, every cell without its images and per-victim lists (a guarded cell
+    keeps each victim's SSIMs and refusal), and each realism scenario's description and cells."""
     return json.dumps(
         {
             "run": facts,
@@ -86,8 +92,9 @@ def export_json(
 def _record(c: dict[str, Any]) -> CellRecord:
     return CellRecord(
         key=c["key"], kind=c["kind"], model=c["model"], defense=c["defense"], attack=c["attack"],
-        round=c["round"], seed=c["seed"], status=c["status"], metrics=c["metrics"], victims=[],
-        error=c["error"], images=None, seconds=c["seconds"], finished=c["finished"],
+        round=c["round"], seed=c["seed"], status=c["status"], metrics=c["metrics"],
+        victims=c.get("victims", []), error=c["error"], images=None, seconds=c["seconds"],
+        finished=c["finished"],
         attack_name=c.get("attack_name"), threat=c.get("threat"), scale=c.get("scale"),
         environment=c.get("environment") or {},
     )  # fmt: skip
@@ -117,7 +124,8 @@ HOW_TO_READ = (
     "against it (highest over attacks and model states; lower is more private), a mean over seeds with "
     "its 95 % t-interval. Leakage counts only when the whole interval lies above the no-information "
     "level: the public mean image's SSIM ({baseline}), or for a generative-prior attack (GGL) its "
-    'prior\'s own draw for the known labels; rows at that level read "no measurable leakage" and tie. '
+    'prior\'s own draw for the known labels; rows at that level read "no measurable leakage" and tie '
+    '(their highest seed is named when it lies above that level: "worst seed"). '
     "Ranks tie where intervals overlap. Accuracy: test accuracy after {rounds} FedAvg rounds under the "
     "defense, trained with its paper's optimizer at the learning rate tuned on the public split; ● marks "
     "the privacy–utility Pareto front."

@@ -52,6 +52,11 @@ class AttackScore:
     scale: str = ""
     #: share of the victims whose client guard refused the attacked model (None: no guard ran)
     refused: float | None = None
+    #: mean SSIM of the images of the victims no guard refused (leakage when undetected; None: no guard
+    #: ran, or every victim refused)
+    undetected: float | None = None
+    #: the highest seed's value (None from one seed): a bimodal outcome the interval cannot resolve
+    worst: float | None = None
 
     @property
     def estimate(self) -> Estimate:
@@ -133,6 +138,20 @@ def _reference(
     return mean_image, "mean image"
 
 
+def undetected_ssim(cells: Sequence[CellRecord]) -> float | None:
+    """Mean per-image SSIM over the victims of ``cells`` whose guard accepted the model (None when
+    no guard ran or every victim refused): what an active attack leaks when it is not detected."""
+    refused = [_finite(c.metrics.get("refused")) for c in cells]
+    if all(r is None for r in refused):
+        return None
+    if all(r == 0 for r in refused):  # nothing caught: every victim's images count
+        values = [float(c.metrics["ssim"]) for c in cells if _finite(c.metrics.get("ssim")) is not None]
+    else:
+        values = [v for c in cells for victim in c.victims if not victim.get("refused")
+                  for v in (victim.get("ssim") or []) if _finite(v) is not None]  # fmt: skip
+    return sum(values) / len(values) if values else None
+
+
 def attack_scores(
     records: Sequence[CellRecord], threat: str | None = None
 ) -> dict[tuple[str, str], list[AttackScore]]:
@@ -161,7 +180,8 @@ def attack_scores(
                 attack=attack, round=round_, ssim=stats.mean, psnr=sum(psnrs) / len(psnrs) if psnrs else None,
                 seeds=len(values), metric=metric, threat=threat_of(cells[0]), half_width=stats.half_width,
                 reference=reference, reference_kind=kind, scale=scale,
-                refused=sum(refused) / len(refused) if refused else None,
+                refused=sum(refused) / len(refused) if refused else None, undetected=undetected_ssim(cells),
+                worst=max(values) if len(values) > 1 else None,
             )
         )  # fmt: skip
     return out

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from leakshield.experiment.store import CellRecord
+from leakshield.leaderboard.intervals import level
 from leakshield.leaderboard.ranking import AttackScore, Standing, attack_scores, standings, strongest, threats
 from leakshield.leaderboard.threats import cell_threat, threat_of
 
@@ -35,11 +36,18 @@ def _with_interval(value: float | None, half: float | None) -> str:
 
 
 def score_text(score: AttackScore | None) -> str:
-    """``0.412 ± 0.031`` (class-level marked), with ``≈ baseline`` when not measurably above it."""
+    """``0.412 ± 0.031`` (class-level marked), with ``≈ baseline`` when not measurably above it, and then
+    the highest seed's value when that seed is above the baseline (``worst seed 1.000``)."""
     if score is None:
         return "—"
     text = _with_interval(score.ssim, score.half_width) + ("" if score.metric == "ssim" else " (class)")
-    return text if score.measurable else f"{text} ≈ {score.reference_kind}"
+    if score.measurable:
+        return text
+    text = f"{text} ≈ {score.reference_kind}"
+    worst, reference = score.worst, score.reference
+    if worst is not None and reference is not None and level(worst) > level(reference):
+        text += f"; worst seed {worst:.3f}"
+    return text
 
 
 def letters(records: Sequence[CellRecord], threat: str) -> str:
@@ -52,12 +60,24 @@ def letters(records: Sequence[CellRecord], threat: str) -> str:
     return ", ".join(sorted(found))
 
 
+def caught_text(best: AttackScore | None) -> str:
+    """``40% · 0.981`` (caught share · SSIM of the missed victims), ``100% · none missed``, or ``—``
+    where no guard ran."""
+    if best is None or best.refused is None:
+        return "—"
+    if best.undetected is not None:
+        missed = f"{best.undetected:.3f}"
+    else:  # every victim caught, or an export without per-victim rows
+        missed = "none missed" if best.refused >= 1 else "not recorded"
+    return f"{best.refused:.0%} · {missed}"
+
+
 def ranking_rows(rows: Sequence[Standing], *, active: bool) -> tuple[list[str], list[list[str]]]:
     """Header and rows of one threat model's ranking (``active``: add the client guards' catch rate)."""
     header = ["rank", "model · defense", "strongest attack (round)", "SSIM ↓ (95 % CI)", "PSNR",
               "accuracy (95 % CI)", "ADR", "ε", "cost", "front"]  # fmt: skip
     if active:
-        header.insert(5, "caught by guard")
+        header.insert(5, "caught by guard · SSIM if missed")
     body = []
     for row in rows:
         best = row.strongest
@@ -82,7 +102,7 @@ def ranking_rows(rows: Sequence[Standing], *, active: bool) -> tuple[list[str], 
             "●" if row.pareto else "",
         ]
         if active:
-            cells.insert(5, "—" if best is None or best.refused is None else f"{best.refused:.0%}")
+            cells.insert(5, caught_text(best))
         body.append(cells)
     return header, body
 
@@ -97,7 +117,9 @@ def threat_tables(records: Sequence[CellRecord], ranked: Sequence[CellRecord] = 
         active = threat.startswith("malicious server")
         header, body = ranking_rows(rows, active=active)
         note = ("Caught by guard: the share of victims whose client guard refused the tampered model "
-                "(their reconstruction is then the no-information guess)." if active else "")  # fmt: skip
+                "(their reconstruction is then the no-information guess, which the SSIM column counts); "
+                "SSIM if missed: the mean SSIM of the victims no guard refused — what the attack leaks "
+                "when it goes undetected." if active else "")  # fmt: skip
         tables.append(Table(f"{threat[0].upper()}{threat[1:]} (catalogue {letters(everything, threat)})",
                             header, body, note))  # fmt: skip
     return tables

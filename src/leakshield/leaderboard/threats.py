@@ -31,8 +31,11 @@ def cell_threat(record: CellRecord) -> Threat | None:
 
 def threat_of(record: CellRecord) -> str:
     """``honest-but-curious server``, ``malicious server``, ``malicious client`` (or ``auditor``),
-    followed by ``under secure aggregation`` when the cell's server saw only aggregates."""
+    followed by ``under secure aggregation`` when the cell's server saw only aggregates of more than one
+    client (an aggregate of one, ``aggregate_clients`` 1, is the single update)."""
     threat = cell_threat(record)
     if threat is None:
         return UNKNOWN
-    return f"{threat.who} under secure aggregation" if (record.threat or {}).get("aggregated") else threat.who
+    held = record.metrics.get("aggregate_clients", 2)
+    aggregated = (record.threat or {}).get("aggregated") and not (isinstance(held, int | float) and held <= 1)
+    return f"{threat.who} under secure aggregation" if aggregated else threat.who
