@@ -1,0 +1,131 @@
+"""What the grid estimator leaves out, probed for the leaderboard's dry run: the fits of defenses and
+attacks that need a fitted artifact (LODA's obscured data, Anti-GAN's generators, condensation's
+synthetic set, GGL's public generator), the FL rounds trained under such a defense, and the adaptive
+attacks run against it. Each fit runs at two short budgets in a temporary cache (never the run's) and is
+extrapolated linearly to its configured budget (``FIT_BUDGETS``: the parameters a fit's time grows
+with, scaled together); a round and each attack are timed once after the short fit."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from leakshield.artifacts import ArtifactCache
+from leakshield.attacks import ATTACKS
+from leakshield.defenses import DEFENSES
+from leakshield.experiment.cells import Cell, runs_against
+from leakshield.experiment.config import Component, DefenseSetting, ExperimentConfig
+from leakshield.experiment.pipeline import run_cell
+from leakshield.experiment.world import ExperimentContext
+
+#: per fitted method, the parameters its fit's time grows with (scaled together in the probe)
+FIT_BUDGETS: dict[str, tuple[str, ...]] = {
+    "loda": ("steps",),
+    "antigan": ("cgan_steps", "finetune_steps"),
+    "dm": ("iterations",),
+    "ggl": ("generator_steps",),
+    "ggl-adaptive": ("generator_steps",),
+}
+#: the largest budget parameter's value in the two probes (k and 2k)
+PROBE_STEPS = 3
+
+
+def _scaled(params: dict[str, Any], names: tuple[str, ...], steps: int) -> tuple[dict[str, Any], float]:
+    """``params`` with its budget parameters scaled so that the largest is ``steps``, and the factor."""
+    full = {n: int(params[n]) for n in names if isinstance(params.get(n), int) and params[n] > 0}
+    if not full:
+        return dict(params), 1.0
+    factor = min(1.0, steps / max(full.values()))
+    return {**params, **{n: max(1, round(v * factor)) for n, v in full.items()}}, factor
+
+
+def _timed(run: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def _at_full(times: list[float], factors: list[float]) -> float:
+    """The linear extrapolation through (factor, seconds) of the two probes to the full budget (1)."""
+    (t1, t2), (f1, f2) = times, factors
+    if f2 <= f1:  # the budget is already this small: the probe was the fit itself
+        return t2
+    return t1 + max(t2 - t1, 0.0) / (f2 - f1) * (1.0 - f1)
+
+
+def _fitted_entry(defense: DefenseSetting) -> dict[str, Any] | None:
+    return next((e for e in defense.entries if DEFENSES.get(e["name"]).name in FIT_BUDGETS), None)
+
+
+def _probe_defense(
+    config: ExperimentConfig, defense: DefenseSetting, device: torch.device, folder: str
+) -> dict[str, float]:
+    entry = _fitted_entry(defense)
+    assert entry is not None
+    name, model, seeds = DEFENSES.get(entry["name"]).name, config.models[0], config.seeds
+    adaptive = [
+        a for a in config.attacks if ATTACKS.get(a.name).targets is not None and runs_against(a, defense)
+    ]
+    times, factors, round_seconds, attack_seconds = [], [], 0.0, {}
+    for steps in (PROBE_STEPS, 2 * PROBE_STEPS):
+        params, factor = _scaled(entry["params"], FIT_BUDGETS[name], steps)
+        short = DefenseSetting.model_validate({**defense.model_dump(exclude_none=True), **params})
+        probe = config.model_copy(update={"defenses": [short], "seeds": seeds[:1]})
+        context = ExperimentContext(probe, device, cache=ArtifactCache(f"{folder}/{steps}"))
+        times.append(_timed(lambda c=context, s=short: c.models.fresh(model, s, seeds[0])))
+        factors.append(factor)
+    round_seconds = _timed(lambda c=context, s=short: c.models.at_round(model, s, seeds[0], 1))
+    for attack in adaptive:  # after the (short) fit: each adaptive attack's cell alone
+        cell = Cell("attack", model, short, attack, 0, seeds[0])
+        attack_seconds[attack.display] = _timed(lambda c=context, x=cell: run_cell(c, x))
+    rounds = max([config.utility.rounds, *config.attack.rounds])
+    out = {
+        f"fit · {defense.display}": _at_full(times, factors) * len(seeds),
+        f"FL training under {defense.display}": round_seconds * rounds * len(seeds),
+    }
+    for attack, seconds in attack_seconds.items():
+        out[f"attack {attack} · {defense.display}"] = seconds * len(seeds) * len(config.attack.rounds)
+    return out
+
+
+def _probe_attack(
+    config: ExperimentConfig, attack: Component, device: torch.device, folder: str
+) -> dict[str, float]:
+    name, model, seeds = ATTACKS.get(attack.name).name, config.models[0], config.seeds
+    met = [d for d in config.defenses if runs_against(attack, d)]
+    pairs = [d for d in met if _fitted_entry(d) is None]  # probed where no defense fit adds to it
+    if not pairs:
+        return {}
+    times, factors, cell_seconds = [], [], None
+    for steps in (PROBE_STEPS, 2 * PROBE_STEPS):
+        params, factor = _scaled(attack.params, FIT_BUDGETS[name], steps)
+        short = Component.model_validate({**attack.model_dump(exclude_none=True), **params})
+        probe = config.model_copy(update={"attacks": [short], "seeds": seeds[:1], "defenses": pairs[:1]})
+        context = ExperimentContext(probe, device, cache=ArtifactCache(f"{folder}/{steps}"))
+        cell = Cell("attack", model, pairs[0], short, 0, seeds[0])
+        first = _timed(lambda c=context, x=cell: run_cell(c, x))  # the fit and the attack
+        if cell_seconds is None:  # the attack on the cached fit (its budget is not scaled: once)
+            cell_seconds = _timed(lambda c=context, x=cell: run_cell(c, x))
+        times.append(max(first - cell_seconds, 0.0))
+        factors.append(factor)
+    cells = len(met) * len(seeds) * len(config.attack.rounds)
+    return {f"fit · {attack.display}": _at_full(times, factors) * len(seeds),
+            f"attack {attack.display} ({cells} cells)": (cell_seconds or 0.0) * cells}  # fmt: skip
+
+
+def probe_fits(config: ExperimentConfig, device: torch.device) -> dict[str, float]:
+    """Seconds (label → total over the grid's seeds) of the fits, fitted-defense FL rounds and attacks on
+    fitted artifacts of ``config``, which the grid estimator lists as not estimated."""
+    found: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for i, defense in enumerate(config.defenses):
+            if _fitted_entry(defense) is not None:
+                found.update(_probe_defense(config, defense, device, f"{folder}/d{i}"))
+        for i, attack in enumerate(config.attacks):
+            if ATTACKS.get(attack.name).name in FIT_BUDGETS:
+                found.update(_probe_attack(config, attack, device, f"{folder}/a{i}"))
+    return found
