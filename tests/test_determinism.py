@@ -8,11 +8,12 @@
   measured spread (``python benchmarks/thread_spread.py benchmarks/thread_spread.yaml``): on that grid
   (tanh LeNet, FedAvg lr 0.1, momentum 0.9, 3 rounds, seeds 0–1, none and Gaussian noise) 1 vs 2
   threads moved test accuracy by at most 0.0028, training accuracy by 0.0035 and attacks on the
-  trained model by 0.015 SSIM / 0.31 dB / 0.0145 MSE; on this file's config by 0, 0.0035 and
-  0.0019 / 0.0067 dB / 0.0003. Attacks on the untrained model (batch 1: nothing to reduce over) did
-  not move at all, and are compared exactly. The tolerances are 3× the largest. Unstable training (the
-  same grid with a ConvNet-8, accuracy 0.09–0.53) moved accuracy by up to 0.16: there no tolerance is
-  meaningful, which is why every cell records its threads.
+  trained model by 0.015 SSIM / 0.31 dB / 0.0145 MSE; on this file's config by 0, 0.0035 and 0.0019 /
+  0.0067 dB / 0.0003. Attacks on the untrained model (batch 1: little to reduce over) did not move on
+  that machine and moved in the 8th digit on another; they are compared to 1e-6 relative. The
+  tolerances are 3× the largest. Unstable training (the same grid with a ConvNet-8, accuracy
+  0.09–0.53) moved accuracy by up to 0.16: there no tolerance is meaningful, which is why every cell
+  records its threads.
 
 CI runs this file a second time with ``LEAKSHIELD_TEST_THREADS`` set to the other thread count.
 """
@@ -29,6 +30,9 @@ from leakshield.experiment.store import reproducible
 
 from helpers import tiny_config, write_config
 
+#: untrained cells: on some CPUs even batch-1 kernels reduce differently with 2 threads (measured on a
+#: CI machine: IG's MSE 0.11567838 vs 0.11567839, a relative 6e-8); 16× that
+UNTRAINED_RTOL = 1e-6
 #: 3× the largest 1-vs-2-thread difference measured (see the module docstring)
 TOLERANCE = {"accuracy": 0.01, "accuracy_train": 0.011, "ssim": 0.05, "psnr": 1.0, "mse": 0.05}
 
@@ -84,7 +88,8 @@ def test_one_and_two_threads_agree_within_the_measured_spread(tmp_path):
         for metric, value in reproducible(record.metrics).items():
             if not isinstance(value, float) or not math.isfinite(value):
                 continue
-            if untrained:
-                assert other.metrics[metric] == value, (key, metric)
+            if untrained:  # equal up to a kernel's last bits (see the module docstring)
+                close = math.isclose(other.metrics[metric], value, rel_tol=UNTRAINED_RTOL)
+                assert close, (key, metric, value)
             elif metric in TOLERANCE:
                 assert abs(other.metrics[metric] - value) <= TOLERANCE[metric], (key, metric, value)
