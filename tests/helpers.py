@@ -149,3 +149,14 @@ def write_tinyimagenet(
             lines.append(f"{name}\t{wnid}\t0\t0\t63\t63")
     (root / "val" / "val_annotations.txt").write_text("\n".join(lines) + "\n")
     return root
+
+
+def leaderboard_cell(kind, defense, attack=None, *, round=0, seed=0, status="ok", scale=None, **metrics):
+    """A stored cell for the leaderboard's tests: model ``m``, ``metrics`` as given (None values left
+    out), an error text when it failed."""
+    from leakshield.experiment.store import CellRecord
+
+    values = {k: v for k, v in metrics.items() if v is not None}
+    key = f"{kind}/{defense}/{attack}/{round}/{seed}/{scale}"
+    return CellRecord(key, kind, "m", defense, attack, round, seed, status, values, [],
+                      None if status == "ok" else "boom", None, 1.0, 0.0, scale=scale)  # fmt: skip

@@ -18,18 +18,12 @@ from leakshield.leaderboard.ranking import AttackScore, Standing, dominates, mar
 from leakshield.leaderboard.threats import HONEST, MALICIOUS_CLIENT, MALICIOUS_SERVER, UNKNOWN, threat_of
 from leakshield.provenance import source_hash
 
+from helpers import leaderboard_cell
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cell(kind, defense, attack=None, *, ssim=None, psnr=None, round=0, seed=0, status="ok", **metrics):
-    values = dict(metrics)
-    if ssim is not None:
-        values["ssim"] = ssim
-    if psnr is not None:
-        values["psnr"] = psnr
-    key = f"{kind}/{defense}/{attack}/{round}/{seed}"
-    return CellRecord(key, kind, "m", defense, attack, round, seed, status, values, [],
-                      None if status == "ok" else "boom", None, 1.0, 0.0)  # fmt: skip
+cell = leaderboard_cell  # kind, defense, attack, *, round, seed, status, scale, **metrics
 
 
 def fake_store() -> list[CellRecord]:

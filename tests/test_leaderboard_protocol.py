@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from leakshield.attacks import ATTACKS
-from leakshield.experiment.store import CellRecord
 from leakshield.leaderboard.export import export_json, freshness, readme_block, records_from_json
 from leakshield.leaderboard.intervals import estimate
 from leakshield.leaderboard.presets import leaderboard_data, load_leaderboard, load_scenarios, scenario_data
@@ -20,13 +19,12 @@ from leakshield.leaderboard.threats import HONEST, MALICIOUS_SERVER, threat_of
 from leakshield.leaderboard.tuning import candidates, selection, training_section, tuning_config
 from leakshield.provenance import source_hash, tree_hash
 
+from helpers import leaderboard_cell
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cell(kind, defense, attack=None, *, seed=0, round=0, status="ok", scale=None, **metrics):
-    key = f"{kind}/{defense}/{attack}/{round}/{seed}/{scale}"
-    return CellRecord(key, kind, "m", defense, attack, round, seed, status, dict(metrics), [], None, None,
-                      1.0, 0.0, scale=scale)  # fmt: skip
+cell = leaderboard_cell  # kind, defense, attack, *, round, seed, status, scale, **metrics
 
 
 def seeds(defense, attack, values, **extra):

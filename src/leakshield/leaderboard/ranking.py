@@ -149,7 +149,7 @@ def undetected_ssim(cells: Sequence[CellRecord]) -> float | None:
     else:
         values = [v for c in cells for victim in c.victims if not victim.get("refused")
                   for v in (victim.get("ssim") or []) if _finite(v) is not None]  # fmt: skip
-    return sum(values) / len(values) if values else None
+    return _mean(values)
 
 
 def attack_scores(

@@ -36,6 +36,7 @@ def threat_of(record: CellRecord) -> str:
     threat = cell_threat(record)
     if threat is None:
         return UNKNOWN
-    held = record.metrics.get("aggregate_clients", 2)
-    aggregated = (record.threat or {}).get("aggregated") and not (isinstance(held, int | float) and held <= 1)
+    held = record.metrics.get("aggregate_clients")
+    single = isinstance(held, int | float) and held <= 1
+    aggregated = (record.threat or {}).get("aggregated") and not single
     return f"{threat.who} under secure aggregation" if aggregated else threat.who
