@@ -15,8 +15,8 @@ from leakshield.attacks.base import Reconstruction
 from leakshield.attacks.inversion.loops import optimize_many, optimize_one
 from leakshield.data import load_dataset
 from leakshield.defenses import DefensePipeline, create_defense
-from leakshield.experiment.config import MetricSection
 from leakshield.experiment.evaluation import score_reconstructions
+from leakshield.experiment.sections import MetricSection
 from leakshield.fl import server_view_of
 from leakshield.metrics import ssim
 from leakshield.metrics.image import mse, mse_normalized

@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pydantic
 
@@ -23,9 +23,16 @@ from leakshield.data import DATASETS
 from leakshield.defenses import DEFENSES
 from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.experiment.axes import AxesSection, check_axes
+from leakshield.experiment.sections import (
+    AttackSection,
+    MetricSection,
+    ReportSection,
+    Section,
+    UtilitySection,
+    VictimSection,
+)
 from leakshield.experiment.yaml_files import file_name, read_yaml
 from leakshield.fl.config import FLConfig, LocalTraining
-from leakshield.metrics.sensitivity import SensitivityRule
 from leakshield.models import MODELS
 from leakshield.registry import Registry, format_validation_error
 from leakshield.threats import Adversary
@@ -37,10 +44,6 @@ ADDED_FIELDS = ((("fl", "aggregator"), "mean"), (("fl", "local", "optimizer"), "
                 (("attack", "update", "optimizer"), "sgd"), (("fl", "secure_aggregation"), False),
                 (("fl", "secagg_drop_rate"), 0.0),
                 (("axes",), {"batch_size": None, "clients": None}))  # fmt: skip
-
-
-class Section(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class Component(pydantic.BaseModel):
@@ -124,99 +127,6 @@ class DatasetSection(pydantic.BaseModel):
     @property
     def params(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
-
-
-class ThreatSection(Section):
-    """labels_known: the server knows the victims' labels (breaching's ``provide_labels``)."""
-
-    labels_known: bool = False
-
-
-class AttackSection(Section):
-    """rounds: FL rounds after which the victim is attacked (0 = the untrained model). update: how the
-    victim computes the attacked update (default: as in ``fl.local``; e.g. train with FedAvg but attack a
-    FedSGD gradient). model_mode: whether the victim runs the model in eval mode or train mode."""
-
-    rounds: list[pydantic.NonNegativeInt] = pydantic.Field(default_factory=lambda: [0], min_length=1)
-    update: LocalTraining | None = None
-    model_mode: Literal["eval", "train"] = "eval"
-    threat: ThreatSection = pydantic.Field(default_factory=ThreatSection)
-
-
-class VictimSection(Section):
-    """count victim batches of batch_size images each, drawn with seed from client's training data;
-    the same victims for every model, defense, attack and seed. sensitive: how many images of each batch
-    are drawn from the client's sensitive samples (``metrics.sensitive`` defines them; they are put last
-    in the batch and flagged); None draws without regard to sensitivity."""
-
-    count: pydantic.PositiveInt = 8
-    batch_size: pydantic.PositiveInt = 1
-    seed: int = 0
-    client: pydantic.NonNegativeInt = 0
-    sensitive: pydantic.NonNegativeInt | None = None
-
-    @pydantic.model_validator(mode="after")
-    def _sensitive_within_batch(self) -> VictimSection:
-        if self.sensitive is not None and self.sensitive > self.batch_size:
-            raise ValueError(f"sensitive ({self.sensitive}) exceeds batch_size ({self.batch_size})")
-        return self
-
-
-class UtilitySection(Section):
-    """Full FL training under each defense to measure test accuracy (0 rounds disables it)."""
-
-    rounds: pydantic.NonNegativeInt = 20
-
-
-class LPIPSSection(Section):
-    """weights: a local .safetensors file (see leakshield.metrics.lpips); without it LPIPS is n/a."""
-
-    net: Literal["alex", "vgg"] = "alex"
-    weights: str | None = None
-
-
-class MetricSection(Section):
-    """asr_threshold: SSIM at which an image counts as reconstructed (PRECODE's 0.6). match_on: the
-    metric reconstructions are matched to the truth on. sensitive: which training samples of the
-    defended clients count as sensitive for ``accuracy_sensitive`` (DCS² Table 1), the same samples for
-    every row; None uses the rule of a defense that has one (DCS²) and leaves other rows without it."""
-
-    asr_threshold: float = pydantic.Field(default=0.6, ge=0, le=1)
-    match_on: Literal["ssim", "psnr", "mse"] = "ssim"
-    lpips: LPIPSSection = pydantic.Field(default_factory=LPIPSSection)
-    sensitive: SensitivityRule | None = None
-
-
-Dimension = Literal["model", "defense", "attack", "round", "seed", "batch", "clients", "metric"]
-
-
-class SweepPlot(Section):
-    """A line plot of ``metrics`` against a defense parameter (e.g. Anti-GAN's Fig. 4): ``points`` maps
-    defense labels to the parameter's value; privacy metrics get one line per attack."""
-
-    title: str
-    parameter: str
-    points: dict[str, float] = pydantic.Field(min_length=2)
-    metrics: list[str] = pydantic.Field(default=["ssim", "adr"], min_length=1)
-
-
-class ReportSection(Section):
-    """Layout of the tables: cells grouped by ``rows`` × ``columns`` (any of model, defense, attack,
-    round, seed, metric), showing the mean of each metric in ``values`` over the unlisted dimensions.
-    E.g. PRECODE's Table 2 has ``rows: [metric]`` and ``columns: [model, defense]``."""
-
-    rows: list[Dimension] = ["model", "defense"]
-    columns: list[Dimension] = ["attack"]
-    values: list[str] = pydantic.Field(default=["psnr", "ssim", "asr", "accuracy"], min_length=1)
-    scatter: Literal["psnr", "ssim"] = "ssim"
-    sweeps: list[SweepPlot] = []
-
-    @pydantic.model_validator(mode="after")
-    def _distinct(self) -> ReportSection:
-        both = set(self.rows) & set(self.columns)
-        if both:
-            raise ValueError(f"{sorted(both)} cannot be both a row and a column dimension")
-        return self
 
 
 class ExperimentConfig(Section):

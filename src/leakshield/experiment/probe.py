@@ -15,10 +15,11 @@ from leakshield.artifacts import ArtifactCache
 from leakshield.attacks import create_attack
 from leakshield.data.types import DatasetSplits, ImageSet
 from leakshield.defenses import DefensePipeline
-from leakshield.experiment.config import Component, MetricSection
+from leakshield.experiment.config import Component
 from leakshield.experiment.evaluation import score_reconstructions
 from leakshield.experiment.federation import build_model
 from leakshield.experiment.fitting import FitSetting, fit_attack, fit_defenses
+from leakshield.experiment.sections import MetricSection
 from leakshield.fl import FLConfig, HonestClient, LocalTraining, ServerKnowledge, ThreatModel, observe_victim
 
 
