@@ -133,7 +133,10 @@ def test_presets_merge_params_and_rows() -> None:
     text = (ROOT / "configs" / "leaderboard.yaml").read_text()
     quick = leaderboard_data(text, "quick")
     ig = next(a for a in quick["attacks"] if isinstance(a, dict) and a["name"] == "ig")
-    assert ig["iterations"] == 200 and quick["utility"]["rounds"] == 20
+    assert ig["iterations"] == 100 and quick["utility"]["rounds"] == 10  # quick's own smoke budgets
+    standard = leaderboard_data(text, "standard")
+    ig = next(a for a in standard["attacks"] if isinstance(a, dict) and a["name"] == "ig")
+    assert ig["iterations"] == 200 and standard["utility"]["rounds"] == 20
     full = leaderboard_data(text, "full")
     assert len(full["defenses"]) > len(quick["defenses"])
     cifar = leaderboard_data(text, "quick", data_root="/data/cifar")
