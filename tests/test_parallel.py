@@ -183,7 +183,7 @@ def test_dry_run_shortens_the_inversion_each_observed_round_runs(tmp_path, monke
         return 1.0 + rounds * (0.5 + 0.01 * inner)  # set-up 1 s, 0.5 s a round, 10 ms an inner step
 
     monkeypatch.setattr(estimate, "run_cell", fake_run_cell)
-    monkeypatch.setattr(estimate, "_timed", fake_timed)
+    monkeypatch.setattr(estimate, "timed", fake_timed)
     config = tiny_config(defenses=[{"name": "mixup", "k": 2}], attacks=[{"name": "carlini", "rounds": 50}],
                          utility={"rounds": 0})  # fmt: skip
     runner = ExperimentRunner(parse_config(config), tmp_path / "run", device="cpu", progress=False)
@@ -209,3 +209,34 @@ def test_dry_run_counts_the_rounds_a_detection_cell_replays(tmp_path, monkeypatc
     found = estimate.estimate_grid(runner)
     (seconds,) = [s for label, (_, s) in found.kinds.items() if label.startswith("detection")]
     assert seconds == pytest.approx(2.0 + 12 * 0.25)
+
+
+def test_dry_run_probes_rounds_only_where_chains_train_and_shares_probes_between_grids(tmp_path, monkeypatch):
+    """A chain at round 0 without utility trains nothing: no FL round is probed for it. A second grid of
+    the same dry run (a leaderboard scenario) with the same set-up reuses the first grid's probes; one
+    whose set-up differs (another batch size of victims) is probed anew."""
+    from leakshield.experiment import ExperimentRunner, estimate, parse_config
+
+    calls: list[str] = []
+    monkeypatch.setattr(estimate, "_round_time", lambda context, cell: calls.append("round") or 0.5)
+    monkeypatch.setattr(estimate, "_attack_time", lambda context, cell: calls.append("attack") or 2.0)
+    untrained = tiny_config(attacks=[{"name": "ig", "iterations": 10}], utility={"rounds": 0})
+    found = estimate.estimate_grid(ExperimentRunner(parse_config(untrained), tmp_path / "a", progress=False))
+    assert calls == ["attack"] and found.training == 0.0
+
+    calls.clear()
+    memo = estimate.ProbeMemo()
+    trained = {**untrained, "attack": {**untrained.get("attack", {}), "rounds": [0, 2]}}
+    first = estimate.estimate_grid(ExperimentRunner(parse_config(trained), tmp_path / "b", progress=False),
+                                   memo)  # fmt: skip
+    assert calls == ["round", "attack"] and first.training == pytest.approx(0.5 * 2 * len(trained["seeds"]))
+    again = {**trained, "name": "scenario", "seeds": [0], "attack": {**trained["attack"], "rounds": [0, 5]}}
+    second = estimate.estimate_grid(ExperimentRunner(parse_config(again), tmp_path / "c", progress=False),
+                                    memo)  # fmt: skip
+    assert calls == ["round", "attack"] and second.training == pytest.approx(0.5 * 5)  # nothing re-probed
+    batch = {**again, "victims": {**untrained.get("victims", {}), "count": 1, "batch_size": 2}}
+    estimate.estimate_grid(ExperimentRunner(parse_config(batch), tmp_path / "d", progress=False), memo)
+    assert calls == ["round", "attack", "attack"]  # the attack's set-up changed; the round's did not
+    larger = {**again, "dataset": {**again["dataset"], "size": 12}}
+    estimate.estimate_grid(ExperimentRunner(parse_config(larger), tmp_path / "e", progress=False), memo)
+    assert calls == ["round", "attack", "attack", "round", "attack"]  # other images: both anew

@@ -110,17 +110,17 @@ def cmd_leaderboard(args: argparse.Namespace, run: Callable[..., int]) -> int:
 
 def _dry_run(config: Any, out: Path, scenarios: list, args: argparse.Namespace) -> int:
     from leakshield.experiment import ExperimentRunner
-    from leakshield.experiment.estimate import print_estimate
+    from leakshield.experiment.estimate import ProbeMemo, print_estimate
     from leakshield.leaderboard.fit_probe import probe_fits
 
     cli_threads(args)
-    total, missing = 0.0, 0
+    total, missing, memo = 0.0, 0, ProbeMemo()  # scenarios reuse the main grid's probes of a set-up
     for name, grid, where in [("main grid", config, out)] + [
         (f"scenario {n}", c, out / "scenarios" / n) for n, c, _ in scenarios
     ]:
         print(f"— {name}")
         runner = ExperimentRunner(grid, where, device=args.device, progress=False, cache_dir=args.cache_dir)
-        found = print_estimate(runner, workers=args.workers)
+        found = print_estimate(runner, workers=args.workers, memo=memo)
         total += found.seconds(args.workers)
         if found.not_estimated and found.todo:  # the fits it leaves out, probed at short budgets
             probed = probe_fits(grid, runner.device)

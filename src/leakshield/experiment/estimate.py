@@ -12,7 +12,9 @@ grows linearly with a budget it declares (``Attack.fit_budget``, e.g. SEER's tra
 timed once per model layout at two short budgets and its cells probed with a two-step fit (in a
 temporary cache, never the run's). Other methods that need a fitted artifact (policy searches, public
 generators) are listed as not estimated: a probe could start the fit itself, which may take hours. With
-N workers the total is divided by N (chains permitting).
+N workers the total is divided by N (chains permitting). A round is probed only for chains that train
+(an attack at round 0 with no utility needs none), and the grids of one dry run (a leaderboard's main
+grid and its scenarios) share a :class:`ProbeMemo`: a set-up timed once is not timed again.
 """
 
 from __future__ import annotations
@@ -42,6 +44,26 @@ from leakshield.fl import HonestClient, ServerKnowledge
 
 
 @dataclass
+class ProbeMemo:
+    """Probe times shared by the grids of one dry run, keyed by everything in the config a probe's time
+    depends on (dataset, federation, victims, attacked update, model, the defense or attack and its
+    scale), so a scenario that repeats the main grid's set-up reuses its times instead of re-probing."""
+
+    rounds: dict[str, float | None] = field(default_factory=dict)
+    attacks: dict[str, float | None] = field(default_factory=dict)
+
+
+def _setup_key(config, kind: str, *parts: object) -> str:
+    """What a probe of ``kind`` (``round``: one FL round; ``attack``: one attack cell) depends on."""
+    exclude = {"name", "seeds", "defenses", "attacks", "utility", "report", "execution"}
+    if kind == "round":  # the victims and how they are attacked do not change the federation's training
+        exclude |= {"attack", "victims"}
+    payload = config.model_dump(mode="json", exclude=exclude)
+    payload.get("attack", {}).pop("rounds", None)
+    return json.dumps([kind, payload, *parts], sort_keys=True, default=str)
+
+
+@dataclass
 class GridEstimate:
     """Seconds per kind of cell (label → (cells, seconds each)), FL training, and what was left out."""
 
@@ -68,45 +90,58 @@ def cells_to_compute(runner) -> list[Cell]:
     return [c for c in runner.cells() if c.key not in done]
 
 
-def estimate_grid(runner) -> GridEstimate:
-    """Probe every kind of cell of ``runner``'s grid that is not stored yet (see the module docstring)."""
+def estimate_grid(runner, memo: ProbeMemo | None = None) -> GridEstimate:
+    """Probe every kind of cell of ``runner``'s grid that is not stored yet (see the module docstring);
+    ``memo``: probe times shared with the other grids of the same dry run."""
     todo = cells_to_compute(runner)
     result = GridEstimate(total_cells=len(runner.cells()), todo=len(todo))
     if not todo:
         return result
-    context = ExperimentContext(runner.config, runner.device, progress=False, cache=runner.cache)
-    round_seconds: dict[tuple, float] = {}
+    memo = memo if memo is not None else ProbeMemo()
+    config = runner.config
+    context = ExperimentContext(config, runner.device, progress=False, cache=runner.cache)
+    round_seconds: dict[tuple, float | None] = {}
     attack_seconds: dict[tuple, float | None] = {}
     fits: set[object] = set()  # the cells (attack, model, defense, seed) and fit keys already counted
     for chain in chains(todo):
         first = chain[0]
         if first.kind == "baseline":
             for cell in chain:
-                _add(result, "baseline", _timed(lambda cell=cell: run_cell(context, cell)))
+                _add(result, "baseline", timed(lambda cell=cell: run_cell(context, cell)))
             continue
         pair = (first.coordinates["model"], first.coordinates["defense"])
-        if pair not in round_seconds:
-            round_seconds[pair] = _round_time(context, first)
         last = max((c.round or 0) + _observed(c) - 1 for c in chain)
-        if round_seconds[pair] is not None:
-            result.training += round_seconds[pair] * last
+        trains = last > 0 or any(c.kind == "detection" and c.round for c in chain)
+        if trains and pair not in round_seconds:  # a chain at round 0 only trains nothing: no probe
+            model, defense = first.model.model_dump(mode="json"), first.defense.model_dump(mode="json")
+            key = _setup_key(config, "round", model, defense)
+            if key not in memo.rounds:
+                memo.rounds[key] = _round_time(context, first)
+            round_seconds[pair] = memo.rounds[key]
+        per_round = round_seconds.get(pair, 0.0)
+        if per_round is not None:
+            result.training += per_round * last
         for cell in chain:
             if cell.kind == "utility":
                 label = f"utility · {cell.coordinates['model']}"
-                _add(result, label, 0.0 if round_seconds[pair] is not None else None)
+                _add(result, label, 0.0 if per_round is not None else None)
                 continue
             if cell.kind == "detection":  # it replays the federation's rounds to judge each model
                 seconds = _detection_time(context, cell)
-                if seconds is not None and round_seconds[pair] is not None:
-                    seconds += round_seconds[pair] * (cell.round or 0)
+                if seconds is not None and per_round is not None:
+                    seconds += per_round * (cell.round or 0)
                 _add(result, f"detection · {pair[0]} · {pair[1]}", seconds)
                 continue
             scale = cell.scale.label if cell.scale else ""
             key = (cell.coordinates["model"], cell.coordinates["attack"], scale)
             label = " · ".join(p for p in (f"attack {key[1]}", str(key[0]), scale) if p)
             if key not in attack_seconds:
+                shared = _setup_key(config, "attack", cell.model.model_dump(mode="json"),
+                                    cell.attack.model_dump(mode="json"), scale)  # fmt: skip
                 try:
-                    attack_seconds[key] = _attack_time(context, cell)
+                    if shared not in memo.attacks:
+                        memo.attacks[shared] = _attack_time(context, cell)
+                    attack_seconds[key] = memo.attacks[shared]
                 except Exception as exc:  # the cell would fail the same way: say so now
                     attack_seconds[key] = None
                     result.not_estimated.append(f"{label}: its probe failed ({type(exc).__name__}: {exc})")
@@ -136,7 +171,8 @@ def _observed(cell: Cell) -> int:
     return create_attack(cell.attack.name, cell.attack.params).rounds_observed if cell.attack else 1
 
 
-def _timed(run) -> float:
+def timed(run: Callable[[], object]) -> float:
+    """Wall-clock seconds of ``run()``."""
     start = time.perf_counter()
     run()
     return time.perf_counter() - start
@@ -153,7 +189,7 @@ def _round_time(context: ExperimentContext, cell: Cell) -> float | None:
         return None
     models = context.models
     models.at_round(cell.model, cell.defense, cell.seed, 0)  # build (and cache) the fresh model
-    seconds = _timed(lambda: models.at_round(cell.model, cell.defense, cell.seed, 1))
+    seconds = timed(lambda: models.at_round(cell.model, cell.defense, cell.seed, 1))
     models._states.clear()
     return seconds
 
@@ -190,7 +226,7 @@ def _add_fit(result: GridEstimate, context: ExperimentContext, cell: Cell, seen:
             Component(**{**cell.attack.model_dump(exclude_none=True), attack.fit_budget: steps})
         )
         data = FitData(context.info, context.data.public, copy.deepcopy(net), cell.seed or 0, context.device)
-        return _timed(lambda: short.fit(data))
+        return timed(lambda: short.fit(data))
 
     _add(result, label, _extrapolated(fit, budget))
 
@@ -212,10 +248,10 @@ def _detection_time(context: ExperimentContext, cell: Cell) -> float | None:
                           public=context.models.public, seed=cell.seed or 0)  # fmt: skip
     generator = torch.Generator(next(net.parameters()).device).manual_seed(0)
     client.inspect(net, 0, generator)  # the first call's lazy set-up is not the cell's cost
-    judge = _timed(lambda: client.inspect(net, 0, generator))
+    judge = timed(lambda: client.inspect(net, 0, generator))
     knowledge = ServerKnowledge(context.info, context.data.public)
     modifying = [a for a in map(config.create_attack, config.attacks) if a.threat.modifies_model]
-    prepare = sum(_timed(lambda a=a: a.prepare_model(net, knowledge)) for a in modifying if not a.fit_scope)
+    prepare = sum(timed(lambda a=a: a.prepare_model(net, knowledge)) for a in modifying if not a.fit_scope)
     rounds = len(config.attack.rounds)
     return judge * len(ids) * ((cell.round or 0) + len(modifying) * rounds) + prepare * rounds
 
@@ -233,20 +269,20 @@ def _attack_time(context: ExperimentContext, cell: Cell) -> float | None:
             saved, context.cache = context.cache, ArtifactCache(folder)
             try:
                 run_cell(context, probe)  # the two-step fit and the first forward passes
-                return _timed(lambda: run_cell(context, probe))
+                return timed(lambda: run_cell(context, probe))
             finally:
                 context.cache = saved
     iterations = getattr(attack.params, attack.probe_budget, None)
     probe = Cell("attack", cell.model, cell.defense, cell.attack, 0, cell.seed, cell.scale)
     if not iterations:
-        return _timed(lambda: run_cell(context, probe))
+        return timed(lambda: run_cell(context, probe))
     inner = attack.inner_budget()
 
     def run(budget: int, inner_budget: int | None = None) -> float:
         updates = inner[1](inner_budget) if inner is not None and inner_budget is not None else {}
         dump = {**cell.attack.model_dump(exclude_none=True), attack.probe_budget: budget, **updates}
         short = Cell("attack", cell.model, cell.defense, Component(**dump), 0, cell.seed, cell.scale)
-        return _timed(lambda: run_cell(context, short))
+        return timed(lambda: run_cell(context, short))
 
     j = _short(inner[0]) if inner is not None else 0
     if inner is None or inner[0] <= 2 * j:
@@ -266,19 +302,28 @@ def _short(budget: int) -> int:
     return max(2, min(budget // 100, 20))
 
 
+def linear_at(x1: float, t1: float, x2: float, t2: float, x: float) -> float:
+    """Seconds at budget ``x`` from seconds ``t1``, ``t2`` at budgets ``x1`` < ``x2``: set-up + x · per
+    step, neither negative (noise can make the longer probe the faster one). ``x2 <= x1``: the probe
+    already ran at the budget, its time is the answer."""
+    if x2 <= x1:
+        return t2
+    per_step = max(t2 - t1, 0.0) / (x2 - x1)
+    return max(t1 - x1 * per_step, 0.0) + x * per_step
+
+
 def _extrapolated(run: Callable[[int], float], budget: int) -> float:
     """Seconds of ``run`` at ``budget``, from its times at short budgets k and 2k (after a warm-up run
     at k: first forward passes, caches): set-up + budget · per step."""
     k = _short(budget)
     run(k)
-    t1, t2 = run(k), run(2 * k)
-    per_step = max(t2 - t1, 0.0) / k
-    return max(t1 - k * per_step, 0.0) + budget * per_step
+    return linear_at(k, run(k), 2 * k, run(2 * k), budget)
 
 
-def print_estimate(runner, *, workers: int = 1) -> GridEstimate:
-    """Print the dry run: cells to compute, seconds per kind, the total for ``workers`` workers."""
-    found = estimate_grid(runner)
+def print_estimate(runner, *, workers: int = 1, memo: ProbeMemo | None = None) -> GridEstimate:
+    """Print the dry run: cells to compute, seconds per kind, the total for ``workers`` workers
+    (``memo``: probe times shared with the dry run's other grids)."""
+    found = estimate_grid(runner, memo)
     print(f"{runner.config.name}: {found.total_cells} cells, {found.todo} to compute in {runner.out}")
     rows = sorted(found.kinds.items())
     width = max((len(label) for label, _ in rows), default=10)

@@ -8,8 +8,6 @@ with, scaled together); a round and each attack are timed once after the short f
 from __future__ import annotations
 
 import tempfile
-import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -19,6 +17,7 @@ from leakshield.attacks import ATTACKS
 from leakshield.defenses import DEFENSES
 from leakshield.experiment.cells import Cell, runs_against
 from leakshield.experiment.config import Component, DefenseSetting, ExperimentConfig
+from leakshield.experiment.estimate import linear_at, timed
 from leakshield.experiment.pipeline import run_cell
 from leakshield.experiment.world import ExperimentContext
 
@@ -43,18 +42,10 @@ def _scaled(params: dict[str, Any], names: tuple[str, ...], steps: int) -> tuple
     return {**params, **{n: max(1, round(v * factor)) for n, v in full.items()}}, factor
 
 
-def _timed(run: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    run()
-    return time.perf_counter() - start
-
-
 def _at_full(times: list[float], factors: list[float]) -> float:
-    """The linear extrapolation through (factor, seconds) of the two probes to the full budget (1)."""
+    """Seconds at the full budget (factor 1) from the two probes' (factor, seconds)."""
     (t1, t2), (f1, f2) = times, factors
-    if f2 <= f1:  # the budget is already this small: the probe was the fit itself
-        return t2
-    return t1 + max(t2 - t1, 0.0) / (f2 - f1) * (1.0 - f1)
+    return linear_at(f1, t1, f2, t2, 1.0)
 
 
 def _fitted_entry(defense: DefenseSetting) -> dict[str, Any] | None:
@@ -76,12 +67,12 @@ def _probe_defense(
         short = DefenseSetting.model_validate({**defense.model_dump(exclude_none=True), **params})
         probe = config.model_copy(update={"defenses": [short], "seeds": seeds[:1]})
         context = ExperimentContext(probe, device, cache=ArtifactCache(f"{folder}/{steps}"))
-        times.append(_timed(lambda c=context, s=short: c.models.fresh(model, s, seeds[0])))
+        times.append(timed(lambda c=context, s=short: c.models.fresh(model, s, seeds[0])))
         factors.append(factor)
-    round_seconds = _timed(lambda c=context, s=short: c.models.at_round(model, s, seeds[0], 1))
+    round_seconds = timed(lambda c=context, s=short: c.models.at_round(model, s, seeds[0], 1))
     for attack in adaptive:  # after the (short) fit: each adaptive attack's cell alone
         cell = Cell("attack", model, short, attack, 0, seeds[0])
-        attack_seconds[attack.display] = _timed(lambda c=context, x=cell: run_cell(c, x))
+        attack_seconds[attack.display] = timed(lambda c=context, x=cell: run_cell(c, x))
     rounds = max([config.utility.rounds, *config.attack.rounds])
     out = {
         f"fit · {defense.display}": _at_full(times, factors) * len(seeds),
@@ -107,9 +98,9 @@ def _probe_attack(
         probe = config.model_copy(update={"attacks": [short], "seeds": seeds[:1], "defenses": pairs[:1]})
         context = ExperimentContext(probe, device, cache=ArtifactCache(f"{folder}/{steps}"))
         cell = Cell("attack", model, pairs[0], short, 0, seeds[0])
-        first = _timed(lambda c=context, x=cell: run_cell(c, x))  # the fit and the attack
+        first = timed(lambda c=context, x=cell: run_cell(c, x))  # the fit and the attack
         if cell_seconds is None:  # the attack on the cached fit (its budget is not scaled: once)
-            cell_seconds = _timed(lambda c=context, x=cell: run_cell(c, x))
+            cell_seconds = timed(lambda c=context, x=cell: run_cell(c, x))
         times.append(max(first - cell_seconds, 0.0))
         factors.append(factor)
     cells = len(met) * len(seeds) * len(config.attack.rounds)
