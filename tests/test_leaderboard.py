@@ -275,3 +275,16 @@ def test_standings_average_seeds_and_tolerate_missing_utility() -> None:
     assert dp.strongest.attack == "ig" and dp.strongest.ssim == pytest.approx(0.3)
     assert bare.accuracy is None and bare.adr is None and bare.epsilon is None and bare.cost is None
     assert (dp.rank, bare.rank) == (1, 2)  # equal SSIM: the row with an accuracy first
+
+
+def test_frontier_labels_of_points_under_each_others_labels_are_listed_together() -> None:
+    """The standard run's plot drew dropout (0.922, 0.968) with its label over quantization's point
+    (1.000, 0.972): points within a label's width to the side share one listed group."""
+    from leakshield.leaderboard.report import frontier_png, label_clusters
+
+    rows = [_standing("quantization", 1.0, 0.972), _standing("dropout", 0.922, 0.968),
+            _standing("precode", 0.852, 0.953), _standing("dm", 0.429, 0.950),
+            _standing("instahide", 0.674, 0.099)]  # fmt: skip
+    groups = [[r.defense for r in group] for group in label_clusters(rows)]
+    assert groups == [["quantization", "dropout"], ["precode"], ["dm"], ["instahide"]]
+    assert frontier_png(rows, 0.403)[:4] == b"\x89PNG"

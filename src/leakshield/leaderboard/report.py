@@ -51,6 +51,25 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.+-]+", "_", text)
 
 
+#: how close (SSIM, accuracy) two points may be before their labels are listed together: a label of
+#: about ten characters at 8 pt spans some 0.1 of SSIM on the plot, so a point that close to the right
+#: of another would sit under its label
+LABEL_ROOM = (0.1, 0.06)
+
+
+def label_clusters(points: list[Standing]) -> list[list[Standing]]:
+    """Points grouped for labelling, highest accuracy first: a point within :data:`LABEL_ROOM` of a
+    group's first point (SSIM) and last point (accuracy) joins it; a group's labels are listed right of
+    its first point instead of drawn over each other."""
+    clusters: list[list[Standing]] = []
+    for row in sorted(points, key=lambda r: (-r.accuracy, r.strongest.ssim)):  # type: ignore[union-attr,operator]
+        x, y = row.strongest.ssim, row.accuracy  # type: ignore[union-attr]
+        home = next((c for c in clusters if abs(c[0].strongest.ssim - x) < LABEL_ROOM[0]  # type: ignore[union-attr]
+                     and abs(c[-1].accuracy - y) < LABEL_ROOM[1]), None)  # type: ignore[operator]  # fmt: skip
+        home.append(row) if home is not None else clusters.append([row])
+    return clusters
+
+
 def frontier_png(rows: list[Standing], baseline: float | None) -> bytes | None:
     """Strongest-attack SSIM against accuracy per defense, the Pareto front joined, the baseline drawn."""
     points = [r for r in rows if r.strongest is not None and r.accuracy is not None]
@@ -62,14 +81,10 @@ def frontier_png(rows: list[Standing], baseline: float | None) -> bytes | None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 5), dpi=110)
-    clusters: list[list[Standing]] = []  # close points: their labels are listed, not drawn over each other
-    for row in sorted(points, key=lambda r: (-r.accuracy, r.strongest.ssim)):  # type: ignore[union-attr,operator]
+    for row in points:
         x, y = row.strongest.ssim, row.accuracy  # type: ignore[union-attr]
-        home = next((c for c in clusters if abs(c[0].strongest.ssim - x) < 0.06  # type: ignore[union-attr]
-                     and abs(c[-1].accuracy - y) < 0.06), None)  # type: ignore[operator]  # fmt: skip
-        home.append(row) if home is not None else clusters.append([row])
         ax.scatter(x, y, color="#c0392b" if row.pareto else "#34495e", s=36, zorder=3)
-    for cluster in clusters:
+    for cluster in label_clusters(points):
         top = cluster[0]
         for k, row in enumerate(cluster):
             label_y = top.accuracy - 0.03 * k  # type: ignore[operator]
