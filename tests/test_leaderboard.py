@@ -206,6 +206,12 @@ def test_leaderboard_dry_run_and_tune_end_to_end(tmp_path: Path, capsys: pytest.
     printed = capsys.readouterr().out
     assert "— main grid" in printed and "— scenario batch" in printed and "leaderboard total:" in printed
     assert not (out / "results.sqlite").exists()
+    assert main([*args, "--device", "cpu", "--dry-run", "--workers", "2"]) == 0  # the two parts side by side
+    printed = capsys.readouterr().out
+    assert (
+        printed.index("— main grid") < printed.index("— scenario batch") < printed.index("leaderboard total:")
+    )
+    assert "attack ig" in printed and "with 2 worker(s)" in printed and not (out / "results.sqlite").exists()
     assert main([*args, "--device", "cpu", "--tune"]) == 0
     printed = capsys.readouterr().out
     assert "training:" in printed and "none: {local_lr:" in printed and "pruning: {local_lr:" in printed
@@ -288,3 +294,27 @@ def test_frontier_labels_of_points_under_each_others_labels_are_listed_together(
     groups = [[r.defense for r in group] for group in label_clusters(rows)]
     assert groups == [["quantization", "dropout"], ["precode"], ["dm"], ["instahide"]]
     assert frontier_png(rows, 0.403)[:4] == b"\x89PNG"
+
+
+def test_the_dry_run_adds_the_probed_fits_of_the_grids_that_left_kinds_out(monkeypatch, capsys) -> None:
+    """The leaderboard's total: each grid's estimate, plus its probed fits (per worker) where the grid
+    estimator left kinds out; a grid left with kinds and no probe counts them as not estimated."""
+    from leakshield.leaderboard import dry_run as module
+
+    parts = [module.GridPart("— main grid\n", 600.0, True, 3),
+             module.GridPart("— scenario a\n", 60.0, False, 0),
+             module.GridPart("— scenario b\n", 30.0, True, 2)]  # fmt: skip
+    probes = [{"fit · dm": 120.0, "FL training under dm": 40.0}, {"fit · ignored": 999.0}, {}]
+    monkeypatch.setattr(module, "estimate_grids", lambda grids, device, cache, workers: parts)
+    monkeypatch.setattr(module, "probe_grids", lambda grids, device, cache: probes)
+
+    class Config:
+        def model_dump(self, mode: str) -> dict:
+            return {}
+
+    grids = [(title, Config(), Path(title)) for title in ("main grid", "scenario a", "scenario b")]
+    total = module.dry_run(grids, "cpu", None, workers=1)
+    assert total == pytest.approx(600 + 60 + 30 + 160)  # scenario a's probe is not wanted
+    printed = capsys.readouterr().out
+    assert "probed: fit · dm: 2.0 min" in printed and "ignored" not in printed
+    assert "leaderboard total: 14.2 min with 1 worker(s) (2 kind(s) not estimated, listed above)" in printed

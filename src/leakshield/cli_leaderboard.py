@@ -109,27 +109,14 @@ def cmd_leaderboard(args: argparse.Namespace, run: Callable[..., int]) -> int:
 
 
 def _dry_run(config: Any, out: Path, scenarios: list, args: argparse.Namespace) -> int:
-    from leakshield.experiment import ExperimentRunner
-    from leakshield.experiment.estimate import ProbeMemo, print_estimate
-    from leakshield.leaderboard.fit_probe import probe_fits
+    from leakshield.leaderboard.dry_run import dry_run
 
     cli_threads(args)
-    total, missing, memo = 0.0, 0, ProbeMemo()  # scenarios reuse the main grid's probes of a set-up
-    for name, grid, where in [("main grid", config, out)] + [
+    grids = [("main grid", config, out)] + [
         (f"scenario {n}", c, out / "scenarios" / n) for n, c, _ in scenarios
-    ]:
-        print(f"— {name}")
-        runner = ExperimentRunner(grid, where, device=args.device, progress=False, cache_dir=args.cache_dir)
-        found = print_estimate(runner, workers=args.workers, memo=memo)
-        total += found.seconds(args.workers)
-        if found.not_estimated and found.todo:  # the fits it leaves out, probed at short budgets
-            probed = probe_fits(grid, runner.device)
-            for label, seconds in probed.items():
-                print(f"  probed: {label}: {seconds / 60:.1f} min")
-            total += sum(probed.values()) / max(args.workers, 1)
-            missing += 0 if probed else len(found.not_estimated)
-    note = f" ({missing} kind(s) not estimated, listed above)" if missing else ""
-    print(f"leaderboard total: {total / 60:.1f} min with {args.workers} worker(s){note}")
+    ]
+    cache_dir = None if args.cache_dir is None else str(args.cache_dir)
+    dry_run(grids, args.device, cache_dir, args.workers)
     return 0
 
 

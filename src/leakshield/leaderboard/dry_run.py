@@ -1,0 +1,105 @@
+"""``leakshield leaderboard --dry-run``: the estimate of every grid (the main grid and each scenario) and
+the probe of the fits the grid estimator leaves out (:mod:`leakshield.leaderboard.fit_probe`).
+
+The two parts are independent, so with ``--workers`` 2 or more they run side by side in two
+single-threaded worker processes — the way the cells they time will run — and the estimator takes
+about the longer part's time instead of the sum. The grids share one
+:class:`~leakshield.experiment.estimate.ProbeMemo`, so a scenario reuses the main grid's probes of an
+identical set-up. With one worker both parts run in this process, one after the other.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stdout
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from leakshield.workers import init_single_threaded_worker, stop_workers
+
+#: (title, config as JSON, run directory) of each grid of the dry run, the main grid first
+Grid = tuple[str, str, str]
+
+
+@dataclass
+class GridPart:
+    """One grid's printed estimate, its seconds for the workers, whether it left kinds to the fit probe
+    and how many kinds it left out."""
+
+    text: str
+    seconds: float
+    wants_fits: bool
+    not_estimated: int
+
+
+def estimate_grids(
+    grids: list[Grid], device: str | None, cache_dir: str | None, workers: int
+) -> list[GridPart]:
+    """Estimate each grid in order (their probes shared), capturing what each prints."""
+    from leakshield.experiment import ExperimentRunner
+    from leakshield.experiment.config import parse_config
+    from leakshield.experiment.estimate import ProbeMemo, print_estimate
+
+    memo, parts = ProbeMemo(), []
+    for title, config_json, where in grids:
+        printed = io.StringIO()
+        with redirect_stdout(printed):
+            print(f"— {title}")
+            config = parse_config(json.loads(config_json), source=title)
+            runner = ExperimentRunner(config, Path(where), device=device, progress=False, cache_dir=cache_dir)
+            found = print_estimate(runner, workers=workers, memo=memo)
+        wants = bool(found.not_estimated and found.todo)
+        parts.append(GridPart(printed.getvalue(), found.seconds(workers), wants, len(found.not_estimated)))
+    return parts
+
+
+def probe_grids(grids: list[Grid], device: str | None, cache_dir: str | None) -> list[dict[str, float]]:
+    """The fit probe of each grid that has cells to compute (empty for a grid with nothing to fit)."""
+    from leakshield.experiment import ExperimentRunner
+    from leakshield.experiment.config import parse_config
+    from leakshield.experiment.estimate import cells_to_compute
+    from leakshield.leaderboard.fit_probe import probe_fits
+
+    found = []
+    for title, config_json, where in grids:
+        config = parse_config(json.loads(config_json), source=title)
+        runner = ExperimentRunner(config, Path(where), device=device, progress=False, cache_dir=cache_dir)
+        found.append(probe_fits(config, runner.device) if cells_to_compute(runner) else {})
+    return found
+
+
+def dry_run(
+    grids: list[tuple[str, Any, Path]], device: str | None, cache_dir: str | None, workers: int
+) -> float:
+    """Print each grid's estimate and the probed fits; returns the leaderboard's total seconds."""
+    jobs = [(title, json.dumps(config.model_dump(mode="json")), str(where)) for title, config, where in grids]
+    if workers > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(
+            max_workers=2, mp_context=get_context("spawn"), initializer=init_single_threaded_worker
+        ) as pool:
+            estimating = pool.submit(estimate_grids, jobs, device, cache_dir, workers)
+            probing = pool.submit(probe_grids, jobs, device, cache_dir)
+            try:
+                parts, probes = estimating.result(), probing.result()
+            except KeyboardInterrupt:  # Ctrl-C: stop the probes now (the workers ignore it)
+                stop_workers(pool)
+                raise
+    else:
+        parts, probes = estimate_grids(jobs, device, cache_dir, workers), probe_grids(jobs, device, cache_dir)
+    total, missing = 0.0, 0
+    for part, probed in zip(parts, probes, strict=True):
+        print(part.text, end="")
+        total += part.seconds
+        if part.wants_fits:  # the kinds it left out, probed at short budgets
+            for label, seconds in probed.items():
+                print(f"  probed: {label}: {seconds / 60:.1f} min")
+            total += sum(probed.values()) / max(workers, 1)
+            missing += 0 if probed else part.not_estimated
+    note = f" ({missing} kind(s) not estimated, listed above)" if missing else ""
+    print(f"leaderboard total: {total / 60:.1f} min with {workers} worker(s){note}")
+    return total
