@@ -76,6 +76,8 @@ def dry_run(
 ) -> float:
     """Print each grid's estimate and the probed fits; returns the leaderboard's total seconds."""
     jobs = [(title, json.dumps(config.model_dump(mode="json")), str(where)) for title, config, where in grids]
+    side = " side by side" if workers > 1 else ""
+    print(f"probing {len(grids)} grid(s) and their fits{side}; the tables follow when done…", flush=True)
     if workers > 1:
         from concurrent.futures import ProcessPoolExecutor
 
