@@ -238,11 +238,12 @@ def test_the_fit_probe_scales_budgets_together_and_extrapolates_to_the_full_one(
     assert _at_full([1.0, 1.2], [1.0, 1.0]) == 1.2  # already at its budget: the probe was the fit
 
 
-def test_the_fit_probe_covers_what_the_grid_estimator_leaves_out() -> None:
-    import torch
+def test_the_fit_probe_covers_what_the_grid_estimator_leaves_out(tmp_path) -> None:
+    """Through the dry run's probing half (a grid as the worker process receives it: JSON)."""
+    import json
 
     from leakshield.experiment.config import parse_config
-    from leakshield.leaderboard.fit_probe import probe_fits
+    from leakshield.leaderboard.dry_run import probe_grids
 
     from helpers import tiny_config
 
@@ -252,7 +253,8 @@ def test_the_fit_probe_covers_what_the_grid_estimator_leaves_out() -> None:
                  {"name": "ggl", "iterations": 2, "generator_steps": 12, "generator_width": 8}],
         victims={"count": 1, "batch_size": 1, "seed": 0}, utility={"rounds": 1}, seeds=[0, 1],
     ))  # fmt: skip
-    found = probe_fits(config, torch.device("cpu"))
+    grid = ("main grid", json.dumps(config.model_dump(mode="json")), str(tmp_path))
+    (found,) = probe_grids([grid], "cpu", None)
     assert set(found) == {"fit · dm", "FL training under dm", "fit · ggl", "attack ggl (4 cells)"}
     assert all(seconds > 0 for seconds in found.values())
 

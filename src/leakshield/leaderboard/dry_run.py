@@ -16,9 +16,12 @@ from contextlib import redirect_stdout
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leakshield.workers import init_single_threaded_worker, stop_workers
+
+if TYPE_CHECKING:
+    from leakshield.experiment import ExperimentRunner
 
 #: (title, config as JSON, run directory) of each grid of the dry run, the main grid first
 Grid = tuple[str, str, str]
@@ -39,18 +42,14 @@ def estimate_grids(
     grids: list[Grid], device: str | None, cache_dir: str | None, workers: int
 ) -> list[GridPart]:
     """Estimate each grid in order (their probes shared), capturing what each prints."""
-    from leakshield.experiment import ExperimentRunner
-    from leakshield.experiment.config import parse_config
     from leakshield.experiment.estimate import ProbeMemo, print_estimate
 
     memo, parts = ProbeMemo(), []
-    for title, config_json, where in grids:
+    for grid in grids:
         printed = io.StringIO()
         with redirect_stdout(printed):
-            print(f"— {title}")
-            config = parse_config(json.loads(config_json), source=title)
-            runner = ExperimentRunner(config, Path(where), device=device, progress=False, cache_dir=cache_dir)
-            found = print_estimate(runner, workers=workers, memo=memo)
+            print(f"— {grid[0]}")
+            found = print_estimate(_runner(grid, device, cache_dir), workers=workers, memo=memo)
         wants = bool(found.not_estimated and found.todo)
         parts.append(GridPart(printed.getvalue(), found.seconds(workers), wants, len(found.not_estimated)))
     return parts
@@ -58,17 +57,24 @@ def estimate_grids(
 
 def probe_grids(grids: list[Grid], device: str | None, cache_dir: str | None) -> list[dict[str, float]]:
     """The fit probe of each grid that has cells to compute (empty for a grid with nothing to fit)."""
-    from leakshield.experiment import ExperimentRunner
-    from leakshield.experiment.config import parse_config
     from leakshield.experiment.estimate import cells_to_compute
     from leakshield.leaderboard.fit_probe import probe_fits
 
     found = []
-    for title, config_json, where in grids:
-        config = parse_config(json.loads(config_json), source=title)
-        runner = ExperimentRunner(config, Path(where), device=device, progress=False, cache_dir=cache_dir)
-        found.append(probe_fits(config, runner.device) if cells_to_compute(runner) else {})
+    for grid in grids:
+        runner = _runner(grid, device, cache_dir)
+        found.append(probe_fits(runner.config, runner.device) if cells_to_compute(runner) else {})
     return found
+
+
+def _runner(grid: Grid, device: str | None, cache_dir: str | None) -> ExperimentRunner:
+    """The (not started) runner of ``grid``, as either process builds it from the grid's JSON."""
+    from leakshield.experiment import ExperimentRunner
+    from leakshield.experiment.config import parse_config
+
+    title, config_json, where = grid
+    config = parse_config(json.loads(config_json), source=title)
+    return ExperimentRunner(config, Path(where), device=device, progress=False, cache_dir=cache_dir)
 
 
 def dry_run(

@@ -61,7 +61,7 @@ def _probe_defense(
     adaptive = [
         a for a in config.attacks if ATTACKS.get(a.name).targets is not None and runs_against(a, defense)
     ]
-    times, factors, round_seconds, attack_seconds = [], [], 0.0, {}
+    times, factors, attack_seconds = [], [], {}
     for steps in (PROBE_STEPS, 2 * PROBE_STEPS):
         params, factor = _scaled(entry["params"], FIT_BUDGETS[name], steps)
         short = DefenseSetting.model_validate({**defense.model_dump(exclude_none=True), **params})
