@@ -7,12 +7,15 @@ overrides (``params``), extra rows (``add_defenses``), each defense's own client
 from __future__ import annotations
 
 import copy
+import difflib
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from leakshield.attacks import ATTACKS
+from leakshield.defenses import DEFENSES
 from leakshield.errors import ConfigError
 from leakshield.experiment.config import ExperimentConfig, parse_config
 from leakshield.experiment.yaml_files import read_yaml
@@ -46,6 +49,22 @@ def _with_params(entries: list[Any], params: dict[str, dict[str, Any]]) -> list[
             item = deep_merge(item, params[item["name"]])
         out.append(item if len(item) > 1 or not isinstance(entry, str) else entry)
     return out
+
+
+def _known_names(names: list[str], where: str, kinds: dict[str, list[str]]) -> None:
+    """Refuse names that are no registered component of ``kinds`` (kind → allowed names): a misspelt
+    key would otherwise be ignored, and its component run at other settings than the file says."""
+    allowed = sorted({n for found in kinds.values() for n in found})
+    for name in names:
+        if name not in allowed:
+            close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            lists = "; ".join(f"{kind}: {', '.join(found)}" for kind, found in kinds.items())
+            raise ConfigError(f"{where}: unknown name {name!r}{hint}; allowed — {lists}")
+
+
+def _registered(registry: Any) -> list[str]:
+    return sorted({*registry.names(), *(alias for entry in registry for alias in entry.aliases)})
 
 
 def _with_training(entries: list[Any], document: dict[str, Any], local: dict[str, Any]) -> list[Any]:
@@ -91,6 +110,11 @@ def leaderboard_data(
     if not isinstance(params, dict) or bad:
         raise ConfigError(f"{source}: presets.{preset}.params: expected component name → mapping of "
                           f"parameters (e.g. ig: {{iterations: 500}}); not a mapping: {bad}")  # fmt: skip
+    _known_names([str(k) for k in params], f"{source}: presets.{preset}.params",
+                 {"attacks": _registered(ATTACKS), "defenses": _registered(DEFENSES)})  # fmt: skip
+    training = document.get("training")
+    if isinstance(training, dict):
+        _known_names([str(k) for k in training], f"{source}: training", {"defenses": _registered(DEFENSES)})
     if not isinstance(extra, list):
         raise ConfigError(f"{source}: presets.{preset}.add_defenses: expected a list of defenses")
     changes.pop("scenarios", None)
