@@ -33,7 +33,7 @@ demo: install
 	$(PY) -m leakshield demo --out runs/demo
 
 test: install-test
-	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff check src tests benchmarks scripts
 	$(PY) -c "from importlinter.cli import lint_imports_command; lint_imports_command()"
 	$(MKDOCS) --quiet
 	$(PY) -m pytest
@@ -47,5 +47,5 @@ docs: install-test
 	@echo "leakshield: the manual is in build/site/index.html (mkdocs serve: a live preview)"
 
 lint: venv
-	$(PY) -m ruff check src tests benchmarks
-	$(PY) -m ruff format --check src tests benchmarks
+	$(PY) -m ruff check src tests benchmarks scripts
+	$(PY) -m ruff format --check src tests benchmarks scripts

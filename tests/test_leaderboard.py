@@ -4,6 +4,7 @@ models, presets, the command end to end, and the README's generated Results sect
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -188,14 +189,25 @@ def test_leaderboard_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     assert block == readme_section(facts, records, "docs/leaderboard/smoke.json", scenarios_from_json(text))
     assert f"source tree `{source_hash()}`" in block and "Honest-but-curious server" in block
     assert "Realism: batch 1 and 2" in block  # the scenarios' tables reach the README too
+    exported = json.loads(text)
+    stamped = [c["environment"]["components"] for c in exported["cells"]]
+    assert all(set(s) >= {"core", "dataset"} for s in stamped)  # every cell carries its stamps
+    assert {s["defense"] for s in stamped if "defense" in s} <= set(exported["provenance"])
     capsys.readouterr()
-    assert main(["leaderboard", "--check", str(readme)]) == 0  # computed by this code
-    assert "fresh" in capsys.readouterr().out
+    check = ["leaderboard", "--check", str(readme), "--config", str(config)]
+    assert main(check) == 0  # computed by this code
+    assert capsys.readouterr().out.startswith("fresh")
     assert main([*args, "--device", "cpu"]) == 0  # a rerun computes nothing
     assert capsys.readouterr().out.count("0 computed") == 2  # the main grid and the scenario
     readme.write_text(readme.read_text().replace(source_hash(), "0" * 16))
-    assert main(["leaderboard", "--check", str(readme)]) == 1
-    assert "stale" in capsys.readouterr().out
+    assert main(check) == 1
+    assert "differs" in capsys.readouterr().out
+    export = tmp_path / "docs" / "leaderboard" / "smoke.json"
+    assert (
+        main(["leaderboard", "--from-export", str(export), "--readme", str(readme), "--config", str(config)])
+        == 0
+    )
+    assert main(check) == 0 and readme_block(readme.read_text()) == block  # rerendered as it was
 
 
 def test_leaderboard_dry_run_and_tune_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -219,16 +231,6 @@ def test_leaderboard_dry_run_and_tune_end_to_end(tmp_path: Path, capsys: pytest.
 
     record = json.loads((tmp_path / "run-tuning" / "tuning.json").read_text())
     assert set(record["defenses"]["none"]["candidates"]) == {"0.01", "0.03", "0.1"}
-
-
-def test_readme_results_match_the_stored_run_they_cite() -> None:
-    """The README's Results section is generated: it must equal what its cited export gives."""
-    block = readme_block((ROOT / "README.md").read_text())
-    assert block is not None, "README.md has no generated leaderboard section"
-    source = block.split("Generated from `", 1)[1].split("`", 1)[0]
-    text = (ROOT / source).read_text()
-    facts, records = records_from_json(text)
-    assert block == readme_section(facts, records, source, scenarios_from_json(text))
 
 
 def _standing(defense: str, ssim: float | None, accuracy: float | None, model: str = "m") -> Standing:

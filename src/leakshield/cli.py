@@ -226,6 +226,8 @@ def _run(config, out: Path, args: argparse.Namespace) -> int:
     if summary.repaired is not None:
         kept, aside = summary.repaired
         print(f"repaired: kept {kept} readable cells; the damaged store is at {aside}")
+    if summary.restamped:
+        print(f"recomputed {summary.restamped} stored cells whose code or settings changed since")
     print(
         f"{summary.total} cells: {summary.computed} computed, {summary.skipped} already stored, "
         f"{summary.failed} failed → {summary.out}"

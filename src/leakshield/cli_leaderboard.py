@@ -22,7 +22,9 @@ def add_parser(sub: Any, common: Any) -> None:
         "Interrupted runs resume: rerun the same command.",
         epilog="Examples:\n  leakshield leaderboard --preset quick --workers 2\n"
         "  leakshield leaderboard --preset full --data-root ~/data/cifar-10-batches-bin\n"
-        "  leakshield leaderboard --preset quick --workers 2 --readme README.md",
+        "  leakshield leaderboard --preset quick --workers 2 --readme README.md\n"
+        "  leakshield leaderboard --check README.md   # stale rows and why; the block against its export\n"
+        "  leakshield leaderboard --from-export docs/leaderboard/standard.json --readme README.md",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     board.add_argument(
@@ -62,7 +64,17 @@ def add_parser(sub: Any, common: Any) -> None:
         type=Path,
         default=None,
         metavar="README",
-        help="say whether README's Results were computed by this code (exit 1 when stale) and stop",
+        help="say which rows of README's Results this code and the leaderboard file (the shipped one, or "
+        "--config's) would compute differently (stale, and why), and whether every line of the block is "
+        "what its export renders; exit 0 only when all is fresh and the block faithful, then stop",
+    )
+    board.add_argument(
+        "--from-export",
+        type=Path,
+        default=None,
+        metavar="EXPORT",
+        help="with --readme: rewrite the README's Results block from a stored export (e.g. "
+        "docs/leaderboard/standard.json), stale rows marked, without running a cell",
     )
     board.add_argument("--retry-failed", action="store_true", help="recompute cells stored as failed")
     common(board)
@@ -70,19 +82,15 @@ def add_parser(sub: Any, common: Any) -> None:
 
 def cmd_leaderboard(args: argparse.Namespace, run: Callable[..., int]) -> int:
     from leakshield.errors import LeakshieldError
-    from leakshield.leaderboard.export import (
-        readme_section,
-        records_from_json,
-        replace_readme_section,
-        scenarios_from_json,
-    )
     from leakshield.leaderboard.presets import load_leaderboard, load_scenarios
     from leakshield.leaderboard.report import build_leaderboard
 
     if args.check is not None:
-        return _check(args.check)
+        return _check(args.check, args)
     if args.readme is not None and not args.readme.is_file():  # say so now, not after the whole run
         raise LeakshieldError(f"--readme {args.readme}: no such file (the README whose Results to rewrite)")
+    if args.from_export is not None:
+        return _from_export(args.from_export, args.readme, args)
     config = load_leaderboard(args.preset, path=args.config, data_root=args.data_root)
     out = args.out or Path("runs") / config.name
     if args.tune:
@@ -100,12 +108,30 @@ def cmd_leaderboard(args: argparse.Namespace, run: Callable[..., int]) -> int:
         export = args.readme.parent / "docs" / "leaderboard" / f"{args.preset}.json"
         export.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(files.json, export)
-        text = export.read_text()
-        facts, records = records_from_json(text)
-        source = export.relative_to(args.readme.parent).as_posix()
-        replace_readme_section(args.readme, readme_section(facts, records, source, scenarios_from_json(text)))
-        print(f"README: {args.readme} (Results section from {export})")
+        _from_export(export, args.readme, args)
     return status
+
+
+def _protocol(args: argparse.Namespace) -> Any:
+    from leakshield.leaderboard.published import Protocol
+
+    return Protocol(args.config, args.data_root)
+
+
+def _from_export(export: Path, readme: Path | None, args: argparse.Namespace) -> int:
+    from leakshield.errors import LeakshieldError
+    from leakshield.leaderboard.published import rerender
+
+    if readme is None:
+        raise LeakshieldError("--from-export: give --readme too (the README whose Results to rewrite)")
+    if not export.is_file():
+        raise LeakshieldError(
+            f"--from-export {export}: no such file (an export: docs/leaderboard/<preset>.json)"
+        )
+    staleness = rerender(readme, export, protocol=_protocol(args))
+    stale = f"; {len(staleness.stale)} of {staleness.cells} cells stale, their rows marked"
+    print(f"README: {readme} (Results section from {export}{stale if staleness.stale else ''})")
+    return 0
 
 
 def _dry_run(config: Any, out: Path, scenarios: list, args: argparse.Namespace) -> int:
@@ -144,15 +170,9 @@ def _tune(config: Any, out: Path, args: argparse.Namespace, run: Callable[..., i
     return status
 
 
-def _check(readme: Path) -> int:
-    from leakshield.errors import LeakshieldError
-    from leakshield.leaderboard.export import freshness, readme_block
+def _check(readme: Path, args: argparse.Namespace) -> int:
+    from leakshield.leaderboard.published import check
 
-    if not readme.is_file():
-        raise LeakshieldError(f"--check {readme}: no such file")
-    block = readme_block(readme.read_text())
-    if block is None:
-        raise LeakshieldError(f"--check {readme}: no generated Results block (run with --readme first)")
-    fresh, message = freshness(block)
-    print(message)
-    return 0 if fresh else 1
+    verdict = check(readme, protocol=_protocol(args))
+    print("\n".join(verdict.lines))
+    return 0 if verdict.fresh else 1

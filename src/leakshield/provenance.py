@@ -1,10 +1,12 @@
-"""Which code computed a result: a hash of the package's source files that decide the numbers, stored
-with every cell (its ``environment``) and with every leaderboard export, so that a published table can
-be checked against the code it claims to come from (``leakshield leaderboard --check``).
+"""The whole source tree's identity: one hash of the package's source files that decide the numbers,
+over their relative paths, stored with every cell (``environment["source"]``) and named in a leaderboard
+export's block (``source tree …``). It identifies the code a run used; it does not decide staleness —
+any edit or move changes it. What a published cell depends on is stamped per component
+(:mod:`leakshield.experiment.stamps`), and ``leakshield leaderboard --check`` judges those.
 
-Files that only render, parse arguments or bridge to other frameworks are left out of the hash (their
-edits cannot change a number): the command line (``cli*.py``), the reports (``report/``,
-``leaderboard/``) and the Flower bridge (``flower/``)."""
+Files that only render, parse arguments or bridge to other frameworks are left out of the hash: the
+command line (``cli*.py``), the reports (``report/``, ``leaderboard/``) and the Flower bridge
+(``flower/``)."""
 
 from __future__ import annotations
 

@@ -39,6 +39,7 @@ from leakshield.experiment.parallel import chains
 from leakshield.experiment.pipeline import ExperimentContext, run_cell
 from leakshield.experiment.rundir import STORE_FILE, check_run_dir
 from leakshield.experiment.server_attack import attack_fit_setting
+from leakshield.experiment.stamps import stale_keys
 from leakshield.experiment.store import ResultStore
 from leakshield.fl import HonestClient, ServerKnowledge
 
@@ -83,11 +84,16 @@ LONG_RUN_CELLS = 40
 
 
 def cells_to_compute(runner) -> list[Cell]:
-    """The cells of ``runner``'s grid not stored yet (refuses a run directory of another config)."""
+    """The cells of ``runner``'s grid not stored yet, or stored by other code or settings than the
+    installed ones (refuses a run directory of another config)."""
     check_run_dir(runner.config, runner.out)
     store_path = runner.out / STORE_FILE
-    done = ResultStore(store_path).finished_keys() if store_path.exists() else set()
-    return [c for c in runner.cells() if c.key not in done]
+    cells = runner.cells()
+    done: set[str] = set()
+    if store_path.exists():
+        store = ResultStore(store_path)
+        done = store.finished_keys() - stale_keys(store, runner.stamps(cells))
+    return [c for c in cells if c.key not in done]
 
 
 def estimate_grid(runner, memo: ProbeMemo | None = None) -> GridEstimate:

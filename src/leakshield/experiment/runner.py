@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from leakshield.experiment.fitting import ArtifactUse
 from leakshield.experiment.lock import RunLock
 from leakshield.experiment.parallel import chains, local_results, ray_results
 from leakshield.experiment.rundir import ARTIFACTS_FILE, STORE_FILE, check_run_dir, prepare_run_dir
+from leakshield.experiment.stamps import Stamper, stale_keys
 from leakshield.experiment.store import (
     CellRecord,
     CorruptStoreError,
@@ -35,6 +37,8 @@ class RunSummary:
     out: Path
     #: (cells kept, where the damaged store went) when ``--repair`` repaired the store
     repaired: tuple[int, Path] | None = None
+    #: stored cells recomputed because the code or settings of a component they ran through changed
+    restamped: int = 0
 
 
 class ExperimentRunner:
@@ -85,13 +89,14 @@ class ExperimentRunner:
         exists = check_run_dir(self.config, self.out)
         store_path = self.out / STORE_FILE
         cells = self.cells()
+        stamps = self.stamps(cells)
         done: set[str] = set()
         if exists and store_path.exists() and not repair:
             existing = ResultStore(store_path)
             existing.check(self.config.fingerprint())
-            done = existing.finished_keys(include_failed=not retry_failed)
+            done = existing.finished_keys(include_failed=not retry_failed) - stale_keys(existing, stamps)
         todo = [c for c in cells if c.key not in done]
-        failed, repaired = 0, None
+        failed, repaired, restamped = 0, None, 0
         if todo:
             self.cache.ensure_usable()  # an unusable --cache-dir is refused before any work
             # loading data and checking victims may fail on bad input: do it before writing anything
@@ -107,18 +112,27 @@ class ExperimentRunner:
                 store.claim(self.config.fingerprint())
                 if retry_failed:
                     store.drop_failed()
+                restamped = drop_cells(store, stale_keys(store, stamps))
+                if restamped and self.progress:
+                    tqdm.write(
+                        f"{self.config.name}: recomputing {restamped} stored cell(s) whose code or "
+                        "settings changed since they were computed (fitted artifacts are cached by "
+                        "version, parameters and data, not code: after editing a fitted defense or "
+                        f"attack, give a fresh --cache-dir, not {self.cache.root})"
+                    )
                 done = store.finished_keys(include_failed=not retry_failed)
                 todo = [c for c in cells if c.key not in done]
                 bar = tqdm(todo, desc=self.config.name, unit="cell", disable=not self.progress)
                 if parallel:
                     for record, used in self._parallel(todo, workers, executor, address):
-                        failed += self._store(store, record, used)
+                        failed += self._store(store, stamped(record, stamps), used)
                         bar.update(1)
                 else:
                     for cell in bar:
                         bar.set_postfix_str(cell.describe()[:60])
                         record = self.compute_cell(context, cell)
-                        failed += self._store(store, record, [u.as_json() for u in context.artifacts_used])
+                        used = [u.as_json() for u in context.artifacts_used]
+                        failed += self._store(store, stamped(record, stamps), used)
                 bar.close()
         elif exists:  # nothing to compute: refresh the stored config so a new report layout takes effect
             with RunLock(self.out):
@@ -130,7 +144,13 @@ class ExperimentRunner:
             failed=failed,
             out=self.out,
             repaired=repaired,
+            restamped=restamped,
         )
+
+    def stamps(self, cells: list[Cell]) -> dict[str, dict[str, str]]:
+        """Each cell's component stamps under the installed code (:mod:`~leakshield.experiment.stamps`)."""
+        stamper = Stamper(self.config)
+        return {cell.key: stamper.stamps(cell) for cell in cells}
 
     def _parallel(self, todo: list[Cell], workers: int, executor: str, address: str | None):
         jobs = [[cell.key for cell in chain] for chain in chains(todo)]
@@ -157,6 +177,23 @@ class ExperimentRunner:
     def compute_cell(self, context: ExperimentContext, cell: Cell) -> CellRecord:
         """Compute one cell (see :func:`~leakshield.experiment.compute.compute_cell`)."""
         return compute_cell(context, cell)
+
+
+def stamped(record: CellRecord, stamps: dict[str, dict[str, str]]) -> CellRecord:
+    """``record`` with its components' stamps in its ``environment`` (the driver stamps what its
+    workers computed: both run the same installed code)."""
+    environment = {**record.environment, "components": stamps[record.key]}
+    return dataclasses.replace(record, environment=environment)
+
+
+def drop_cells(store: ResultStore, keys: set[str]) -> int:
+    """Delete the stored rows of ``keys`` (they are then computed again); the number deleted. Kept
+    here, not as a store method: the store's module is part of every cell's shared core, and an edit
+    to it would stale every stored cell."""
+    if not keys:
+        return 0
+    with store._connect() as db:
+        return sum(db.execute("DELETE FROM cells WHERE key = ?", (key,)).rowcount for key in sorted(keys))
 
 
 def _repair_if_damaged(path: Path) -> tuple[int, Path] | None:

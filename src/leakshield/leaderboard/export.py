@@ -4,17 +4,18 @@ table for the README's Results section (generated, never typed)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
 import platform
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from leakshield.experiment.store import CellRecord
+from leakshield.leaderboard.staleness import Staleness, stale_labels
 from leakshield.leaderboard.tables import Table, markdown, realism_table, threat_tables
 
 
@@ -73,20 +74,29 @@ def _guarded_victims(r: CellRecord) -> list[dict[str, Any]]:
 
 
 def export_json(
-    records: Sequence[CellRecord], facts: dict[str, Any], scenarios: Sequence[Scenario] = ()
+    records: Sequence[CellRecord],
+    facts: dict[str, Any],
+    scenarios: Sequence[Scenario] = (),
+    provenance: dict[str, Any] | None = None,
 ) -> str:
     """The run as JSON: ``facts``, every cell without its images and per-victim lists (a guarded cell
-    keeps each victim's SSIMs and refusal), and each realism scenario's description and cells."""
-    return json.dumps(
-        {
-            "run": facts,
-            "cells": [_cell_json(r) for r in records],
-            "scenarios": [{"name": s.name, "title": s.title, "ranked": s.ranked,
-                           "cells": [_cell_json(r) for r in s.records]} for s in scenarios],
-        },
-        indent=0,
-        sort_keys=True,
-    )  # fmt: skip
+    keeps each victim's SSIMs and refusal; its environment keeps its components' stamps), each realism
+    scenario's description and cells, and ``provenance``: stamp → the component's modules and settings
+    (:func:`leakshield.leaderboard.staleness.provenance_table`)."""
+    data = {
+        "run": facts,
+        "cells": [_cell_json(r) for r in records],
+        "scenarios": [{"name": s.name, "title": s.title, "ranked": s.ranked,
+                       "cells": [_cell_json(r) for r in s.records]} for s in scenarios],
+    }  # fmt: skip
+    if provenance is not None:
+        data["provenance"] = provenance
+    return json.dumps(data, indent=0, sort_keys=True)
+
+
+def provenance_from_json(text: str) -> dict[str, Any]:
+    """The export's stamp → component table (empty for an export made before stamps)."""
+    return json.loads(text).get("provenance") or {}
 
 
 def _record(c: dict[str, Any]) -> CellRecord:
@@ -132,12 +142,37 @@ HOW_TO_READ = (
 )
 
 
-def results_tables(records: Sequence[CellRecord], scenarios: Sequence[Scenario] = ()) -> list[Table]:
-    """Every table of the results: the rankings per threat model, then one per realism scenario."""
+STALE_MARK = " (stale)"
+
+
+def results_tables(
+    records: Sequence[CellRecord], scenarios: Sequence[Scenario] = (), staleness: Staleness | None = None
+) -> list[Table]:
+    """Every table of the results: the rankings per threat model, then one per realism scenario; with
+    ``staleness``, the label of each row a stale cell feeds ends in :data:`STALE_MARK`."""
     ranked = [r for s in scenarios if s.ranked for r in s.records]
     tables = threat_tables(records, ranked)
-    tables += [realism_table(f"Realism: {s.title}", s.records) for s in scenarios if not s.ranked]
+    if staleness is not None and staleness.stale:
+        fed = [(None, r) for r in records] + [(s.name, r) for s in scenarios if s.ranked for r in s.records]
+        tables = [_marked(t, stale_labels(fed, staleness.stale)) for t in tables]
+    for s in scenarios:
+        if not s.ranked:
+            table = realism_table(f"Realism: {s.title}", s.records)
+            if staleness is not None and staleness.stale:
+                table = _marked(table, stale_labels([(s.name, r) for r in s.records], staleness.stale))
+            tables.append(table)
     return tables
+
+
+def _marked(table: Table, labels: set[str]) -> Table:
+    rows = [[cell + STALE_MARK if cell in labels else cell for cell in row] for row in table.rows]
+    return dataclasses.replace(table, rows=rows)
+
+
+def stale_rows(tables: Sequence[Table]) -> tuple[int, int]:
+    """(rows marked stale, rows) over ``tables``."""
+    rows = [row for t in tables for row in t.rows]
+    return sum(any(c.endswith(STALE_MARK) for c in row) for row in rows), len(rows)
 
 
 def reading_note(records: Sequence[CellRecord]) -> str:
@@ -147,16 +182,46 @@ def reading_note(records: Sequence[CellRecord]) -> str:
     return HOW_TO_READ.format(baseline="—" if baseline is None else f"{baseline:.3f}", rounds=rounds or "—")
 
 
-def results_markdown(records: Sequence[CellRecord], scenarios: Sequence[Scenario] = ()) -> str:
-    """The tables in Markdown with the reading note."""
+def results_markdown(
+    records: Sequence[CellRecord], scenarios: Sequence[Scenario] = (), staleness: Staleness | None = None
+) -> str:
+    """The tables in Markdown with the reading note (and, with ``staleness``, what is stale)."""
+    tables = results_tables(records, scenarios, staleness)
     note = reading_note(records)
-    return note + "\n\n" + "\n".join(markdown(t) for t in results_tables(records, scenarios))
+    if staleness is not None and staleness.stale:
+        note = stale_note(tables, staleness) + "\n\n" + note
+    return note + "\n\n" + "\n".join(markdown(t) for t in tables)
+
+
+#: how many reasons the stale note lists before it counts the rest
+REASONS_SHOWN = 6
+
+
+def stale_note(tables: Sequence[Table], staleness: Staleness) -> str:
+    """The line above the tables that says how many rows are stale, since which changes, and how to
+    recompute them."""
+    marked, rows = stale_rows(tables)
+    reasons = staleness.changes
+    shown = "; ".join(reasons[:REASONS_SHOWN]) + (
+        f"; and {len(reasons) - REASONS_SHOWN} more" if len(reasons) > REASONS_SHOWN else ""
+    )
+    return (
+        f"**Stale: {marked} of {rows} rows** (marked “{STALE_MARK.strip()}”; {len(staleness.stale)} of "
+        f"{staleness.cells} cells) were computed before changes to their components — {shown}. "
+        "Ranks and the front may move when they are recomputed: rerun the leaderboard with `--readme` "
+        "(it recomputes the stale cells of its run directory)."
+    )
 
 
 def readme_section(
-    facts: dict[str, Any], records: Sequence[CellRecord], source: str, scenarios: Sequence[Scenario] = ()
+    facts: dict[str, Any],
+    records: Sequence[CellRecord],
+    source: str,
+    scenarios: Sequence[Scenario] = (),
+    staleness: Staleness | None = None,
 ) -> str:
-    """The README's Results section for the run exported at ``source`` (recomputed from its cells)."""
+    """The README's Results section for the run exported at ``source`` (recomputed from its cells; with
+    ``staleness``, the rows the current code would compute differently are marked)."""
     cells = len(records) + sum(len(s.records) for s in scenarios)
     failed = sum(r.status != "ok" for r in records) + sum(
         r.status != "ok" for s in scenarios for r in s.records
@@ -168,7 +233,7 @@ def readme_section(
         f"{facts['leakshield']} and torch {facts['torch']} on {facts['machine']}; {cells} cells "
         f"({failed} failed){_wall(facts)}. Check it against your code: `leakshield leaderboard --check "
         f"README.md`.\n\n"
-        f"{results_markdown(records, scenarios)}{README_END}"
+        f"{results_markdown(records, scenarios, staleness)}{README_END}"
     )
 
 
@@ -177,29 +242,11 @@ def _wall(facts: dict[str, Any]) -> str:
     return "" if wall is None else f", {wall:.0f} min of wall time with {facts.get('workers', '?')} workers"
 
 
-SOURCE_PATTERN = re.compile(r"source tree `([0-9a-f]{16}|mixed|unknown)`")
-
-
 def source_line(facts: dict[str, Any]) -> str:
     """The block's provenance phrase: the source-tree hash of the code that computed every cell."""
     if facts.get("source") and facts["source"] != "None":
         return f"source tree `{facts['source']}`"
     return "source tree `mixed`" if len(facts.get("sources") or []) > 1 else "source tree `unknown`"
-
-
-def freshness(block: str) -> tuple[bool, str]:
-    """Whether a generated Results block was computed by the installed code, and a one-line verdict."""
-    from leakshield.provenance import source_hash
-
-    found = SOURCE_PATTERN.search(block)
-    current = source_hash()
-    if found is None or found.group(1) in ("mixed", "unknown"):
-        what = "records no source tree" if found is None else f"was computed by {found.group(1)} code"
-        return False, f"stale: the Results block {what}; rerun the leaderboard with --readme"
-    if found.group(1) != current:
-        return False, (f"stale: the Results were computed by source tree {found.group(1)}, this code is "
-                       f"{current}; rerun the leaderboard with --readme")  # fmt: skip
-    return True, f"fresh: the Results were computed by this code (source tree {current})"
 
 
 def replace_readme_section(readme: Path, section: str) -> None:

@@ -24,6 +24,7 @@ from leakshield.leaderboard.export import (
     source_line,
 )
 from leakshield.leaderboard.ranking import Standing, standings
+from leakshield.leaderboard.staleness import provenance_table
 from leakshield.leaderboard.tables import html_table
 from leakshield.leaderboard.threats import cell_threat, threat_of
 from leakshield.report.html import CLASS_SSIM_CONVENTION, CONVENTIONS, _img, restore_missing_images
@@ -244,7 +245,10 @@ def build_leaderboard(
     )
     atomic_write_bytes(files.html, "\n".join(parts).encode())
     atomic_write_bytes(files.markdown, f"# {config.name}\n\n{results_markdown(records, found)}".encode())
-    atomic_write_bytes(files.json, export_json(records, facts, found).encode())
+    provenance = provenance_table(
+        [(config, records)] + [(load_run_config(run_dir / "scenarios" / s.name), s.records) for s in found]
+    )
+    atomic_write_bytes(files.json, export_json(records, facts, found, provenance).encode())
     return files
 
 

@@ -1,0 +1,73 @@
+"""One-off migration (issue: provenance per component): stamp the cells of a published leaderboard
+export with their components' stamps, computed from the source tree that produced the export.
+
+The export records the legacy whole-tree hash of the code that computed it (``run.source``). This script
+extracts the package at ``--commit`` from git, checks that its legacy hash is that source, builds the
+import graph of *that* tree and stamps every cell from it, with the shipped leaderboard file of that
+tree; the cells' numbers are not touched. ``tests/test_provenance.py`` checks the result against the
+same commit.
+
+    python scripts/stamp_published_export.py docs/leaderboard/standard.json --commit 19a0a64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from leakshield.code_graph import CodeGraph
+from leakshield.experiment.cells import expand_grid
+from leakshield.experiment.stamps import Stamper
+from leakshield.leaderboard.export import records_from_json, scenarios_from_json
+from leakshield.leaderboard.presets import load_leaderboard, load_scenarios
+from leakshield.leaderboard.staleness import provenance_table
+from leakshield.provenance import tree_hash
+
+
+def package_at(commit: str, where: Path) -> Path:
+    """Extract ``src/leakshield`` of ``commit`` under ``where``; the package folder."""
+    archive = subprocess.run(["git", "archive", commit, "src/leakshield"], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(where)], input=archive.stdout, check=True)
+    return where / "src" / "leakshield"
+
+
+def stamp(export: Path, commit: str) -> None:
+    data = json.loads(export.read_text())
+    facts = data["run"]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = package_at(commit, Path(tmp))
+        legacy = tree_hash(root)
+        if legacy != facts["source"]:
+            sys.exit(f"{commit}'s package hashes to {legacy}, the export was computed by {facts['source']}")
+        graph = CodeGraph(root)
+        shipped = root / "configs" / "leaderboard.yaml"
+        main = load_leaderboard(facts["preset"], path=shipped)
+        scenarios = {name: c for name, c, _ in load_scenarios(facts["preset"], path=shipped)}
+        groups = [(main, data["cells"])] + [(scenarios[s["name"]], s["cells"]) for s in data["scenarios"]]
+        for config, cells in groups:
+            stamper, by_key = Stamper(config, graph), {c.key: c for c in expand_grid(config)}
+            for cell in cells:
+                cell["environment"]["components"] = stamper.stamps(by_key[cell["key"]])
+        text = json.dumps(data, indent=0, sort_keys=True)
+        _, records = records_from_json(text)
+        found = scenarios_from_json(text)
+        table = provenance_table([(main, records)] + [(scenarios[s.name], s.records) for s in found], graph)
+    data["provenance"] = table
+    facts["stamped"] = {"commit": commit, "source": legacy}
+    export.write_text(json.dumps(data, indent=0, sort_keys=True))
+    print(
+        f"{export}: {sum(len(c) for _, c in groups)} cells stamped from {commit} (source tree {legacy}), "
+        f"{len(table)} components"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("export", type=Path)
+    parser.add_argument("--commit", required=True)
+    args = parser.parse_args()
+    stamp(args.export, args.commit)

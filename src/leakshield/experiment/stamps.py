@@ -1,0 +1,146 @@
+"""Per-cell provenance: which code and settings computed a cell, one stamp per component.
+
+A cell runs through the shared core (the pipeline from :func:`~leakshield.experiment.compute.compute_cell`:
+federation, training, victims, evaluation, metrics) and through its own components: the dataset, the
+model, the defense setting (every defense of a stack and its client training) and the attack. Each
+component's stamp hashes the content of the package modules it reaches through the import graph
+(:mod:`leakshield.code_graph`: comments, docstrings and import lines left out, module names and paths
+not hashed) together with the settings the config gives it, as written. A changed stamp is a cell
+computed by other code or settings than the current ones: *stale*. An edit to the noise defense
+therefore stales the cells that ran it and no other; moving a module or registering a new attack stales
+nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from leakshield.attacks import ATTACKS
+from leakshield.attacks.execution import split_execution
+from leakshield.code_graph import CodeGraph, installed_graph
+from leakshield.data import DATASETS
+from leakshield.defenses import DEFENSES
+from leakshield.experiment.cells import Cell
+from leakshield.experiment.config import ExperimentConfig
+from leakshield.experiment.store import ResultStore
+from leakshield.models import MODELS
+from leakshield.registry import Registry
+
+#: where every cell's computation starts (its closure is the shared core)
+CORE_ROOTS = ("leakshield.experiment.compute",)
+#: config sections that are grid axes or do not compute (they never stale a computed cell)
+NOT_SETTINGS = {"name", "seeds", "models", "defenses", "attacks", "axes", "report", "execution", "dataset"}
+
+
+@dataclass(frozen=True)
+class ComponentCode:
+    """One component of a cell: ``kind`` (core, dataset, model, defense, attack), ``name`` (its label in
+    the config), the modules it reaches with their content hashes, and its settings."""
+
+    kind: str
+    name: str
+    modules: dict[str, str]
+    settings: Any
+
+    @property
+    def stamp(self) -> str:
+        """16 hex digits over the modules' contents (not their names) and the settings."""
+        blob = json.dumps({"code": sorted(self.modules.values()), "settings": self.settings}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "modules": self.modules, "settings": self.settings}
+
+
+def _home(registry: Registry, name: str) -> list[str]:
+    """The modules a registered component starts from: its factory's and its parameter model's."""
+    entry = registry.get(name)
+    return sorted({entry.factory.__module__, entry.params.__module__})
+
+
+def _json(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+class Stamper:
+    """The components of the cells of one config, as the given code graph (default: the installed
+    package) would compute them; components are built once and shared between cells."""
+
+    def __init__(self, config: ExperimentConfig, graph: CodeGraph | None = None) -> None:
+        self.config = config
+        self.graph = graph or installed_graph()
+        self._made: dict[tuple[str, str], ComponentCode] = {}
+        self._shared = config.model_dump(mode="json", exclude_unset=True, exclude=NOT_SETTINGS)
+        (self._shared.get("attack") or {}).pop("rounds", None)  # an axis: another round is another cell
+
+    def _component(self, kind: str, name: str, roots: list[str], settings: Any) -> ComponentCode:
+        key = (kind, name)
+        if key not in self._made:
+            self._made[key] = ComponentCode(kind, name, self.graph.closure(roots), _json(settings))
+        return self._made[key]
+
+    def components(self, cell: Cell) -> dict[str, ComponentCode]:
+        """Every component ``cell`` runs through, by kind."""
+        config = self.config
+        found = {"core": self._component("core", "core", list(CORE_ROOTS), self._shared)}
+        dataset = config.dataset
+        found["dataset"] = self._component(
+            "dataset", dataset.name, _home(DATASETS, dataset.name), {"name": dataset.name, **dataset.params}
+        )
+        if cell.model is not None:
+            model = cell.model
+            found["model"] = self._component(
+                "model", model.display, _home(MODELS, model.name), {"name": model.name, **model.params}
+            )
+        if cell.defense is not None:
+            defense = cell.defense
+            roots = sorted({m for e in defense.entries for m in _home(DEFENSES, e["name"])})
+            training = (
+                None
+                if defense.training is None
+                else defense.training.model_dump(mode="json", exclude_unset=True)
+            )
+            found["defense"] = self._component(
+                "defense", defense.display, roots, {"stack": defense.entries, "training": training}
+            )
+        if cell.attack is not None:
+            attack = cell.attack
+            method, _ = split_execution(attack.params)  # how it runs is not what it computes
+            found["attack"] = self._component(
+                "attack", attack.display, _home(ATTACKS, attack.name), {"name": attack.name, **method}
+            )
+        return found
+
+    def stamps(self, cell: Cell) -> dict[str, str]:
+        """``{kind: stamp}`` of ``cell``'s components (stored in the cell's ``environment``)."""
+        return {kind: c.stamp for kind, c in self.components(cell).items()}
+
+
+def stale_kinds(stored: dict[str, str] | None, current: dict[str, str]) -> list[str]:
+    """The kinds whose stamps differ (every kind when nothing was stored)."""
+    if not stored:
+        return sorted(current)
+    return sorted(k for k in {*stored, *current} if stored.get(k) != current.get(k))
+
+
+def module_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """What changed between two module → content maps, in words (``leakshield.defenses.noise edited``);
+    a module whose content reappears under another name was moved, which is no change."""
+    moved = set(before.values()) & set(after.values())
+    words = [f"{m} edited" for m in sorted(before.keys() & after.keys()) if before[m] != after[m]]
+    words += [f"{m} added" for m in sorted(after.keys() - before.keys()) if after[m] not in moved]
+    words += [f"{m} removed" for m in sorted(before.keys() - after.keys()) if before[m] not in moved]
+    return words
+
+
+def stale_keys(store: ResultStore, stamps: dict[str, dict[str, str]]) -> set[str]:
+    """Stored cells of the grid whose stamps differ from the installed code's. Cells stored without
+    stamps (by a version before them) are kept: what computed them is unknown, not known to differ."""
+    stale = set()
+    for record in store.records():
+        stored = record.environment.get("components")
+        if stored is not None and record.key in stamps and stored != stamps[record.key]:
+            stale.add(record.key)
+    return stale

@@ -1,0 +1,186 @@
+"""The README's published Results against the code that reads them: which rows the installed code
+would compute differently (stale, and marked so in the block), and whether every line of the block is
+what its export renders — an edited number, a missing mark or an outdated layout is reported.
+
+``leakshield leaderboard --check README.md`` prints :func:`check`'s verdict; ``--from-export`` rewrites
+the block with :func:`rerender` (seconds, no cell is run)."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from leakshield.code_graph import CodeGraph
+from leakshield.errors import LeakshieldError
+from leakshield.experiment.config import ExperimentConfig
+from leakshield.leaderboard.export import (
+    readme_block,
+    readme_section,
+    records_from_json,
+    replace_readme_section,
+    results_tables,
+    scenarios_from_json,
+    stale_rows,
+)
+from leakshield.leaderboard.staleness import Staleness, judge
+
+SOURCE = re.compile(r"Generated from `([^`]+)`")
+#: differing lines a verdict quotes before it counts the rest
+SHOWN = 3
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``faithful``: the block is exactly what its export renders with the installed code (numbers,
+    stale marks and layout); ``staleness``: the export's stale cells; ``lines``: what to print."""
+
+    faithful: bool
+    staleness: Staleness
+    lines: list[str]
+
+    @property
+    def fresh(self) -> bool:
+        return self.faithful and not self.staleness.stale
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """Where the grids an export is judged against come from: the leaderboard file (None: the shipped
+    one) and the CIFAR-10 folder, as ``leakshield leaderboard`` takes them."""
+
+    path: Path | None = None
+    data_root: Path | None = None
+
+    def configs(self, preset: str) -> tuple[ExperimentConfig, dict[str, ExperimentConfig]]:
+        """The main grid and the scenarios of ``preset``, as the installed code reads them."""
+        from leakshield.leaderboard.presets import load_leaderboard, load_scenarios
+
+        where = {"path": self.path, "data_root": self.data_root}
+        try:
+            main = load_leaderboard(preset, **where)
+        except LeakshieldError as exc:
+            file = "the shipped leaderboard file" if self.path is None else str(self.path)
+            raise LeakshieldError(
+                f"the export's preset {preset!r} cannot be read from {file} ({exc}); give the leaderboard "
+                "file it was run with: --config FILE"
+            ) from None
+        return main, {name: config for name, config, _ in load_scenarios(preset, **where)}
+
+
+def judge_export(text: str, graph: CodeGraph | None = None, protocol: Protocol | None = None) -> Staleness:
+    """The stale cells of an export against the preset it names (in ``protocol``'s leaderboard file,
+    default the shipped one) and the installed code (or ``graph``)."""
+    facts, records = records_from_json(text)
+    main, scenarios = (protocol or Protocol()).configs(str(facts["preset"]))
+    table = json.loads(text).get("provenance") or {}
+    groups = [(None, main, records)]
+    groups += [(s.name, scenarios.get(s.name), s.records) for s in scenarios_from_json(text)]
+    return judge(groups, table, graph)
+
+
+def export_of(readme: Path) -> tuple[str, Path]:
+    """The README's block and the export it says it was generated from."""
+    if not readme.is_file():
+        raise LeakshieldError(f"{readme}: no such file")
+    block = readme_block(readme.read_text())
+    if block is None:
+        raise LeakshieldError(f"{readme}: no generated Results block (run the leaderboard with --readme)")
+    found = SOURCE.search(block)
+    if found is None:
+        raise LeakshieldError(f"{readme}: the Results block names no export ('Generated from `…`')")
+    export = readme.parent / found.group(1)
+    if not export.is_file():
+        raise LeakshieldError(f"{readme}: the Results block cites {found.group(1)}, which does not exist")
+    return block, export
+
+
+def render(
+    export: Path, source: str, graph: CodeGraph | None = None, protocol: Protocol | None = None
+) -> tuple[str, Staleness]:
+    """The block ``export`` renders with the installed code, stale rows marked, and its staleness."""
+    text = export.read_text()
+    facts, records = records_from_json(text)
+    staleness = judge_export(text, graph, protocol)
+    section = readme_section(facts, records, source, scenarios_from_json(text), staleness)
+    return section, staleness
+
+
+def check(readme: Path, graph: CodeGraph | None = None, protocol: Protocol | None = None) -> Verdict:
+    """Compare the README's block with what its export renders, and say which rows are stale."""
+    block, export = export_of(readme)
+    source = export.relative_to(readme.parent).as_posix()
+    expected, staleness = render(export, source, graph, protocol)
+    lines = []
+    faithful = block == expected
+    if not faithful:
+        lines.append(
+            f"differs: the Results block of {readme} is not what {source} renders with this code "
+            f"(rerender it: leakshield leaderboard --from-export {source} --readme {readme})"
+        )
+        lines += _differences(block, expected)
+    text = export.read_text()
+    facts, records = records_from_json(text)
+    marked, rows = stale_rows(results_tables(records, scenarios_from_json(text), staleness))
+    if staleness.stale:
+        lines.append(f"stale: {marked} of {rows} rows ({len(staleness.stale)} of {staleness.cells} cells) "
+                     "were computed by other code or settings than this code's:")  # fmt: skip
+        lines += [f"  {reason}" for reason in staleness.changes]
+        lines.append(f"  recompute them: leakshield leaderboard --preset {facts['preset']} --readme {readme}")
+    else:
+        lines.append(f"{'fresh' if faithful else 'the export is fresh'}: every one of its {staleness.cells} "
+                     "cells was computed by this code's components and settings")  # fmt: skip
+    return Verdict(faithful, staleness, lines)
+
+
+def _differences(block: str, expected: str) -> list[str]:
+    """The first differing lines, README against export (``line 12: README has … ; the export …``)."""
+    ours, theirs = block.splitlines(), expected.splitlines()
+    out = []
+    matcher = difflib.SequenceMatcher(a=ours, b=theirs, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        for k in range(max(i2 - i1, j2 - j1)):
+            mine = ours[i1 + k] if i1 + k < i2 else None
+            given = theirs[j1 + k] if j1 + k < j2 else None
+            shown_mine, shown_given = _around_difference(mine, given)
+            out.append(f"  line {min(i1 + k, len(ours) - 1) + 1} of the block: README has {shown_mine}, "
+                       f"the export renders {shown_given}")  # fmt: skip
+    return out[:SHOWN] + ([f"  … and {len(out) - SHOWN} more"] if len(out) > SHOWN else [])
+
+
+def _around_difference(
+    mine: str | None, given: str | None, before: int = 50, width: int = 110
+) -> tuple[str, str]:
+    """Both lines quoted from a little before their first differing character (long table rows);
+    ``nothing`` for a line one side lacks."""
+    a, b = mine or "", given or ""
+    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    start = max(0, first - before)
+
+    def cut(line: str | None) -> str:
+        if line is None:
+            return "nothing"
+        part = line[start : start + width]
+        return repr(("…" if start else "") + part + ("…" if start + width < len(line) else ""))
+
+    return cut(mine), cut(given)
+
+
+def rerender(
+    readme: Path, export: Path, graph: CodeGraph | None = None, protocol: Protocol | None = None
+) -> Staleness:
+    """Rewrite the README's block from ``export`` (stale rows marked); its staleness."""
+    try:
+        source = export.resolve().relative_to(readme.resolve().parent).as_posix()
+    except ValueError:
+        raise LeakshieldError(
+            f"--from-export {export}: the export must lie in the README's folder tree "
+            f"({readme.resolve().parent}), which the block cites it from"
+        ) from None
+    section, staleness = render(export, source, graph, protocol)
+    replace_readme_section(readme, section)
+    return staleness

@@ -1,0 +1,122 @@
+"""Which published cells and rows the installed code would compute differently: each cell of an export
+carries its components' stamps (:mod:`leakshield.experiment.stamps`); a cell is *stale* when one of them
+differs from what the current code and the shipped preset give the same cell, and a table row is stale
+when a cell it is computed from is. The export's ``provenance`` table (stamp → modules and settings)
+says what changed: ``defense gaussian-noise: leakshield.defenses.noise edited``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from leakshield.code_graph import CodeGraph
+from leakshield.experiment.cells import expand_grid
+from leakshield.experiment.config import ExperimentConfig
+from leakshield.experiment.stamps import Stamper, module_changes, stale_kinds
+from leakshield.experiment.store import CellRecord
+
+#: a cell's place in an export: (scenario name or None for the main grid, cell key)
+Place = tuple[str | None, str]
+
+
+@dataclass(frozen=True)
+class Staleness:
+    """The stale cells of an export (place → why, one phrase per changed component) out of ``cells``."""
+
+    cells: int
+    stale: dict[Place, list[str]] = field(default_factory=dict)
+
+    @property
+    def reasons(self) -> list[str]:
+        """Every distinct reason, in order."""
+        return sorted({reason for found in self.stale.values() for reason in found})
+
+    @property
+    def changes(self) -> list[str]:
+        """The reasons grouped by what changed: ``leakshield.defenses.noise edited (defense
+        gaussian-noise, defense laplacian-noise)``."""
+        by_change: dict[str, list[str]] = {}
+        for reason in self.reasons:
+            who, _, what = reason.partition(": ")
+            by_change.setdefault(what or who, []).append(who if what else "")
+        return [f"{what} ({', '.join(w for w in who if w)})" if any(who) else what
+                for what, who in sorted(by_change.items())]  # fmt: skip
+
+
+def _changed(kind: str, stored: str | None, current: Any, table: dict[str, Any]) -> str:
+    """Why a component's stamp moved: the modules edited, added or removed, or its settings."""
+    name = f"{kind} {current.name}" if kind != "core" else "the shared core"
+    old = table.get(stored or "")
+    if old is None:
+        return f"{name}: computed by code this export does not describe"
+    words = module_changes(old["modules"], current.modules)
+    if old["settings"] != current.settings:
+        words.append("its settings changed")
+    return f"{name}: {', '.join(words) or 'changed'}"
+
+
+def judge(
+    groups: Sequence[tuple[str | None, ExperimentConfig | None, Sequence[CellRecord]]],
+    table: dict[str, Any],
+    graph: CodeGraph | None = None,
+) -> Staleness:
+    """Judge each ``(scenario, config, records)`` group against ``config`` as the installed code (or
+    ``graph``) computes it; a group without a config (no longer in the preset) is stale whole."""
+    stale: dict[Place, list[str]] = {}
+    total = 0
+    for scope, config, records in groups:
+        total += len(records)
+        if config is None:
+            for r in records:
+                stale[(scope, r.key)] = [f"scenario {scope}: no longer in the preset"]
+            continue
+        stamper = Stamper(config, graph)
+        cells = {c.key: c for c in expand_grid(config)}
+        for r in records:
+            cell = cells.get(r.key)
+            if cell is None:
+                stale[(scope, r.key)] = [f"{r.model} · {r.defense}: no longer in the preset's grid"]
+                continue
+            components = stamper.components(cell)
+            current = {kind: c.stamp for kind, c in components.items()}
+            stored = r.environment.get("components")
+            kinds = stale_kinds(stored, current)
+            if kinds and not stored:
+                stale[(scope, r.key)] = ["cells computed before per-component provenance"]
+            elif kinds:
+                stale[(scope, r.key)] = [
+                    _changed(k, (stored or {}).get(k), components[k], table) for k in kinds if k in components
+                ] or ["a component it ran through is gone"]
+    return Staleness(total, stale)
+
+
+def provenance_table(
+    groups: Sequence[tuple[ExperimentConfig, Sequence[CellRecord]]], graph: CodeGraph | None = None
+) -> dict[str, Any]:
+    """stamp → the component's kind, name, modules and settings, for every stamp the records carry that
+    the installed code (or ``graph``) gives their cells (what a later check compares against)."""
+    out: dict[str, Any] = {}
+    for config, records in groups:
+        stamper = Stamper(config, graph)
+        cells = {c.key: c for c in expand_grid(config)}
+        for r in records:
+            stored = r.environment.get("components") or {}
+            if r.key not in cells or not stored:
+                continue
+            for kind, component in stamper.components(cells[r.key]).items():
+                if stored.get(kind) == component.stamp:
+                    out[component.stamp] = component.as_json()
+    return dict(sorted(out.items()))
+
+
+def stale_labels(records: Sequence[tuple[str | None, CellRecord]], stale: dict[Place, list[str]]) -> set[str]:
+    """The ``model · defense`` rows of a table over ``records`` that a stale cell feeds: its own cells,
+    the undefended utility its ADR and cost are relative to, and the baseline every row is judged by."""
+    hit = [r for scope, r in records if (scope, r.key) in stale]
+    labels = {f"{r.model} · {r.defense}" for _, r in records if r.model and r.defense}
+    if any(r.kind == "baseline" for r in hit):
+        return labels
+    out = {f"{r.model} · {r.defense}" for r in hit if r.model and r.defense}
+    undefended = {r.model for r in hit if r.kind == "utility" and r.defense == "none"}
+    return out | {label for label in labels if label.split(" · ")[0] in undefended}

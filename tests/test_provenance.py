@@ -1,0 +1,318 @@
+"""Provenance per component: each cell's stamps (the content of the modules its components reach, and
+their settings), the published Results judged row by row against the installed code, the block compared
+line by line with its export, and a rerun that recomputes only the stale cells.
+
+Each scenario of the acceptance is played on a scratch copy of the package (its import graph read from
+the copy; the moved-module case imports the copy in a subprocess, registries and all). Under the old
+rule, one hash of every computing file over relative paths, each of these scenarios read "stale"; the
+tests assert that too, so they show where the two rules part."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from leakshield.code_graph import CodeGraph, installed_graph, normalized_source
+from leakshield.errors import ConfigError
+from leakshield.experiment.cells import expand_grid
+from leakshield.experiment.config import parse_config
+from leakshield.experiment.runner import ExperimentRunner
+from leakshield.experiment.stamps import ComponentCode, Stamper, module_changes
+from leakshield.leaderboard.export import STALE_MARK, readme_block
+from leakshield.leaderboard.presets import leaderboard_data
+from leakshield.leaderboard.published import check, judge_export, rerender
+from leakshield.provenance import tree_hash
+
+from helpers import tiny_config
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "leakshield"
+EXPORT = ROOT / "docs" / "leaderboard" / "standard.json"
+
+
+def scratch_package(tmp_path: Path) -> Path:
+    """A copy of the package (what an edit in a clone would start from)."""
+    copy = tmp_path / "src" / "leakshield"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+def scratch_repo(tmp_path: Path) -> Path:
+    """The README and the export it cites, in a scratch folder."""
+    (tmp_path / "docs" / "leaderboard").mkdir(parents=True)
+    shutil.copyfile(ROOT / "README.md", tmp_path / "README.md")
+    shutil.copyfile(EXPORT, tmp_path / "docs" / "leaderboard" / "standard.json")
+    return tmp_path
+
+
+def published_source() -> str:
+    return json.loads(EXPORT.read_text())["run"]["source"]
+
+
+def marked_rows(block: str) -> set[str]:
+    """The ``model · defense`` labels the block marks stale."""
+    return set(re.findall(r"\| ([^|]+ · [^|]+?)" + re.escape(STALE_MARK) + r" \|", block))
+
+
+def test_a_modules_hash_ignores_comments_docstrings_blank_lines_and_package_imports() -> None:
+    code = "import torch\nfrom leakshield.gradients import flat\n\n\ndef f(x):\n    return torch.sin(x)\n"
+    same = ('"""A module."""\nimport torch\nfrom leakshield.fl.gradients import (\n    flat,\n)\n\n'
+            'def f(x):  # the sine\n    """Sine."""\n\n    return torch.sin(x)\n')  # fmt: skip
+    assert normalized_source(code) == normalized_source(same)
+    assert normalized_source(code) != normalized_source(code.replace("sin", "cos"))
+    assert normalized_source(code) != normalized_source(code.replace("import torch", "import numpy"))
+
+
+def test_the_graph_resolves_re_exports_and_skips_a_packages_registering_imports(tmp_path: Path) -> None:
+    """A registry's package ``__init__`` imports every submodule to register it: reaching the package
+    must not reach them, while a name it re-exports resolves to the module defining it."""
+    files = {
+        "__init__.py": "",
+        "base.py": "REGISTRY = {}\n",
+        "zoo/__init__.py": "from leakshield.zoo import bird, cat, dog  # noqa\n"
+        "from leakshield.zoo.cat import Cat\nfrom leakshield.zoo.dog import Dog\n",
+        "zoo/cat.py": "from leakshield.base import REGISTRY\nclass Cat: ...\n",
+        "zoo/dog.py": "class Dog: ...\n",
+        "zoo/bird.py": "class Bird: ...\n",
+        "user.py": "from leakshield.zoo import Cat\n",
+        "whole.py": "import leakshield.zoo\n",
+        "other.py": "from leakshield.zoo import dog\n",
+    }
+    for name, text in files.items():
+        (tmp_path / "leakshield" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "leakshield" / name).write_text(text)
+    graph = CodeGraph(tmp_path / "leakshield")
+    assert set(graph.closure(["leakshield.user"])) == {
+        "leakshield.user",
+        "leakshield.zoo.cat",
+        "leakshield.base",
+    }
+    whole = {
+        "leakshield.whole",
+        "leakshield.zoo",
+        "leakshield.zoo.cat",
+        "leakshield.zoo.dog",
+        "leakshield.base",
+    }
+    assert set(graph.closure(["leakshield.whole"])) == whole
+    assert set(graph.closure(["leakshield.other"])) == {"leakshield.other", "leakshield.zoo.dog"}
+
+
+def test_an_attacks_closure_reaches_its_engine_but_not_the_other_attacks() -> None:
+    graph = installed_graph()
+    ig = graph.closure(["leakshield.attacks.inversion.presets"])
+    assert "leakshield.attacks.inversion.engine" in ig and "leakshield.registry" in ig
+    assert "leakshield.attacks.imprint" not in ig and "leakshield.defenses.noise" not in ig
+    core = graph.closure(["leakshield.experiment.compute"])
+    assert "leakshield.experiment.pipeline" in core and "leakshield.metrics.image" in core
+    assert not any(m.startswith(("leakshield.attacks.inversion", "leakshield.defenses.noise")) for m in core)
+    assert "leakshield.provenance" not in core  # it records, it does not compute
+
+
+def test_registering_a_new_attack_stales_nothing(tmp_path: Path) -> None:
+    package = scratch_package(tmp_path)
+    (package / "attacks" / "dummy.py").write_text(
+        "from leakshield.attacks.base import ATTACKS\nfrom leakshield.threats import OBSERVER\n\n\n"
+        '@ATTACKS.register("dummy", summary="nothing", threat=OBSERVER)\nclass Dummy:\n    pass\n'
+    )
+    init = package / "attacks" / "__init__.py"
+    init.write_text(init.read_text().replace("    cocktail_party,\n", "    cocktail_party,\n    dummy,\n"))
+    assert "dummy" in init.read_text()
+    staleness = judge_export(EXPORT.read_text(), CodeGraph(package))
+    assert staleness.cells == 1086 and not staleness.stale
+    assert tree_hash(package) != published_source()  # the old rule: every row stale
+
+
+def test_editing_the_noise_defense_stales_exactly_its_rows_and_the_rerendered_block_says_so(
+    tmp_path: Path,
+) -> None:
+    package = scratch_package(tmp_path)
+    noise = package / "defenses" / "noise.py"
+    noise.write_text(noise.read_text() + "\n\ndef _unused_helper():\n    return 1\n")
+    graph = CodeGraph(package)
+    staleness = judge_export(EXPORT.read_text(), graph)
+    assert staleness.changes == [
+        "leakshield.defenses.noise edited (defense gaussian-noise, defense laplacian-noise)"
+    ]
+    data = json.loads(EXPORT.read_text())
+    cells = [(None, c) for c in data["cells"]] + [
+        (s["name"], c) for s in data["scenarios"] for c in s["cells"]
+    ]
+    noisy = {(scope, c["key"]) for scope, c in cells if c["defense"] in ("gaussian-noise", "laplacian-noise")}
+    assert set(staleness.stale) == noisy and len(noisy) == 153
+    repo = scratch_repo(tmp_path / "repo")
+    readme = repo / "README.md"
+    rerender(readme, repo / "docs" / "leaderboard" / "standard.json", graph)
+    block = readme_block(readme.read_text())
+    assert marked_rows(block) == {"lenet-tanh · gaussian-noise", "lenet-tanh · laplacian-noise",
+                                  "resnet18-w16 · gaussian-noise"}  # fmt: skip
+    assert "**Stale: 11 of 70 rows**" in block and "leakshield.defenses.noise edited" in block
+    verdict = check(readme, graph)
+    assert verdict.faithful and not verdict.fresh  # the block says what is stale: the suite stays green
+    assert any("11 of 70 rows" in line for line in verdict.lines)
+    clean = readme.read_text().replace(STALE_MARK, "")
+    readme.write_text(clean)  # a block claiming a freshness it does not have
+    assert not check(readme, graph).faithful
+
+
+def test_moving_a_core_module_stales_nothing(tmp_path: Path) -> None:
+    package = scratch_package(tmp_path)
+    (package / "gradients.py").rename(package / "fl" / "gradients.py")
+    for path in package.rglob("*.py"):
+        text = path.read_text()
+        if "leakshield.gradients" in text:
+            path.write_text(text.replace("leakshield.gradients", "leakshield.fl.gradients"))
+    graph = CodeGraph(package)
+    assert "leakshield.fl.gradients" in graph.closure(["leakshield.experiment.compute"])
+    assert not judge_export(EXPORT.read_text(), graph).stale
+    assert tree_hash(package) != published_source()  # the old rule: every row stale
+
+
+def test_git_mv_of_a_defense_module_stales_nothing_as_the_cli_sees_it(tmp_path: Path) -> None:
+    """The noise defense moved to ``defenses/perturbation/noise.py``, its imports rewritten; the copy is
+    imported in a subprocess, so the registry finds the defense where it now lives."""
+    package = scratch_package(tmp_path)
+    (package / "defenses" / "perturbation").mkdir()
+    (package / "defenses" / "perturbation" / "__init__.py").write_text('"""Perturbing defenses."""\n')
+    (package / "defenses" / "noise.py").rename(package / "defenses" / "perturbation" / "noise.py")
+    for path in package.rglob("*.py"):
+        text = path.read_text().replace("leakshield.defenses.noise", "leakshield.defenses.perturbation.noise")
+        path.write_text(text)
+    init = package / "defenses" / "__init__.py"
+    init.write_text(
+        init.read_text().replace("    noise,\n", "")
+        + "from leakshield.defenses.perturbation import noise  # noqa\n"
+    )
+    repo = scratch_repo(tmp_path / "repo")
+    env = {**os.environ, "PYTHONPATH": str(package.parent)}
+    probe = [
+        sys.executable,
+        "-c",
+        "import leakshield.defenses as d; print(d.DEFENSES.get('gaussian-noise').factory.__module__)",
+    ]
+    moved = subprocess.run(probe, env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert moved == "leakshield.defenses.perturbation.noise"
+    done = subprocess.run([sys.executable, "-m", "leakshield", "leaderboard", "--check", "README.md"],
+                          cwd=repo, env=env, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("fresh")
+    assert tree_hash(package) != published_source()  # the old rule: every row stale
+
+
+def test_an_edited_number_in_the_block_is_reported(tmp_path: Path) -> None:
+    repo = scratch_repo(tmp_path)
+    readme = repo / "README.md"
+    row = "| 1 | lenet-tanh · dm | no measurable leakage (highest: ggl@2) | 0.429 ± 0.171"
+    assert row in readme.read_text()
+    readme.write_text(readme.read_text().replace(row, row.replace("0.429", "0.999")))
+    verdict = check(readme)
+    assert not verdict.faithful and not verdict.staleness.stale  # the cells are fresh; the block is not
+    assert verdict.lines[0].startswith("differs")
+    assert "0.999" in verdict.lines[1] and "0.429" in verdict.lines[1]
+
+
+def test_the_published_results_mark_exactly_their_stale_rows() -> None:
+    """The README's Results block must be what its export renders with this code: every number, and a
+    "(stale)" mark on exactly the rows this code would compute differently. After an edit to a
+    component, rerender it (seconds): ``leakshield leaderboard --from-export
+    docs/leaderboard/standard.json --readme README.md``; the last issue of a wave reruns the preset."""
+    verdict = check(ROOT / "README.md")
+    assert verdict.faithful, "\n".join(verdict.lines)
+
+
+def test_the_published_export_was_stamped_from_the_tree_that_computed_it(tmp_path: Path) -> None:
+    """The migration stamped the published cells from the commit whose package hashes (old rule) to
+    the export's source tree: every module of every stamped component has that commit's content, every
+    stamp is its component's, and apart from the stamps the export is that commit's, byte for byte."""
+    text = EXPORT.read_text()
+    data = json.loads(text)
+    commit, source = data["run"]["stamped"]["commit"], data["run"]["source"]
+    try:
+        archive = subprocess.run(["git", "archive", commit, "src/leakshield"], cwd=ROOT, check=True,
+                                 capture_output=True).stdout  # fmt: skip
+        original = subprocess.run(["git", "show", f"{commit}:docs/leaderboard/standard.json"], cwd=ROOT,
+                                  check=True, capture_output=True).stdout  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        if os.environ.get("CI"):
+            pytest.fail(f"commit {commit} (the stamped tree) is not in this clone's history")
+        pytest.skip(f"commit {commit} is not in this checkout's history")
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive, check=True)
+    old = tmp_path / "src" / "leakshield"
+    assert tree_hash(old) == source == "96525dfda5f65d0d"
+    graph = CodeGraph(old)
+    for stamp, component in data["provenance"].items():
+        assert component["modules"] == {m: graph.modules[m].digest for m in component["modules"]}
+        rebuilt = ComponentCode(
+            component["kind"], component["name"], component["modules"], component["settings"]
+        )
+        assert rebuilt.stamp == stamp
+    every = data["cells"] + [c for s in data["scenarios"] for c in s["cells"]]
+    assert all(set(c["environment"]["components"].values()) <= set(data["provenance"]) for c in every)
+    for cell in every:
+        del cell["environment"]["components"]
+    del data["provenance"], data["run"]["stamped"]
+    assert json.dumps(data, indent=0, sort_keys=True).encode() == original
+
+
+def _tiny_runner(tmp_path: Path) -> ExperimentRunner:
+    defenses = ["none", {"name": "gaussian-noise", "sigma": 0.01}]
+    attacks = [{"name": "idlg", "iterations": 2}]
+    config = parse_config(tiny_config(attacks=attacks, utility={"rounds": 0}, defenses=defenses))
+    return ExperimentRunner(config, tmp_path / "run", device="cpu", progress=False)
+
+
+def test_a_rerun_recomputes_only_the_stale_cells(tmp_path: Path) -> None:
+    runner = _tiny_runner(tmp_path)
+    first = runner.run()
+    assert first.failed == 0 and first.computed == len(runner.cells()) and first.restamped == 0
+    cells = {c.key: c for c in runner.cells()}
+    noisy = [k for k, c in cells.items() if c.defense is not None and c.defense.display == "gaussian-noise"]
+    with sqlite3.connect(runner.out / "results.sqlite") as db:  # as if computed by another noise defense
+        for key in noisy:
+            (env,) = db.execute("SELECT environment FROM cells WHERE key = ?", (key,)).fetchone()
+            stored = json.loads(env)
+            stored["components"]["defense"] = "0" * 16
+            db.execute("UPDATE cells SET environment = ? WHERE key = ?", (json.dumps(stored), key))
+    again = runner.run()
+    assert again.restamped == len(noisy) > 0 and again.computed == len(noisy)
+    assert again.skipped == len(cells) - len(noisy)
+    assert runner.run().computed == 0  # restamped: nothing left to do
+
+
+def test_a_components_stamp_follows_its_settings_and_its_code() -> None:
+    config = parse_config(tiny_config(defenses=[{"name": "gaussian-noise", "sigma": 0.01}]))
+    louder = parse_config(tiny_config(defenses=[{"name": "gaussian-noise", "sigma": 0.1}]))
+    cell = next(c for c in expand_grid(config) if c.kind == "attack")
+    other = next(c for c in expand_grid(louder) if c.kind == "attack")
+    mine, theirs = Stamper(config).stamps(cell), Stamper(louder).stamps(other)
+    assert mine["defense"] != theirs["defense"]
+    assert {k: v for k, v in mine.items() if k != "defense"} == {
+        k: v for k, v in theirs.items() if k != "defense"
+    }
+    assert module_changes({"a": "1", "b": "2"}, {"a": "1", "c": "2"}) == []  # b moved to c
+    assert module_changes({"a": "1"}, {"a": "3", "d": "4"}) == ["a edited", "d added"]
+
+
+@pytest.mark.parametrize(
+    ("section", "name", "hint"), [("params", "igg", "did you mean 'ig'?"), ("training", "nosuchdef", "")]
+)
+def test_unknown_names_under_a_presets_params_or_training_are_refused(
+    section: str, name: str, hint: str
+) -> None:
+    document = {"base": {"models": ["lenet"], "attacks": ["ig"]},
+                "presets": {"p": {"params": {"ig": {"iterations": 5}}}}}  # fmt: skip
+    if section == "params":
+        document["presets"]["p"]["params"][name] = {"iterations": 5}
+    else:
+        document["training"] = {"none": {"local_lr": 0.1}, name: {"local_lr": 0.1}}
+    with pytest.raises(ConfigError, match=re.escape(f"unknown name {name!r}")) as raised:
+        leaderboard_data(document, "p")
+    assert hint in str(raised.value) and "gaussian-noise" in str(raised.value)  # the allowed names
