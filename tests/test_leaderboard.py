@@ -193,6 +193,7 @@ def test_leaderboard_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     stamped = [c["environment"]["components"] for c in exported["cells"]]
     assert all(set(s) >= {"core", "dataset"} for s in stamped)  # every cell carries its stamps
     assert {s["defense"] for s in stamped if "defense" in s} <= set(exported["provenance"])
+    assert {s["core"] for s in stamped} <= set(exported["provenance"])  # the run's own config stamps alike
     capsys.readouterr()
     check = ["leaderboard", "--check", str(readme), "--config", str(config)]
     assert main(check) == 0  # computed by this code

@@ -44,6 +44,9 @@ def test_two_workers_give_the_same_numbers_as_one_process(tmp_path):
     for key in one:  # same seeds and one thread each: the same floats
         assert reproducible(one[key].metrics) == reproducible(two[key].metrics), key
         assert one[key].environment["threads"] == two[key].environment["threads"] == 1
+        assert (
+            one[key].environment["components"] == two[key].environment["components"]
+        )  # stamped by the driver
         if one[key].images:
             assert (tmp_path / "two" / two[key].images).read_bytes() == one[key].image_png
 

@@ -19,7 +19,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+from leakshield.artifacts import ArtifactCache
 from leakshield.code_graph import CodeGraph, installed_graph, normalized_source
 from leakshield.errors import ConfigError
 from leakshield.experiment.cells import expand_grid
@@ -71,6 +73,28 @@ def test_a_modules_hash_ignores_comments_docstrings_blank_lines_and_package_impo
     assert normalized_source(code) != normalized_source(code.replace("import torch", "import numpy"))
 
 
+def test_an_imports_bindings_count_and_a_package_inits_own_code_is_reached(tmp_path: Path) -> None:
+    """Swapping the names an import binds changes a module's hash; code in a package ``__init__`` runs
+    when any of its submodules is imported, so it is in their closure; its imports and ``__all__`` are
+    not (registering a submodule or re-exporting a name changes nothing)."""
+    plain = "from leakshield.metrics.image import psnr, ssim\n"
+    swapped = "from leakshield.metrics.image import ssim as psnr, psnr as ssim\n"
+    assert normalized_source(plain) != normalized_source(swapped)
+    init = "from leakshield.zoo import cat\nfrom leakshield.zoo.cat import Cat\n__all__ = ['Cat']\n"
+    assert normalized_source(init, package=True) == normalized_source(
+        init.replace("cat\n", "cat, dog\n", 1), True
+    )
+    for name, text in {"__init__.py": "", "zoo/__init__.py": init, "zoo/cat.py": "class Cat: ...\n"}.items():
+        (tmp_path / "leakshield" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "leakshield" / name).write_text(text)
+    before = CodeGraph(tmp_path / "leakshield").closure(["leakshield.zoo.cat"])
+    assert set(before) == {"leakshield.zoo.cat"}  # the zoo's __init__: imports only, nothing to hash
+    (tmp_path / "leakshield" / "zoo" / "__init__.py").write_text(
+        init + "import torch\ntorch.set_default_dtype(torch.float64)\n"
+    )
+    assert CodeGraph(tmp_path / "leakshield").closure(["leakshield.zoo.cat"]) != before
+
+
 def test_the_graph_resolves_re_exports_and_skips_a_packages_registering_imports(tmp_path: Path) -> None:
     """A registry's package ``__init__`` imports every submodule to register it: reaching the package
     must not reach them, while a name it re-exports resolves to the module defining it."""
@@ -97,7 +121,6 @@ def test_the_graph_resolves_re_exports_and_skips_a_packages_registering_imports(
     }
     whole = {
         "leakshield.whole",
-        "leakshield.zoo",
         "leakshield.zoo.cat",
         "leakshield.zoo.dog",
         "leakshield.base",
@@ -234,6 +257,8 @@ def test_the_published_export_was_stamped_from_the_tree_that_computed_it(tmp_pat
     stamp is its component's, and apart from the stamps the export is that commit's, byte for byte."""
     text = EXPORT.read_text()
     data = json.loads(text)
+    if "stamped" not in data["run"]:
+        pytest.skip("the published export is a run of its own: its cells were stamped as they were computed")
     commit, source = data["run"]["stamped"]["commit"], data["run"]["source"]
     try:
         archive = subprocess.run(["git", "archive", commit, "src/leakshield"], cwd=ROOT, check=True,
@@ -281,10 +306,22 @@ def test_a_rerun_recomputes_only_the_stale_cells(tmp_path: Path) -> None:
             stored = json.loads(env)
             stored["components"]["defense"] = "0" * 16
             db.execute("UPDATE cells SET environment = ? WHERE key = ?", (json.dumps(stored), key))
+    from leakshield.experiment.estimate import cells_to_compute
+
+    assert {c.key for c in cells_to_compute(runner)} == set(noisy)  # the dry run counts them too
     again = runner.run()
     assert again.restamped == len(noisy) > 0 and again.computed == len(noisy)
     assert again.skipped == len(cells) - len(noisy)
     assert runner.run().computed == 0  # restamped: nothing left to do
+    from leakshield.provenance import source_hash
+
+    first_key, second_key = sorted(cells)[:2]
+    with sqlite3.connect(runner.out / "results.sqlite") as db:  # stored before stamps existed
+        for key, source in ((first_key, source_hash()), (second_key, "0" * 16)):
+            (env,) = db.execute("SELECT environment FROM cells WHERE key = ?", (key,)).fetchone()
+            stored = {k: v for k, v in json.loads(env).items() if k != "components"} | {"source": source}
+            db.execute("UPDATE cells SET environment = ? WHERE key = ?", (json.dumps(stored), key))
+    assert runner.run().restamped == 1  # only the cell another source tree computed
 
 
 def test_a_components_stamp_follows_its_settings_and_its_code() -> None:
@@ -316,3 +353,46 @@ def test_unknown_names_under_a_presets_params_or_training_are_refused(
     with pytest.raises(ConfigError, match=re.escape(f"unknown name {name!r}")) as raised:
         leaderboard_data(document, "p")
     assert hint in str(raised.value) and "gaussian-noise" in str(raised.value)  # the allowed names
+
+
+def test_an_attack_run_under_one_threat_stales_only_that_threats_rows(tmp_path: Path) -> None:
+    """imprint runs only as a malicious server: editing it marks rows of the malicious-server tables and
+    none of the honest-but-curious or malicious-client tables (rows are judged per table)."""
+    package = scratch_package(tmp_path)
+    imprint = package / "attacks" / "imprint.py"
+    imprint.write_text(imprint.read_text() + "\n\nUNUSED = 1\n")
+    repo = scratch_repo(tmp_path / "repo")
+    rerender(repo / "README.md", repo / "docs" / "leaderboard" / "standard.json", CodeGraph(package))
+    block = readme_block((repo / "README.md").read_text())
+    sections = {part.split("\n", 1)[0]: part for part in block.split("\n### ")[1:]}
+    marked = {title: marked_rows(text) for title, text in sections.items()}
+    assert all(rows for title, rows in marked.items() if title.startswith("Malicious server"))
+    assert not any(rows for title, rows in marked.items() if not title.startswith("Malicious server"))
+
+
+def test_cells_stored_before_stamps_are_fresh_only_from_the_same_source_tree(tmp_path: Path) -> None:
+    data = json.loads(EXPORT.read_text())
+    for cell in data["cells"][:5]:
+        del cell["environment"]["components"]
+    stripped = json.dumps(data)
+    assert len(judge_export(stripped).stale) == 5  # the published cells' tree is not this one
+    graph = CodeGraph(PACKAGE)
+    for cell in data["cells"][:5]:
+        cell["environment"]["source"] = tree_hash(graph.root)
+    assert not judge_export(json.dumps(data), graph).stale
+
+
+def test_a_fitted_artifact_is_keyed_by_the_code_that_fits_it(tmp_path: Path) -> None:
+    from leakshield.artifacts import Artifact, FitKey
+    from leakshield.experiment.code_cache import CodeKeyedCache, fit_code
+
+    key = FitKey("defense:loda", {"steps": 1}, "public", "data", 0)
+    cache = CodeKeyedCache(tmp_path / "cache")
+    cache.save(key, Artifact({"w": torch.ones(2)}, {}))
+    assert cache.load(key) is not None and ArtifactCache(tmp_path / "cache").load(key) is None
+    package = scratch_package(tmp_path)
+    assert fit_code("defense:loda", CodeGraph(package)) == fit_code("defense:loda")
+    extractor = package / "defenses" / "loda" / "extractor.py"
+    extractor.write_text(extractor.read_text() + "\nUNUSED = 1\n")
+    assert fit_code("defense:loda", CodeGraph(package)) != fit_code("defense:loda")
+    assert fit_code("defense:dm", CodeGraph(package)) == fit_code("defense:dm")  # another defense's fit

@@ -227,7 +227,9 @@ def _run(config, out: Path, args: argparse.Namespace) -> int:
         kept, aside = summary.repaired
         print(f"repaired: kept {kept} readable cells; the damaged store is at {aside}")
     if summary.restamped:
-        print(f"recomputed {summary.restamped} stored cells whose code or settings changed since")
+        print(
+            f"recomputed {summary.restamped} stored cells whose code or settings changed since they were run"
+        )
     print(
         f"{summary.total} cells: {summary.computed} computed, {summary.skipped} already stored, "
         f"{summary.failed} failed → {summary.out}"
@@ -256,7 +258,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from leakshield.artifacts import ArtifactCache
+    from leakshield.experiment.code_cache import CodeKeyedCache as ArtifactCache
     from leakshield.experiment.pipeline import resolve_device
     from leakshield.experiment.prefit import fit_config, needs_fitting
 

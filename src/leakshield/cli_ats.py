@@ -97,9 +97,9 @@ def cmd_ats(args: argparse.Namespace, set_threads: Any) -> int:
 
 
 def _search(args: argparse.Namespace, set_threads: Any) -> int:
-    from leakshield.artifacts import ArtifactCache
     from leakshield.data import load_dataset
     from leakshield.defenses.ats import SearchParams, search_policies
+    from leakshield.experiment.code_cache import CodeKeyedCache as ArtifactCache
     from leakshield.experiment.pipeline import resolve_device
     from leakshield.models import MODELS, create_model
 

@@ -85,6 +85,8 @@ def cmd_leaderboard(args: argparse.Namespace, run: Callable[..., int]) -> int:
     from leakshield.leaderboard.presets import load_leaderboard, load_scenarios
     from leakshield.leaderboard.report import build_leaderboard
 
+    if args.check is not None and args.from_export is not None:
+        raise LeakshieldError("give --check README or --from-export EXPORT --readme README, not both")
     if args.check is not None:
         return _check(args.check, args)
     if args.readme is not None and not args.readme.is_file():  # say so now, not after the whole run

@@ -4,11 +4,16 @@ its components reach through this graph (:mod:`leakshield.experiment.stamps`), s
 only the results computed through the edited module.
 
 A module's content hash ignores what cannot change a number or only names a place: comments, blank
-lines, docstrings and the statements importing the package's own modules (what they bring in is
-hashed as modules of their own). Moving a module, or adding one, therefore changes no hash of the
-modules that existed. Import edges resolve names through package ``__init__`` files to the module
-that defines them, and a package ``__init__`` importing its own submodules to register them (the
-registries' pattern) adds no edge: an attack's closure does not reach every other attack."""
+lines, docstrings, ``__version__``, and the module paths of the statements importing the package's own
+modules — an import keeps the names it binds (``import ssim as psnr`` is hashed as that), what it
+brings in is hashed as a module of its own. Moving a module, or adding one, therefore changes no hash
+of the modules that existed. Import edges resolve names through package ``__init__`` files to the
+module that defines them; a module's parent packages are reached too (their ``__init__`` runs first),
+hashed without their imports and ``__all__`` (what they register or re-export is hashed where it is
+defined); and a package ``__init__`` importing its own submodules to register them (the registries'
+pattern) adds no edge: an attack's closure does not reach every other attack, and registering a new
+one changes nothing that existed. Not tracked: a name a package ``__init__`` re-exports under another
+name's alias, and module-level side effects of modules reached only through a parent's re-exports."""
 
 from __future__ import annotations
 
@@ -24,6 +29,8 @@ from pathlib import Path
 PACKAGE = "leakshield"
 #: modules that record results but compute none (their edits must not stale a published table)
 RECORD_KEEPING = ("leakshield.provenance", "leakshield.code_graph")
+#: the content hash of a module with nothing left to hash
+EMPTY = hashlib.sha256(b"\n").hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -49,12 +56,33 @@ def _imports_package(node: ast.AST) -> bool:
     return isinstance(node, ast.ImportFrom) and node.level == 0 and _is_internal(node.module)
 
 
-def _dropped_lines(tree: ast.Module, lines: list[str]) -> set[int]:
-    """1-based lines of docstrings and of imports of the package's own modules (whole lines only)."""
-    spans: list[ast.AST] = []
+def _binding_line(node: ast.Import | ast.ImportFrom, package: bool) -> str | None:
+    """What a package import binds, without the module path (``import name as bound, …``); None in a
+    package ``__init__``, whose imports register submodules or re-export names (an import through the
+    package is followed to the module that defines the name; see :meth:`CodeGraph.edges`)."""
+    if package:
+        return None
+    if isinstance(node, ast.ImportFrom):
+        return "import " + ", ".join(f"{a.name} as {a.asname or a.name}" for a in node.names)
+    return "import " + ", ".join(f"<module> as {a.asname or a.name}" for a in node.names)
+
+
+def _is_metadata(node: ast.AST, package: bool) -> bool:
+    """``__version__ = "…"`` (every cell records it in its environment) and a package's ``__all__``:
+    never hashed."""
+    names = [getattr(t, "id", None) for t in node.targets] if isinstance(node, ast.Assign) else []
+    return names == ["__version__"] or (package and names == ["__all__"])
+
+
+def _replaced_lines(tree: ast.Module, lines: list[str], package: bool) -> dict[int, str | None]:
+    """1-based line → its replacement (None: dropped): docstrings and metadata dropped, package imports
+    replaced by what they bind (whole lines only)."""
+    spans: list[tuple[ast.AST, str | None]] = []
     for node in ast.walk(tree):
         if _imports_package(node):
-            spans.append(node)
+            spans.append((node, _binding_line(node, package)))  # type: ignore[arg-type]
+        elif _is_metadata(node, package):
+            spans.append((node, None))
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             first = node.body[0] if node.body else None
             if (
@@ -62,31 +90,37 @@ def _dropped_lines(tree: ast.Module, lines: list[str]) -> set[int]:
                 and isinstance(first.value, ast.Constant)
                 and isinstance(first.value.value, str)
             ):
-                spans.append(first)
-    dropped: set[int] = set()
-    for node in spans:
+                spans.append((first, None))
+    replaced: dict[int, str | None] = {}
+    for node, text in spans:
         start, end = node.lineno, node.end_lineno or node.lineno  # type: ignore[attr-defined]
         head, tail = lines[start - 1], lines[end - 1]
-        alone = not head[: node.col_offset].strip() and not tail[node.end_col_offset :].split("#")[0].strip()  # type: ignore[attr-defined]
-        if alone:
-            dropped.update(range(start, end + 1))
-    return dropped
+        before, after = head[: node.col_offset], tail[node.end_col_offset :]  # type: ignore[attr-defined]
+        if before.strip() or after.split("#")[0].strip():
+            continue  # shares its line with other code: kept as written
+        replaced.update(dict.fromkeys(range(start, end + 1)))
+        if text is not None:
+            replaced[start] = before + text
+    return replaced
 
 
-def normalized_source(text: str) -> str:
-    """``text`` without comments, blank lines, trailing spaces, docstrings and package imports."""
+def normalized_source(text: str, package: bool = False) -> str:
+    """``text`` without comments, blank lines, trailing spaces, docstrings and ``__version__``, its
+    package imports reduced to the names they bind (``package``: a package's ``__init__``, whose package
+    imports and ``__all__`` are dropped: what they register or re-export is hashed where it is defined)."""
     tree = ast.parse(text)
     lines = text.splitlines()
     comments: dict[int, int] = {}
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
         if token.type == tokenize.COMMENT:
             comments[token.start[0]] = token.start[1]
-    dropped = _dropped_lines(tree, lines)
+    replaced = _replaced_lines(tree, lines, package)
     kept = []
     for number, line in enumerate(lines, start=1):
-        if number in dropped:
-            continue
-        line = line[: comments[number]] if number in comments else line
+        if number in replaced:
+            line = replaced[number] or ""
+        elif number in comments:
+            line = line[: comments[number]]
         if line.strip():
             kept.append(line.rstrip())
     return "\n".join(kept) + "\n"
@@ -121,14 +155,15 @@ class CodeGraph:
         self.root = root
         self.modules: dict[str, ModuleInfo] = {}
         self._trees: dict[str, ast.Module] = {}
+        found = {}
         for path in sorted(root.rglob("*.py")):
-            if "__pycache__" in path.parts:
-                continue
-            name, package = _module_name(root, path)
+            if "__pycache__" not in path.parts:
+                found[_module_name(root, path)] = path
+        for (name, package), path in found.items():
             text = path.read_text(encoding="utf-8")
             tree = ast.parse(text)
             self._trees[name] = tree
-            digest = hashlib.sha256(normalized_source(text).encode()).hexdigest()[:16]
+            digest = hashlib.sha256(normalized_source(text, package).encode()).hexdigest()[:16]
             imports = tuple((module, source) for _, module, source in _bindings(tree))
             self.modules[name] = ModuleInfo(name, path, digest, package, imports)
 
@@ -166,15 +201,24 @@ class CodeGraph:
         return {m for m in out if m in self.modules and m not in RECORD_KEEPING}
 
     def closure(self, roots: Iterable[str]) -> dict[str, str]:
-        """Every module reachable from ``roots`` (included), with its content hash."""
+        """Every module reachable from ``roots`` (included), with its content hash. Importing a module
+        runs its parent packages' ``__init__`` first, so their own content is included too; what a
+        parent merely re-exports is followed only when an import reaches the parent itself. Modules
+        with nothing left to hash (an ``__init__`` of imports and a docstring) are left out, so that
+        moving a module into a new package changes nothing."""
         seen: dict[str, str] = {}
+        expanded: set[str] = set()
         todo = [r for r in roots if r in self.modules]
         while todo:
             module = todo.pop()
-            if module in seen:
+            if module in expanded or module in RECORD_KEEPING:
                 continue
-            seen[module] = self.modules[module].digest
-            todo.extend(self.edges(module) - seen.keys())
+            expanded.add(module)
+            for name in [module, *(module.rsplit(".", k)[0] for k in range(1, module.count(".") + 1))]:
+                digest = self.modules[name].digest if name in self.modules else EMPTY
+                if digest != EMPTY and name not in RECORD_KEEPING:  # a module without code runs nothing
+                    seen[name] = digest
+            todo.extend(self.edges(module) - expanded)
         return dict(sorted(seen.items()))
 
 

@@ -28,6 +28,7 @@ from leakshield.data import ImageSet
 from leakshield.defenses.base import PublicDefense
 from leakshield.errors import ConfigError
 from leakshield.experiment.cells import Cell
+from leakshield.experiment.code_cache import CodeKeyedCache
 from leakshield.experiment.compute import cell_record
 from leakshield.experiment.config import ExperimentConfig
 from leakshield.experiment.evaluation import CellOutput, load_cell_lpips, score_reconstructions
@@ -95,7 +96,7 @@ class UpdateAuditor(RoundObserver):
         cache: ArtifactCache | None = None,
     ) -> None:
         self.config = config
-        self.cache = cache or ArtifactCache()
+        self.cache = cache or CodeKeyedCache()
         self.settings = settings or AuditSettings()
         self.federation = federation or Federation.build(
             config, seed=seed, device=device, fits_for=NO_CLIENT, cache=self.cache

@@ -42,7 +42,7 @@ def chains(cells: list[Cell]) -> list[list[Cell]]:
 def run_chain(config_json: str, out: str, keys: list[str], device: str, cache_dir: str | None) -> list[Any]:
     """Compute the cells ``keys`` of the config in this process (a worker); returns (record, artifacts)
     pairs, artifacts as JSON. Nothing is written to the run directory (``out`` names the run only)."""
-    from leakshield.artifacts import ArtifactCache
+    from leakshield.experiment.code_cache import CodeKeyedCache
     from leakshield.experiment.compute import compute_cell
     from leakshield.experiment.config import parse_config
     from leakshield.experiment.world import ExperimentContext, resolve_device
@@ -51,7 +51,7 @@ def run_chain(config_json: str, out: str, keys: list[str], device: str, cache_di
     if state is None or state[0] != (config_json, out, device, cache_dir):
         config = parse_config(json.loads(config_json), source="worker")
         world = ExperimentContext(
-            config, resolve_device(device), progress=False, cache=ArtifactCache(cache_dir)
+            config, resolve_device(device), progress=False, cache=CodeKeyedCache(cache_dir)
         )
         _WORKER["world"] = state = ((config_json, out, device, cache_dir), world)
     world = state[1]

@@ -15,6 +15,7 @@ from leakshield.artifacts import ArtifactCache
 from leakshield.attacks import create_attack
 from leakshield.data.types import DatasetSplits, ImageSet
 from leakshield.defenses import DefensePipeline
+from leakshield.experiment.code_cache import CodeKeyedCache
 from leakshield.experiment.config import Component
 from leakshield.experiment.evaluation import score_reconstructions
 from leakshield.experiment.federation import build_model
@@ -60,7 +61,7 @@ def probe_attack(
     and the attack's starts (victim k uses 1000·seed + k). Defenses and attacks that declare a fit are
     fitted as in a run (client fits on client 0's data, public fits on the public split; fit seed 0)
     through ``cache`` (default: the user's artifact cache)."""
-    info, cache = data.info, cache or ArtifactCache()
+    info, cache = data.info, cache or CodeKeyedCache()
     pipeline = DefensePipeline.from_config([{"name": n, "params": dict(p)} for n, p in defenses])
     spec = Component(name=model, **dict(model_params or {}))
     net = build_model(spec, pipeline, info, 0, "cpu").eval()

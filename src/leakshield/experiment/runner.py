@@ -9,8 +9,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from leakshield.artifacts import ArtifactCache
 from leakshield.experiment.cells import Cell, expand_grid
+from leakshield.experiment.code_cache import CodeKeyedCache
 from leakshield.experiment.compute import compute_cell, environment
 from leakshield.experiment.config import ExperimentConfig
 from leakshield.experiment.fitting import ArtifactUse
@@ -60,7 +60,7 @@ class ExperimentRunner:
         self.out = Path(out)
         self.device = resolve_device(device)
         self.progress = progress
-        self.cache = ArtifactCache(cache_dir)
+        self.cache = CodeKeyedCache(cache_dir)
 
     @property
     def environment(self) -> dict[str, object]:
@@ -116,9 +116,7 @@ class ExperimentRunner:
                 if restamped and self.progress:
                     tqdm.write(
                         f"{self.config.name}: recomputing {restamped} stored cell(s) whose code or "
-                        "settings changed since they were computed (fitted artifacts are cached by "
-                        "version, parameters and data, not code: after editing a fitted defense or "
-                        f"attack, give a fresh --cache-dir, not {self.cache.root})"
+                        "settings changed since they were computed"
                     )
                 done = store.finished_keys(include_failed=not retry_failed)
                 todo = [c for c in cells if c.key not in done]

@@ -72,7 +72,9 @@ class Stamper:
         self.config = config
         self.graph = graph or installed_graph()
         self._made: dict[tuple[str, str], ComponentCode] = {}
-        self._shared = config.model_dump(mode="json", exclude_unset=True, exclude=NOT_SETTINGS)
+        # defaults left out: a setting written out at its default value computes the same cell (and a run
+        # directory's stored config, written out in full, stamps as the config it came from)
+        self._shared = config.model_dump(mode="json", exclude_defaults=True, exclude=NOT_SETTINGS)
         (self._shared.get("attack") or {}).pop("rounds", None)  # an axis: another round is another cell
 
     def _component(self, kind: str, name: str, roots: list[str], settings: Any) -> ComponentCode:
@@ -135,12 +137,23 @@ def module_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
     return words
 
 
+def unstamped_fresh(environment: dict[str, Any], tree: str) -> bool:
+    """A cell stored before stamps existed is fresh only when the whole source tree that computed it
+    (:func:`leakshield.provenance.tree_hash`, in its environment) is ``tree``, the code judging it."""
+    return environment.get("source") == tree
+
+
 def stale_keys(store: ResultStore, stamps: dict[str, dict[str, str]]) -> set[str]:
-    """Stored cells of the grid whose stamps differ from the installed code's. Cells stored without
-    stamps (by a version before them) are kept: what computed them is unknown, not known to differ."""
+    """Stored cells of the grid that the installed code would compute differently: their stamps differ,
+    or they carry none and another source tree computed them."""
+    from leakshield.provenance import source_hash
+
     stale = set()
     for record in store.records():
+        if record.key not in stamps:
+            continue
         stored = record.environment.get("components")
-        if stored is not None and record.key in stamps and stored != stamps[record.key]:
+        unknown = stored is None and not unstamped_fresh(record.environment, source_hash())
+        if unknown or (stored is not None and stored != stamps[record.key]):
             stale.add(record.key)
     return stale

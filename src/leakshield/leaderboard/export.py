@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from leakshield.experiment.store import CellRecord
+from leakshield.leaderboard.ranking import threats
 from leakshield.leaderboard.staleness import Staleness, stale_labels
 from leakshield.leaderboard.tables import Table, markdown, realism_table, threat_tables
 
@@ -152,9 +153,14 @@ def results_tables(
     ``staleness``, the label of each row a stale cell feeds ends in :data:`STALE_MARK`."""
     ranked = [r for s in scenarios if s.ranked for r in s.records]
     tables = threat_tables(records, ranked)
-    if staleness is not None and staleness.stale:
-        fed = [(None, r) for r in records] + [(s.name, r) for s in scenarios if s.ranked for r in s.records]
-        tables = [_marked(t, stale_labels(fed, staleness.stale)) for t in tables]
+    if staleness is not None and staleness.stale:  # one table per threat, in threat_tables' order
+        fed = [(None, r) for r in records]
+        fed += [(s.name, r) for s in scenarios if s.ranked for r in s.records if r.kind == "attack"]
+        order = threats([r for _, r in fed])
+        tables = [
+            _marked(t, stale_labels(fed, staleness.stale, threat))
+            for t, threat in zip(tables, order, strict=True)
+        ]
     for s in scenarios:
         if not s.ranked:
             table = realism_table(f"Realism: {s.title}", s.records)

@@ -54,6 +54,11 @@ class Protocol:
     path: Path | None = None
     data_root: Path | None = None
 
+    def flags(self) -> str:
+        """The command-line options that give this protocol (`` --config FILE --data-root DIR``)."""
+        given = [("--config", self.path), ("--data-root", self.data_root)]
+        return "".join(f" {flag} {value}" for flag, value in given if value is not None)
+
     def configs(self, preset: str) -> tuple[ExperimentConfig, dict[str, ExperimentConfig]]:
         """The main grid and the scenarios of ``preset``, as the installed code reads them."""
         from leakshield.leaderboard.presets import load_leaderboard, load_scenarios
@@ -128,7 +133,10 @@ def check(readme: Path, graph: CodeGraph | None = None, protocol: Protocol | Non
         lines.append(f"stale: {marked} of {rows} rows ({len(staleness.stale)} of {staleness.cells} cells) "
                      "were computed by other code or settings than this code's:")  # fmt: skip
         lines += [f"  {reason}" for reason in staleness.changes]
-        lines.append(f"  recompute them: leakshield leaderboard --preset {facts['preset']} --readme {readme}")
+        where = "" if protocol is None else protocol.flags()
+        lines.append(
+            f"  recompute them: leakshield leaderboard --preset {facts['preset']}{where} --readme {readme}"
+        )
     else:
         lines.append(f"{'fresh' if faithful else 'the export is fresh'}: every one of its {staleness.cells} "
                      "cells was computed by this code's components and settings")  # fmt: skip

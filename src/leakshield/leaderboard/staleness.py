@@ -10,11 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from leakshield.code_graph import CodeGraph
+from leakshield.code_graph import CodeGraph, installed_graph
 from leakshield.experiment.cells import expand_grid
 from leakshield.experiment.config import ExperimentConfig
-from leakshield.experiment.stamps import Stamper, module_changes, stale_kinds
+from leakshield.experiment.stamps import Stamper, module_changes, stale_kinds, unstamped_fresh
 from leakshield.experiment.store import CellRecord
+from leakshield.leaderboard.threats import threat_of
+from leakshield.provenance import tree_hash
 
 #: a cell's place in an export: (scenario name or None for the main grid, cell key)
 Place = tuple[str | None, str]
@@ -65,6 +67,7 @@ def judge(
     ``graph``) computes it; a group without a config (no longer in the preset) is stale whole."""
     stale: dict[Place, list[str]] = {}
     total = 0
+    tree = tree_hash((graph or installed_graph()).root)  # what judges cells stored before stamps
     for scope, config, records in groups:
         total += len(records)
         if config is None:
@@ -81,10 +84,12 @@ def judge(
             components = stamper.components(cell)
             current = {kind: c.stamp for kind, c in components.items()}
             stored = r.environment.get("components")
+            if not stored:
+                if not unstamped_fresh(r.environment, tree):
+                    stale[(scope, r.key)] = ["computed by another source tree, before per-component stamps"]
+                continue
             kinds = stale_kinds(stored, current)
-            if kinds and not stored:
-                stale[(scope, r.key)] = ["cells computed before per-component provenance"]
-            elif kinds:
+            if kinds:
                 stale[(scope, r.key)] = [
                     _changed(k, (stored or {}).get(k), components[k], table) for k in kinds if k in components
                 ] or ["a component it ran through is gone"]
@@ -110,11 +115,15 @@ def provenance_table(
     return dict(sorted(out.items()))
 
 
-def stale_labels(records: Sequence[tuple[str | None, CellRecord]], stale: dict[Place, list[str]]) -> set[str]:
-    """The ``model · defense`` rows of a table over ``records`` that a stale cell feeds: its own cells,
-    the undefended utility its ADR and cost are relative to, and the baseline every row is judged by."""
-    hit = [r for scope, r in records if (scope, r.key) in stale]
-    labels = {f"{r.model} · {r.defense}" for _, r in records if r.model and r.defense}
+def stale_labels(
+    records: Sequence[tuple[str | None, CellRecord]], stale: dict[Place, list[str]], threat: str | None = None
+) -> set[str]:
+    """The ``model · defense`` rows of a table over ``records`` that a stale cell feeds: its attack cells
+    (``threat``: only those run under that threat model, a ranking's), its utility, the undefended
+    utility its ADR and cost are relative to, and the baseline every row is judged by."""
+    fed = [(s, r) for s, r in records if r.kind != "attack" or threat is None or threat_of(r) == threat]
+    hit = [r for scope, r in fed if (scope, r.key) in stale]
+    labels = {f"{r.model} · {r.defense}" for _, r in fed if r.model and r.defense}
     if any(r.kind == "baseline" for r in hit):
         return labels
     out = {f"{r.model} · {r.defense}" for r in hit if r.model and r.defense}
