@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from leakshield.defenses.base import ACCEPTED, DEFENSES, ClientContext, Defense, Verdict
+from leakshield.defenses.finite_check import non_finite
 from leakshield.defenses.guard_probe import probe_batch
 from leakshield.registry import Params
 
@@ -166,6 +167,8 @@ class DominanceGuard(Defense):
     guards = True
 
     def inspect(self, model: nn.Module, context: ClientContext) -> Verdict:
+        if (refused := non_finite(model, "dominance-guard")) is not None:
+            return refused
         p = self.params
         x, y = probe_batch(model, context, p.batch * p.batches)
         if len(x) < 2:

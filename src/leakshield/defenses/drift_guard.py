@@ -26,6 +26,7 @@ import pydantic
 from torch import nn
 
 from leakshield.defenses.base import ACCEPTED, DEFENSES, ClientContext, Defense, Verdict
+from leakshield.defenses.finite_check import non_finite
 from leakshield.registry import Params
 
 
@@ -70,6 +71,8 @@ class DriftGuard(Defense):
     needs_previous = True
 
     def inspect(self, model: nn.Module, context: ClientContext) -> Verdict:
+        if (refused := non_finite(model, "drift-guard")) is not None:
+            return refused  # and never becomes the reference: a client keeps the models it accepted
         if context.previous is None:
             return ACCEPTED  # nothing to compare with (the first round)
         p = self.params

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from leakshield.defenses.base import DEFENSES, ClientContext, Defense, Verdict
+from leakshield.defenses.finite_check import non_finite
 from leakshield.defenses.guard_probe import probe_batch
 from leakshield.registry import Params
 
@@ -59,6 +60,8 @@ class LossGuard(Defense):
     guards = True
 
     def inspect(self, model: nn.Module, context: ClientContext) -> Verdict:
+        if (refused := non_finite(model, "loss-guard")) is not None:
+            return refused
         x, y = probe_batch(model, context, self.params.samples)
         ratio = loss_ratio(model, x, y, context.info.num_classes)
         if not math.isfinite(ratio) or ratio > self.params.ratio:

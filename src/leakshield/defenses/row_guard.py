@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from leakshield.defenses.base import ACCEPTED, DEFENSES, ClientContext, Defense, Verdict
+from leakshield.defenses.finite_check import non_finite
 from leakshield.registry import Params
 
 #: rows compared per layer at most (a seeded sample above it keeps the check well under a training step)
@@ -60,6 +61,8 @@ class RowGuard(Defense):
     guards = True
 
     def inspect(self, model: nn.Module, context: ClientContext) -> Verdict:
+        if (refused := non_finite(model, "row-guard")) is not None:
+            return refused
         p = self.params
         worst, where = 0.0, ""
         for name, module in model.named_modules():
