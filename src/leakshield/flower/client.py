@@ -36,7 +36,11 @@ def partition_id(context: Context) -> int:
         raise ConfigError(
             "node_config: no 'partition-id'; start the SuperNode with --node-config partition-id=N"
         )
-    return int(context.node_config["partition-id"])
+    value = context.node_config["partition-id"]
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"node_config: partition-id {value!r} is not a whole number") from None
 
 
 def server_round(msg: Message) -> int:

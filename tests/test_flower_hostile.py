@@ -1,0 +1,156 @@
+"""The Flower bridge under hostile input (skipped without the ``flower`` extra): the auditing strategy
+drops a malformed reply, stores why and aggregates the rest; the guard mod checks dtypes, answers a
+message it cannot place with an error reply, and refuses a stack without a guard or with one twice;
+random shapes, dtypes and non-finite values never raise out of either."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+flwr = pytest.importorskip("flwr", reason="the Flower bridge needs the extra: pip install 'leakshield[flower]'")
+
+from flwr.app import ArrayRecord, Context, Message, RecordDict  # noqa: E402
+from flwr.serverapp.strategy import FedAvg  # noqa: E402
+
+from leakshield.errors import ConfigError  # noqa: E402
+from leakshield.experiment.audit import AuditSettings, UpdateAuditor  # noqa: E402
+from leakshield.experiment.config import load_config  # noqa: E402
+from leakshield.experiment.store import ResultStore  # noqa: E402
+from leakshield.flower import AuditingStrategy, GuardMod, LeakshieldTrainer  # noqa: E402
+from leakshield.flower.apps import ConfiguredTrainStep  # noqa: E402
+
+from test_flower import CONFIG, _context, _train_message, task_identity  # noqa: E402, F401
+
+GUARDED = {**CONFIG, "defenses": [{"name": "row-guard"}], "models": [{"name": "mlp", "width": 32}]}
+
+
+def write(tmp_path: Path, config: dict) -> Path:
+    path = tmp_path / f"{len(list(tmp_path.iterdir()))}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def honest_replies(path: Path) -> tuple[dict[str, torch.Tensor], list[Message]]:
+    """The model sent and both clients' honest replies to it."""
+    step = ConfiguredTrainStep(path)
+    state = step.trainer(_context(0)).federation(0, 0).fresh_model().state_dict()
+    replies = [step(_train_message(ArrayRecord(state)), _context(c)) for c in (0, 1)]
+    return state, replies
+
+
+def replaced(reply: Message, key: str, value: torch.Tensor) -> Message:
+    """``reply`` with the array ``key`` replaced (the facts and metrics kept)."""
+    arrays = next(iter(reply.content.array_records.values())).to_torch_state_dict()
+    arrays[key] = value
+    content = RecordDict({**reply.content.config_records, **reply.content.metric_records, "arrays": ArrayRecord(arrays)})
+    out = Message(content, reply_to=_train_message(ArrayRecord(arrays)))
+    return out
+
+
+def strategy_for(path: Path, tmp_path: Path, state: dict[str, torch.Tensor]) -> AuditingStrategy:
+    auditor = UpdateAuditor(load_config(path), tmp_path / "audit", settings=AuditSettings(clients=2))
+    strategy = AuditingStrategy(FedAvg(), auditor)
+    strategy._sent[(1, 1)] = {k: v.clone() for k, v in state.items()}
+    return strategy
+
+
+def test_a_wrong_shaped_array_is_dropped_recorded_and_the_rest_aggregated(
+    tmp_path: Path, task_identity
+) -> None:
+    """The hostile tester's reply: one array under the right key with the wrong shape. It raised
+    RuntimeError out of aggregate_train; now it is dropped (stored as the reason), the other reply is
+    aggregated and audited."""
+    path = write(tmp_path, CONFIG)
+    state, (good, bad) = honest_replies(path)
+    key = next(k for k, v in state.items() if v.dim() == 2)
+    broken = replaced(bad, key, torch.zeros(2, 2))
+    strategy = strategy_for(path, tmp_path, state)
+    arrays, _ = strategy.aggregate_train(1, [good, broken])
+    assert arrays is not None
+    aggregated = arrays.to_torch_state_dict()
+    mine = next(iter(good.content.array_records.values())).to_torch_state_dict()
+    assert torch.equal(aggregated[key], mine[key])  # the good reply alone
+    ((round_, _, reason),) = strategy.dropped
+    assert round_ == 1 and key in reason and "(2, 2)" in reason
+    (record,) = ResultStore(tmp_path / "audit" / "results.sqlite").records()
+    assert record.status == "ok" and [v["client"] for v in record.victims] == [0]
+
+
+def test_a_round_of_only_malformed_replies_is_a_failed_audit_with_the_reasons(
+    tmp_path: Path, task_identity
+) -> None:
+    path = write(tmp_path, CONFIG)
+    state, (good, _) = honest_replies(path)
+    key = next(iter(state))
+    nan = replaced(good, key, torch.full_like(state[key], math.nan))
+    strategy = strategy_for(path, tmp_path, state)
+    arrays, _ = strategy.aggregate_train(1, [nan])
+    assert arrays is None  # nothing sound to aggregate, and no exception
+    (record,) = ResultStore(tmp_path / "audit" / "results.sqlite").records()
+    assert record.status == "failed" and "non-finite" in record.error and key in record.error
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64, torch.int64])
+def test_the_guard_mod_refuses_other_dtypes_than_the_agreed_ones(tmp_path: Path, task_identity, dtype) -> None:
+    trainer = LeakshieldTrainer(write(tmp_path, GUARDED))
+    state = trainer.federation(0, 0).fresh_model().state_dict()
+    key = next(k for k, v in state.items() if v.dim() == 2)
+    state[key] = state[key].to(dtype)
+    reply = GuardMod(trainer)(_train_message(ArrayRecord(state)), _context(0), lambda m, c: pytest.fail())
+    assert reply.has_error() and "dtypes" in reply.error.reason and str(dtype) in reply.error.reason
+
+
+@pytest.mark.parametrize("partition", [7, -1, "x"])
+def test_an_unknown_partition_gets_an_error_reply(tmp_path: Path, task_identity, partition) -> None:
+    trainer = LeakshieldTrainer(write(tmp_path, GUARDED))
+    state = trainer.federation(0, 0).fresh_model().state_dict()
+    context = Context(run_id=1, node_id=1, node_config={"partition-id": partition}, state=RecordDict(),
+                      run_config={})  # fmt: skip
+    reply = GuardMod(trainer)(_train_message(ArrayRecord(state)), context, lambda m, c: pytest.fail())
+    assert reply.has_error() and "partition-id" in reply.error.reason
+
+
+@pytest.mark.parametrize(
+    ("defenses", "message"),
+    [([{"name": "gaussian-noise", "sigma": 0.01}], "has no client guard"),
+     ([{"label": "twice", "stack": ["row-guard", {"name": "row-guard", "similarity": 0.9}]}], "more than once")],
+)  # fmt: skip
+def test_a_guard_mod_needs_a_guard_and_each_once(tmp_path: Path, defenses, message) -> None:
+    trainer = LeakshieldTrainer(write(tmp_path, {**GUARDED, "defenses": defenses}))
+    with pytest.raises(ConfigError, match=message):
+        GuardMod(trainer)
+
+
+ARRAYS = st.tuples(
+    st.sampled_from([torch.float32, torch.float16, torch.float64, torch.int64]),
+    st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    st.sampled_from([0.0, 1.0, math.nan, math.inf]),
+)
+
+
+@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(changes=st.lists(st.tuples(st.integers(0, 20), ARRAYS), min_size=1, max_size=3))
+def test_random_arrays_never_raise_out_of_the_guard_mod_or_the_strategy(tmp_path_factory, task_identity, changes):
+    tmp_path = tmp_path_factory.mktemp("hostile")
+    path = write(tmp_path, GUARDED)
+    state, (good, _) = honest_replies(path)
+    keys = sorted(state)
+    hostile = dict(state)
+    for index, (dtype, shape, fill) in changes:
+        hostile[keys[index % len(keys)]] = torch.full(shape, fill).to(dtype)
+    trainer = LeakshieldTrainer(path)
+    reply = GuardMod(trainer)(_train_message(ArrayRecord(hostile)), _context(0), lambda m, c: m)
+    assert reply.has_error() or all(torch.equal(hostile[k], state[k]) for k in keys)
+    strategy = strategy_for(path, tmp_path, state)
+    broken = good
+    for index, (dtype, shape, fill) in changes:
+        broken = replaced(broken, keys[index % len(keys)], torch.full(shape, fill).to(dtype))
+    strategy.aggregate_train(1, [good, broken])
+    assert len(strategy.dropped) <= 1
