@@ -14,10 +14,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-flwr = pytest.importorskip("flwr", reason="the Flower bridge needs the extra: pip install 'leakshield[flower]'")
+flwr = pytest.importorskip(
+    "flwr", reason="the Flower bridge needs the extra: pip install 'leakshield[flower]'"
+)
 
 from flwr.app import ArrayRecord, Context, Message, RecordDict  # noqa: E402
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
+from test_flower import CONFIG, _context, _train_message, task_identity  # noqa: E402, F401
 
 from leakshield.errors import ConfigError  # noqa: E402
 from leakshield.experiment.audit import AuditSettings, UpdateAuditor  # noqa: E402
@@ -26,8 +29,7 @@ from leakshield.experiment.store import ResultStore  # noqa: E402
 from leakshield.flower import AuditingStrategy, GuardMod, LeakshieldTrainer  # noqa: E402
 from leakshield.flower.apps import ConfiguredTrainStep  # noqa: E402
 
-from test_flower import CONFIG, _context, _train_message, task_identity  # noqa: E402, F401
-
+pytestmark = pytest.mark.usefixtures("task_identity")  # messages carry the running task's identity
 GUARDED = {**CONFIG, "defenses": [{"name": "row-guard"}], "models": [{"name": "mlp", "width": 32}]}
 
 
@@ -49,9 +51,8 @@ def replaced(reply: Message, key: str, value: torch.Tensor) -> Message:
     """``reply`` with the array ``key`` replaced (the facts and metrics kept)."""
     arrays = next(iter(reply.content.array_records.values())).to_torch_state_dict()
     arrays[key] = value
-    content = RecordDict({**reply.content.config_records, **reply.content.metric_records, "arrays": ArrayRecord(arrays)})
-    out = Message(content, reply_to=_train_message(ArrayRecord(arrays)))
-    return out
+    records = {**reply.content.config_records, **reply.content.metric_records, "arrays": ArrayRecord(arrays)}
+    return Message(RecordDict(records), reply_to=_train_message(ArrayRecord(arrays)))
 
 
 def strategy_for(path: Path, tmp_path: Path, state: dict[str, torch.Tensor]) -> AuditingStrategy:
@@ -61,9 +62,7 @@ def strategy_for(path: Path, tmp_path: Path, state: dict[str, torch.Tensor]) -> 
     return strategy
 
 
-def test_a_wrong_shaped_array_is_dropped_recorded_and_the_rest_aggregated(
-    tmp_path: Path, task_identity
-) -> None:
+def test_a_wrong_shaped_array_is_dropped_recorded_and_the_rest_aggregated(tmp_path: Path) -> None:
     """The hostile tester's reply: one array under the right key with the wrong shape. It raised
     RuntimeError out of aggregate_train; now it is dropped (stored as the reason), the other reply is
     aggregated and audited."""
@@ -83,9 +82,7 @@ def test_a_wrong_shaped_array_is_dropped_recorded_and_the_rest_aggregated(
     assert record.status == "ok" and [v["client"] for v in record.victims] == [0]
 
 
-def test_a_round_of_only_malformed_replies_is_a_failed_audit_with_the_reasons(
-    tmp_path: Path, task_identity
-) -> None:
+def test_a_round_of_only_malformed_replies_is_a_failed_audit_with_the_reasons(tmp_path: Path) -> None:
     path = write(tmp_path, CONFIG)
     state, (good, _) = honest_replies(path)
     key = next(iter(state))
@@ -98,7 +95,7 @@ def test_a_round_of_only_malformed_replies_is_a_failed_audit_with_the_reasons(
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float64, torch.int64])
-def test_the_guard_mod_refuses_other_dtypes_than_the_agreed_ones(tmp_path: Path, task_identity, dtype) -> None:
+def test_the_guard_mod_refuses_other_dtypes_than_the_agreed_ones(tmp_path: Path, dtype) -> None:
     trainer = LeakshieldTrainer(write(tmp_path, GUARDED))
     state = trainer.federation(0, 0).fresh_model().state_dict()
     key = next(k for k, v in state.items() if v.dim() == 2)
@@ -108,7 +105,7 @@ def test_the_guard_mod_refuses_other_dtypes_than_the_agreed_ones(tmp_path: Path,
 
 
 @pytest.mark.parametrize("partition", [7, -1, "x"])
-def test_an_unknown_partition_gets_an_error_reply(tmp_path: Path, task_identity, partition) -> None:
+def test_an_unknown_partition_gets_an_error_reply(tmp_path: Path, partition) -> None:
     trainer = LeakshieldTrainer(write(tmp_path, GUARDED))
     state = trainer.federation(0, 0).fresh_model().state_dict()
     context = Context(run_id=1, node_id=1, node_config={"partition-id": partition}, state=RecordDict(),
@@ -119,9 +116,14 @@ def test_an_unknown_partition_gets_an_error_reply(tmp_path: Path, task_identity,
 
 @pytest.mark.parametrize(
     ("defenses", "message"),
-    [([{"name": "gaussian-noise", "sigma": 0.01}], "has no client guard"),
-     ([{"label": "twice", "stack": ["row-guard", {"name": "row-guard", "similarity": 0.9}]}], "more than once")],
-)  # fmt: skip
+    [
+        ([{"name": "gaussian-noise", "sigma": 0.01}], "has no client guard"),
+        (
+            [{"label": "twice", "stack": ["row-guard", {"name": "row-guard", "similarity": 0.9}]}],
+            "more than once",
+        ),
+    ],
+)
 def test_a_guard_mod_needs_a_guard_and_each_once(tmp_path: Path, defenses, message) -> None:
     trainer = LeakshieldTrainer(write(tmp_path, {**GUARDED, "defenses": defenses}))
     with pytest.raises(ConfigError, match=message):
@@ -135,9 +137,14 @@ ARRAYS = st.tuples(
 )
 
 
-@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=20,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(changes=st.lists(st.tuples(st.integers(0, 20), ARRAYS), min_size=1, max_size=3))
-def test_random_arrays_never_raise_out_of_the_guard_mod_or_the_strategy(tmp_path_factory, task_identity, changes):
+def test_random_arrays_never_raise_out_of_the_guard_mod_or_the_strategy(tmp_path_factory, changes):
     tmp_path = tmp_path_factory.mktemp("hostile")
     path = write(tmp_path, GUARDED)
     state, (good, _) = honest_replies(path)

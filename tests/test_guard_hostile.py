@@ -18,6 +18,7 @@ from leakshield.fl import HonestClient, LocalTraining
 from leakshield.models import create_model
 
 GUARDS = ("row-guard", "drift-guard", "dominance-guard", "loss-guard")
+VALUES = [math.nan, math.inf, -math.inf, 1e38]
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +80,7 @@ def test_a_nan_round_never_becomes_drift_guards_reference(digits):
 @settings(max_examples=25, deadline=None, derandomize=True)
 @given(
     guard=st.sampled_from(GUARDS),
-    entries=st.lists(st.tuples(st.integers(0, 10_000), st.sampled_from([math.nan, math.inf, -math.inf, 1e38])),
-                     min_size=0, max_size=5),  # fmt: skip
+    entries=st.lists(st.tuples(st.integers(0, 10_000), st.sampled_from(VALUES)), min_size=0, max_size=5),
 )
 def test_guards_never_raise_on_random_non_finite_entries(digits, guard, entries):
     model = mlp(digits)
