@@ -5,13 +5,14 @@ random shapes, dtypes and non-finite values never raise out of either."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 flwr = pytest.importorskip(
@@ -94,6 +95,59 @@ def test_a_round_of_only_malformed_replies_is_a_failed_audit_with_the_reasons(tm
     assert record.status == "failed" and "non-finite" in record.error and key in record.error
 
 
+def rebuilt(reply: Message, sent: dict, drop: str = "", **records) -> Message:
+    """A reply to ``sent`` with ``reply``'s records, ``drop`` left out and ``records`` put in."""
+    content = {**reply.content.config_records, **reply.content.metric_records, **reply.content.array_records}
+    content = {k: v for k, v in content.items() if k != drop} | records
+    return Message(RecordDict(content), reply_to=_train_message(ArrayRecord(sent)))
+
+
+def with_metrics(reply: Message, metrics: dict) -> Message:
+    """``reply`` with its MetricRecord's content replaced (its arrays and facts kept)."""
+    from flwr.app import MetricRecord
+
+    arrays = next(iter(reply.content.array_records.values()))
+    records = {**reply.content.config_records, "metrics": MetricRecord(metrics), "arrays": arrays}
+    return Message(RecordDict(records), reply_to=_train_message(arrays))
+
+
+@pytest.mark.parametrize(
+    "change", ["no count", "nan count", "zero count", "renamed arrays", "string arrays", "unknown client"]
+)
+def test_replies_a_strategy_cannot_aggregate_are_dropped_and_written_down(tmp_path: Path, change) -> None:
+    """Each would stop FedAvg (its consistency checks raise) or poison the aggregate (a NaN weight), or
+    (an unknown client id) lose the whole round's audit; now it is dropped or left unaudited, the rest
+    aggregated, and the reason written to the run directory."""
+    import numpy as np
+    from flwr.app import Array, ConfigRecord
+
+    path = write(tmp_path, CONFIG)
+    state, (good, other) = honest_replies(path)
+    count = next(iter(other.content.metric_records.values()))["num-examples"]
+    arrays = next(iter(other.content.array_records.values()))
+    facts = ConfigRecord({**other.content["leakshield"], "client-id": 7})
+    bad = {
+        "no count": lambda: with_metrics(other, {"something": 1}),
+        "nan count": lambda: with_metrics(other, {"num-examples": math.nan}),
+        "zero count": lambda: with_metrics(other, {"num-examples": 0}),
+        "renamed arrays": lambda: rebuilt(other, state, drop="arrays", model=arrays),
+        "string arrays": lambda: rebuilt(other, state, arrays=ArrayRecord({"w": Array(np.array(["a"]))})),
+        "unknown client": lambda: rebuilt(other, state, leakshield=facts),
+    }[change]()  # fmt: skip
+    strategy = strategy_for(path, tmp_path, state)
+    arrays, _ = strategy.aggregate_train(1, [good, bad])
+    assert arrays is not None and count > 0
+    ((_, _, reason),) = strategy.dropped
+    written = [
+        json.loads(line) for line in (tmp_path / "audit" / "dropped_replies.jsonl").read_text().splitlines()
+    ]
+    assert [w["reason"] for w in written] == [reason] and written[0]["round"] == 0
+    (record,) = ResultStore(tmp_path / "audit" / "results.sqlite").records()
+    assert record.status == "ok" and [v["client"] for v in record.victims] == [0]  # the sound reply audited
+    if change == "unknown client":
+        assert reason.startswith("not audited") and "client-id 7" in reason
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float64, torch.int64])
 def test_the_guard_mod_refuses_other_dtypes_than_the_agreed_ones(tmp_path: Path, dtype) -> None:
     trainer = LeakshieldTrainer(write(tmp_path, GUARDED))
@@ -102,6 +156,20 @@ def test_the_guard_mod_refuses_other_dtypes_than_the_agreed_ones(tmp_path: Path,
     state[key] = state[key].to(dtype)
     reply = GuardMod(trainer)(_train_message(ArrayRecord(state)), _context(0), lambda m, c: pytest.fail())
     assert reply.has_error() and "dtypes" in reply.error.reason and str(dtype) in reply.error.reason
+
+
+def test_a_malformed_server_round_or_partition_gets_an_error_reply_from_the_app(tmp_path: Path) -> None:
+    from flwr.app import ConfigRecord, MessageType
+
+    path = write(tmp_path, GUARDED)
+    step = ConfiguredTrainStep(path)
+    state = LeakshieldTrainer(path).federation(0, 0).fresh_model().state_dict()
+    content = RecordDict({"arrays": ArrayRecord(state), "config": ConfigRecord({"server-round": "one"})})
+    reply = step(Message(content, dst_node_id=1, message_type=MessageType.TRAIN), _context(0))
+    assert reply.has_error() and "server-round" in reply.error.reason
+    odd = Context(run_id=1, node_id=1, node_config={"partition-id": "x"}, state=RecordDict(), run_config={})
+    reply = step(_train_message(ArrayRecord(state)), odd)
+    assert reply.has_error() and "partition-id" in reply.error.reason
 
 
 @pytest.mark.parametrize("partition", [7, -1, "x"])
@@ -131,20 +199,21 @@ def test_a_guard_mod_needs_a_guard_and_each_once(tmp_path: Path, defenses, messa
 
 
 ARRAYS = st.tuples(
-    st.sampled_from([torch.float32, torch.float16, torch.float64, torch.int64]),
-    st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    st.sampled_from([torch.float32, torch.float16, torch.float64, torch.int64, torch.bool, torch.complex64]),
+    st.lists(st.integers(1, 4), min_size=0, max_size=3),  # a 0-dim array too
     st.sampled_from([0.0, 1.0, math.nan, math.inf]),
 )
 
 
-@settings(
-    max_examples=20,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(
+    changes=st.lists(st.tuples(st.integers(0, 20), ARRAYS), min_size=1, max_size=3),
+    missing=st.booleans(),
 )
-@given(changes=st.lists(st.tuples(st.integers(0, 20), ARRAYS), min_size=1, max_size=3))
-def test_random_arrays_never_raise_out_of_the_guard_mod_or_the_strategy(tmp_path_factory, changes):
+def test_random_arrays_never_raise_out_of_the_guard_mod_or_the_strategy(tmp_path_factory, changes, missing):
+    """Random dtypes, shapes (0-dim included) and values under the model's keys, and a key missing: the
+    guard mod answers with an error reply, the strategy drops the reply and aggregates the sound one
+    alone; nothing raises."""
     tmp_path = tmp_path_factory.mktemp("hostile")
     path = write(tmp_path, GUARDED)
     state, (good, _) = honest_replies(path)
@@ -152,12 +221,15 @@ def test_random_arrays_never_raise_out_of_the_guard_mod_or_the_strategy(tmp_path
     hostile = dict(state)
     for index, (dtype, shape, fill) in changes:
         hostile[keys[index % len(keys)]] = torch.full(shape, fill).to(dtype)
-    trainer = LeakshieldTrainer(path)
-    reply = GuardMod(trainer)(_train_message(ArrayRecord(hostile)), _context(0), lambda m, c: m)
-    assert reply.has_error() or all(torch.equal(hostile[k], state[k]) for k in keys)
+    if missing:
+        del hostile[keys[-1]]
+    reply = GuardMod(LeakshieldTrainer(path))(
+        _train_message(ArrayRecord(hostile)), _context(0), lambda m, c: m
+    )
+    assert reply.has_error()
+    broken = rebuilt(good, state, arrays=ArrayRecord(hostile))
     strategy = strategy_for(path, tmp_path, state)
-    broken = good
-    for index, (dtype, shape, fill) in changes:
-        broken = replaced(broken, keys[index % len(keys)], torch.full(shape, fill).to(dtype))
-    strategy.aggregate_train(1, [good, broken])
-    assert len(strategy.dropped) <= 1
+    arrays, _ = strategy.aggregate_train(1, [good, broken])
+    assert len(strategy.dropped) == 1
+    mine = next(iter(good.content.array_records.values())).to_torch_state_dict()
+    assert all(torch.equal(v, mine[k]) for k, v in arrays.to_torch_state_dict().items())

@@ -60,6 +60,23 @@ def test_every_guard_refuses_a_non_finite_model_and_names_the_tensor(digits, gua
     assert honest.inspect(model, 1, generator, previous=previous).accepted  # the honest model passes
 
 
+def test_an_overflowing_finite_model_is_refused_not_passed_by_nan_statistics(digits):
+    """Every entry finite, two layers scaled by 1e30: the logits overflow to NaN, whose statistics
+    compare false with every threshold. dominance-guard refuses it, drift-guard too (the change from
+    the previous model), and drift-guard refuses a non-finite reference it is handed."""
+    model = mlp(digits)
+    with torch.no_grad():
+        for p in [p for p in model.parameters() if p.dim() == 2][:2]:
+            p.mul_(1e30)
+    generator = torch.Generator().manual_seed(0)
+    verdict = client(digits, "dominance-guard").inspect(model, 1, generator)
+    assert not verdict.accepted and "finite" in verdict.reason
+    assert not client(digits, "drift-guard").inspect(model, 1, generator, previous=mlp(digits)).accepted
+    nan_reference = poisoned(mlp(digits), math.nan, True)
+    verdict = client(digits, "drift-guard").inspect(mlp(digits), 1, generator, previous=nan_reference)
+    assert not verdict.accepted and "non-finite" in verdict.reason
+
+
 def test_a_nan_round_never_becomes_drift_guards_reference(digits):
     """The hostile tester's sequence: an honest round, a NaN round, then the first weight layer replaced
     by randn × 10. The NaN model is refused and the tampered one is compared with the honest model the

@@ -31,6 +31,7 @@ more is refused."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import pydantic
@@ -176,6 +177,13 @@ class DominanceGuard(Defense):
         size = min(p.batch, len(x))  # full batches only: a small remainder would look dominated
         batches = list(zip(x.split(size)[: len(x) // size], y.split(size)[: len(x) // size], strict=True))
         mean_share, mean_low = batch_statistics(model, batches, p)
+        if not mean_low:  # every layer's energy zero or not finite: a NaN would pass both tests below
+            return Verdict(
+                False,
+                "dominance-guard: no layer passes a finite, non-zero gradient of this client's data (the "
+                "model overflows or is dead), so it cannot be judged",
+                math.inf,
+            )
         where, worst = max(mean_share.items(), key=lambda kv: kv[1], default=("", 0.0))
         blocked, low = min(mean_low.items(), key=lambda kv: kv[1], default=("", 1.0))
         score = max(worst / p.fraction, p.blocking / max(low, 1e-12))

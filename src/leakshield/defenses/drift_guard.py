@@ -80,6 +80,10 @@ class DriftGuard(Defense):
             stats = drift(model, context.previous, p.floor)
         except ValueError as exc:
             return Verdict(False, f"drift-guard: {exc}", math.inf)
+        overflowed = next((n for n, (c, _) in stats.items() if not math.isfinite(c)), None)
+        if overflowed is not None:  # a NaN change would compare false with the threshold
+            return Verdict(False, f"drift-guard: {overflowed!r} changed by a non-finite amount since the "
+                           "previous round", math.inf)  # fmt: skip
         moved, change = max(((n, c) for n, (c, _) in stats.items()), key=lambda kv: kv[1])
         zeroed, zeros = max(((n, z) for n, (_, z) in stats.items()), key=lambda kv: kv[1])
         score = max(change / p.change, zeros / p.sparsity)

@@ -29,12 +29,13 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from leakshield.defenses.base import DefensePipeline
+from leakshield.errors import LeakshieldError
 from leakshield.experiment.audit import AuditSettings, UpdateAuditor
 from leakshield.experiment.config import load_config
 from leakshield.experiment.federation import NO_CLIENT, Federation
 from leakshield.flower.client import LeakshieldTrainer, partition_id
 from leakshield.flower.guard import GuardMod
-from leakshield.flower.mods import release_mods
+from leakshield.flower.mods import error_reply, release_mods
 from leakshield.flower.strategy import AuditingStrategy
 from leakshield.metrics.utility import accuracy
 
@@ -84,7 +85,11 @@ class ConfiguredTrainStep(TrainerStep):
     def __call__(self, msg: Message, context: Context) -> Message:
         step = self.trainer(context)
         chain = step
-        if step.config.fl.is_defended(partition_id(context)):
+        try:
+            client = partition_id(context)
+        except LeakshieldError as exc:  # a node the app cannot place answers with an error, never a raise
+            return error_reply(msg, f"client {context.node_config.get('partition-id', '?')}: {exc}")
+        if step.config.fl.is_defended(client):
             if DefensePipeline.from_config(step.config.defenses[0].entries).guards:  # innermost
                 chain = functools.partial(self.guard(step), call_next=chain)
             for mod in reversed(release_mods(step.config.defenses[0].entries)):

@@ -50,7 +50,12 @@ def server_round(msg: Message) -> int:
         raise LeakshieldError(
             "the train message's 'config' record has no 'server-round' (Flower strategies set it)"
         )
-    return int(config["server-round"]) - 1  # type: ignore[arg-type]
+    value = config["server-round"]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LeakshieldError(
+            f"the train message's 'server-round' is {value!r}, not a round number (1, 2, …)"
+        )
+    return value - 1
 
 
 class LeakshieldTrainer:

@@ -27,6 +27,10 @@ from leakshield.flower.mods import error_reply
 from leakshield.flower.records import state_of
 
 
+def _short(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200]
+
+
 def stack_guards(trainer: LeakshieldTrainer) -> list[str]:
     """The guards of the trainer's defense stack (``defenses[0]``), in order; refuses a stack without
     one and a guard listed twice (one ConfigError line naming the stack and the guards there are)."""
@@ -60,13 +64,18 @@ class GuardMod:
     def __call__(self, msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
         if msg.metadata.message_type != MessageType.TRAIN:
             return call_next(msg, ctxt)
+        client_id, round_ = -1, -1
         try:
             client_id, round_ = partition_id(ctxt), server_round(msg)
             reason = self._judge(msg, ctxt, client_id, round_)
         except LeakshieldError as exc:  # a message the mod cannot place: an error reply, never a raise
             where = ctxt.node_config.get("partition-id", "?")
-            self.refusals.append((-1, -1, str(exc)))
+            self.refusals.append((round_, client_id, str(exc)))
             return error_reply(msg, f"client {where} refused the message: {exc}")
+        except Exception as exc:  # a model the guards cannot judge is not trained on
+            reason = (
+                f"the model could not be judged ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+            )
         if reason:
             self.refusals.append((round_, client_id, reason))
             return error_reply(msg, f"client {client_id} refused the model of round {round_}: {reason}")
@@ -83,7 +92,10 @@ class GuardMod:
         records = list(msg.content.array_records.values())
         if len(records) != 1:
             return f"expected one ArrayRecord in the message, got {len(records)}"
-        sent = state_of(records[0])
+        try:
+            sent = state_of(records[0])
+        except Exception as exc:  # whatever bytes a message holds, reading them must not raise
+            return f"its arrays cannot be read ({type(exc).__name__}: {_short(exc)})"
         model = fed.fresh_model()
         agreed = {k: tuple(v.shape) for k, v in model.state_dict().items()}
         received = {k: tuple(v.shape) for k, v in sent.items()}
