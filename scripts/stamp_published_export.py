@@ -20,11 +20,8 @@ import tempfile
 from pathlib import Path
 
 from leakshield.code_graph import CodeGraph
-from leakshield.experiment.cells import expand_grid
-from leakshield.experiment.stamps import Stamper
-from leakshield.leaderboard.export import records_from_json, scenarios_from_json
 from leakshield.leaderboard.presets import load_leaderboard, load_scenarios
-from leakshield.leaderboard.staleness import provenance_table
+from leakshield.leaderboard.staleness import stamp_export
 from leakshield.provenance import tree_hash
 
 
@@ -47,22 +44,12 @@ def stamp(export: Path, commit: str) -> None:
         shipped = root / "configs" / "leaderboard.yaml"
         main = load_leaderboard(facts["preset"], path=shipped)
         scenarios = {name: c for name, c, _ in load_scenarios(facts["preset"], path=shipped)}
-        groups = [(main, data["cells"])] + [(scenarios[s["name"]], s["cells"]) for s in data["scenarios"]]
-        for config, cells in groups:
-            stamper, by_key = Stamper(config, graph), {c.key: c for c in expand_grid(config)}
-            for cell in cells:
-                cell["environment"]["components"] = stamper.stamps(by_key[cell["key"]])
-        text = json.dumps(data, indent=0, sort_keys=True)
-        _, records = records_from_json(text)
-        found = scenarios_from_json(text)
-        table = provenance_table([(main, records)] + [(scenarios[s.name], s.records) for s in found], graph)
-    data["provenance"] = table
+        data = stamp_export(data, main, scenarios, graph)
     facts["stamped"] = {"commit": commit, "source": legacy}
-    export.write_text(json.dumps(data, indent=0, sort_keys=True))
-    print(
-        f"{export}: {sum(len(c) for _, c in groups)} cells stamped from {commit} (source tree {legacy}), "
-        f"{len(table)} components"
-    )
+    export.write_text(json.dumps({**data, "run": facts}, indent=0, sort_keys=True))
+    cells = len(data["cells"]) + sum(len(s["cells"]) for s in data["scenarios"])
+    components = len(data["provenance"])
+    print(f"{export}: {cells} cells stamped from {commit} (source tree {legacy}), {components} components")
 
 
 if __name__ == "__main__":

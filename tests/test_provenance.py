@@ -9,6 +9,7 @@ tests assert that too, so they show where the two rules part."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -30,7 +31,8 @@ from leakshield.experiment.runner import ExperimentRunner
 from leakshield.experiment.stamps import ComponentCode, Stamper, module_changes
 from leakshield.leaderboard.export import STALE_MARK, readme_block
 from leakshield.leaderboard.presets import leaderboard_data
-from leakshield.leaderboard.published import check, judge_export, rerender
+from leakshield.leaderboard.published import Protocol, check, judge_export, rerender
+from leakshield.leaderboard.staleness import stamp_export
 from leakshield.provenance import tree_hash
 
 from helpers import tiny_config
@@ -47,11 +49,23 @@ def scratch_package(tmp_path: Path) -> Path:
     return copy
 
 
+@functools.cache
+def fresh_export() -> str:
+    """The published export's cells stamped by the installed code: the scenarios below edit a scratch
+    copy of the package and judge against it, so that what they find is their edit's doing alone,
+    whatever the published Results already mark stale."""
+    data = json.loads(EXPORT.read_text())
+    main, scenarios = Protocol().configs(data["run"]["preset"])
+    return json.dumps(stamp_export(data, main, scenarios), indent=0, sort_keys=True)
+
+
 def scratch_repo(tmp_path: Path) -> Path:
-    """The README and the export it cites, in a scratch folder."""
+    """A README whose Results block is rendered from :func:`fresh_export`, and that export."""
     (tmp_path / "docs" / "leaderboard").mkdir(parents=True)
     shutil.copyfile(ROOT / "README.md", tmp_path / "README.md")
-    shutil.copyfile(EXPORT, tmp_path / "docs" / "leaderboard" / "standard.json")
+    export = tmp_path / "docs" / "leaderboard" / "standard.json"
+    export.write_text(fresh_export())
+    rerender(tmp_path / "README.md", export)
     return tmp_path
 
 
@@ -149,7 +163,7 @@ def test_registering_a_new_attack_stales_nothing(tmp_path: Path) -> None:
     init = package / "attacks" / "__init__.py"
     init.write_text(init.read_text().replace("    cocktail_party,\n", "    cocktail_party,\n    dummy,\n"))
     assert "dummy" in init.read_text()
-    staleness = judge_export(EXPORT.read_text(), CodeGraph(package))
+    staleness = judge_export(fresh_export(), CodeGraph(package))
     assert staleness.cells == 1086 and not staleness.stale
     assert tree_hash(package) != published_source()  # the old rule: every row stale
 
@@ -161,11 +175,11 @@ def test_editing_the_noise_defense_stales_exactly_its_rows_and_the_rerendered_bl
     noise = package / "defenses" / "noise.py"
     noise.write_text(noise.read_text() + "\n\ndef _unused_helper():\n    return 1\n")
     graph = CodeGraph(package)
-    staleness = judge_export(EXPORT.read_text(), graph)
+    staleness = judge_export(fresh_export(), graph)
     assert staleness.changes == [
         "leakshield.defenses.noise edited (defense gaussian-noise, defense laplacian-noise)"
     ]
-    data = json.loads(EXPORT.read_text())
+    data = json.loads(fresh_export())
     cells = [(None, c) for c in data["cells"]] + [
         (s["name"], c) for s in data["scenarios"] for c in s["cells"]
     ]
@@ -175,12 +189,17 @@ def test_editing_the_noise_defense_stales_exactly_its_rows_and_the_rerendered_bl
     readme = repo / "README.md"
     rerender(readme, repo / "docs" / "leaderboard" / "standard.json", graph)
     block = readme_block(readme.read_text())
-    assert marked_rows(block) == {"lenet-tanh · gaussian-noise", "lenet-tanh · laplacian-noise",
-                                  "resnet18-w16 · gaussian-noise"}  # fmt: skip
+    noise_rows = {
+        "lenet-tanh · gaussian-noise",
+        "lenet-tanh · laplacian-noise",
+        "resnet18-w16 · gaussian-noise",
+    }
+    assert marked_rows(block) == noise_rows
     assert "**Stale: 11 of 70 rows**" in block and "leakshield.defenses.noise edited" in block
     verdict = check(readme, graph)
     assert verdict.faithful and not verdict.fresh  # the block says what is stale: the suite stays green
     assert any("11 of 70 rows" in line for line in verdict.lines)
+
     clean = readme.read_text().replace(STALE_MARK, "")
     readme.write_text(clean)  # a block claiming a freshness it does not have
     assert not check(readme, graph).faithful
@@ -195,7 +214,7 @@ def test_moving_a_core_module_stales_nothing(tmp_path: Path) -> None:
             path.write_text(text.replace("leakshield.gradients", "leakshield.fl.gradients"))
     graph = CodeGraph(package)
     assert "leakshield.fl.gradients" in graph.closure(["leakshield.experiment.compute"])
-    assert not judge_export(EXPORT.read_text(), graph).stale
+    assert not judge_export(fresh_export(), graph).stale
     assert tree_hash(package) != published_source()  # the old rule: every row stale
 
 
@@ -371,7 +390,7 @@ def test_an_attack_run_under_one_threat_stales_only_that_threats_rows(tmp_path: 
 
 
 def test_cells_stored_before_stamps_are_fresh_only_from_the_same_source_tree(tmp_path: Path) -> None:
-    data = json.loads(EXPORT.read_text())
+    data = json.loads(fresh_export())
     for cell in data["cells"][:5]:
         del cell["environment"]["components"]
     stripped = json.dumps(data)
