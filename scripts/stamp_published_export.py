@@ -21,7 +21,7 @@ from pathlib import Path
 
 from leakshield.code_graph import CodeGraph
 from leakshield.leaderboard.presets import load_leaderboard, load_scenarios
-from leakshield.leaderboard.staleness import stamp_export
+from leakshield.leaderboard.published import stamp_export
 from leakshield.provenance import tree_hash
 
 

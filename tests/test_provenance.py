@@ -31,8 +31,7 @@ from leakshield.experiment.runner import ExperimentRunner
 from leakshield.experiment.stamps import ComponentCode, Stamper, module_changes
 from leakshield.leaderboard.export import STALE_MARK, readme_block
 from leakshield.leaderboard.presets import leaderboard_data
-from leakshield.leaderboard.published import Protocol, check, judge_export, rerender
-from leakshield.leaderboard.staleness import stamp_export
+from leakshield.leaderboard.published import Protocol, check, judge_export, rerender, stamp_export
 from leakshield.provenance import tree_hash
 
 from helpers import tiny_config

@@ -12,10 +12,13 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from leakshield.code_graph import CodeGraph
 from leakshield.errors import LeakshieldError
+from leakshield.experiment.cells import expand_grid
 from leakshield.experiment.config import ExperimentConfig
+from leakshield.experiment.stamps import Stamper
 from leakshield.leaderboard.export import (
     readme_block,
     readme_section,
@@ -25,7 +28,7 @@ from leakshield.leaderboard.export import (
     scenarios_from_json,
     stale_rows,
 )
-from leakshield.leaderboard.staleness import Staleness, judge
+from leakshield.leaderboard.staleness import Staleness, judge, provenance_table
 
 SOURCE = re.compile(r"Generated from `([^`]+)`")
 #: differing lines a verdict quotes before it counts the rest
@@ -192,3 +195,24 @@ def rerender(
     section, staleness = render(export, source, graph, protocol)
     replace_readme_section(readme, section)
     return staleness
+
+
+def stamp_export(
+    data: dict[str, Any],
+    main: ExperimentConfig,
+    scenarios: dict[str, ExperimentConfig],
+    graph: CodeGraph | None = None,
+) -> dict[str, Any]:
+    """An export (as parsed JSON) with every cell stamped as ``graph`` (default: the installed code)
+    computes it under ``main`` and the ``scenarios``' configs, and its provenance table: what stamping an
+    export computed by that code means (the one-off migration of the published export does it with the
+    graph of the commit that computed it)."""
+    groups = [(main, data["cells"])] + [(scenarios[s["name"]], s["cells"]) for s in data["scenarios"]]
+    for config, cells in groups:
+        stamper, by_key = Stamper(config, graph), {c.key: c for c in expand_grid(config)}
+        for cell in cells:
+            cell["environment"]["components"] = stamper.stamps(by_key[cell["key"]])
+    text = json.dumps(data)
+    _, records = records_from_json(text)
+    found = [(scenarios[s.name], s.records) for s in scenarios_from_json(text)]
+    return {**data, "provenance": provenance_table([(main, records), *found], graph)}

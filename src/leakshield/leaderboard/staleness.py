@@ -6,7 +6,6 @@ says what changed: ``defense gaussian-noise: leakshield.defenses.noise edited``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -114,29 +113,6 @@ def provenance_table(
                 if stored.get(kind) == component.stamp:
                     out[component.stamp] = component.as_json()
     return dict(sorted(out.items()))
-
-
-def stamp_export(
-    data: dict[str, Any],
-    main: ExperimentConfig,
-    scenarios: dict[str, ExperimentConfig],
-    graph: CodeGraph | None = None,
-) -> dict[str, Any]:
-    """An export (as parsed JSON) with every cell stamped as ``graph`` (default: the installed code)
-    computes it under ``main`` and the ``scenarios``' configs, and its provenance table: what stamping an
-    export computed by that code means (the one-off migration of the published export does it with the
-    graph of the commit that computed it)."""
-    from leakshield.leaderboard.export import records_from_json, scenarios_from_json
-
-    groups = [(main, data["cells"])] + [(scenarios[s["name"]], s["cells"]) for s in data["scenarios"]]
-    for config, cells in groups:
-        stamper, by_key = Stamper(config, graph), {c.key: c for c in expand_grid(config)}
-        for cell in cells:
-            cell["environment"]["components"] = stamper.stamps(by_key[cell["key"]])
-    text = json.dumps(data)
-    _, records = records_from_json(text)
-    found = [(scenarios[s.name], s.records) for s in scenarios_from_json(text)]
-    return {**data, "provenance": provenance_table([(main, records), *found], graph)}
 
 
 def stale_labels(
