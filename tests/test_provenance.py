@@ -414,3 +414,17 @@ def test_a_fitted_artifact_is_keyed_by_the_code_that_fits_it(tmp_path: Path) -> 
     extractor.write_text(extractor.read_text() + "\nUNUSED = 1\n")
     assert fit_code("defense:loda", CodeGraph(package)) != fit_code("defense:loda")
     assert fit_code("defense:dm", CodeGraph(package)) == fit_code("defense:dm")  # another defense's fit
+
+
+def test_a_configs_stamps_survive_its_run_directorys_full_dump() -> None:
+    """A run directory stores its config written out in full (every default set); re-read, it must
+    stamp its cells as the config it came from did, defense training included."""
+    trained = {
+        "name": "gaussian-noise",
+        "sigma": 0.01,
+        "training": {"algorithm": "fedavg", "optimizer": "adam", "local_lr": 0.001},
+    }
+    config = parse_config(tiny_config(defenses=["none", trained]))
+    reread = parse_config(config.model_dump(mode="json"))
+    cells = expand_grid(config)
+    assert [Stamper(config).stamps(c) for c in cells] == [Stamper(reread).stamps(c) for c in cells]

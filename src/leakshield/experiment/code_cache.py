@@ -16,7 +16,7 @@ from leakshield.artifacts import Artifact, ArtifactCache, FitKey
 from leakshield.attacks import ATTACKS
 from leakshield.code_graph import CodeGraph, installed_graph
 from leakshield.defenses import DEFENSES
-from leakshield.experiment.stamps import CORE_ROOTS
+from leakshield.experiment.stamps import CORE_ROOTS, home_modules
 from leakshield.models import MODELS
 
 
@@ -31,8 +31,7 @@ def fit_code(component: str, graph: CodeGraph | None = None) -> str:
     for registry in (DEFENSES, ATTACKS):
         for candidate in (name, kind):
             if candidate in registry:
-                entry = registry.get(candidate)
-                homes |= {entry.factory.__module__, entry.params.__module__}
+                homes |= set(home_modules(registry, candidate))
         if homes:
             break
     roots = homes or set(graph.modules)

@@ -4,11 +4,11 @@ A cell runs through the shared core (the pipeline from :func:`~leakshield.experi
 federation, training, victims, evaluation, metrics) and through its own components: the dataset, the
 model, the defense setting (every defense of a stack and its client training) and the attack. Each
 component's stamp hashes the content of the package modules it reaches through the import graph
-(:mod:`leakshield.code_graph`: comments, docstrings and import lines left out, module names and paths
-not hashed) together with the settings the config gives it, as written. A changed stamp is a cell
-computed by other code or settings than the current ones: *stale*. An edit to the noise defense
-therefore stales the cells that ran it and no other; moving a module or registering a new attack stales
-nothing."""
+(:mod:`leakshield.code_graph`: comments and docstrings left out, imports reduced to the names they
+bind, module names and paths not hashed) together with the settings the config gives it, as written. A
+changed stamp is a cell computed by other code or settings than the current ones: *stale*. An edit to
+the noise defense therefore stales the cells that ran it and no other; moving a module or registering a
+new attack stales nothing."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ class ComponentCode:
         return {"kind": self.kind, "name": self.name, "modules": self.modules, "settings": self.settings}
 
 
-def _home(registry: Registry, name: str) -> list[str]:
+def home_modules(registry: Registry, name: str) -> list[str]:
     """The modules a registered component starts from: its factory's and its parameter model's."""
     entry = registry.get(name)
     return sorted({entry.factory.__module__, entry.params.__module__})
@@ -89,16 +89,19 @@ class Stamper:
         found = {"core": self._component("core", "core", list(CORE_ROOTS), self._shared)}
         dataset = config.dataset
         found["dataset"] = self._component(
-            "dataset", dataset.name, _home(DATASETS, dataset.name), {"name": dataset.name, **dataset.params}
+            "dataset",
+            dataset.name,
+            home_modules(DATASETS, dataset.name),
+            {"name": dataset.name, **dataset.params},
         )
         if cell.model is not None:
             model = cell.model
             found["model"] = self._component(
-                "model", model.display, _home(MODELS, model.name), {"name": model.name, **model.params}
+                "model", model.display, home_modules(MODELS, model.name), {"name": model.name, **model.params}
             )
         if cell.defense is not None:
             defense = cell.defense
-            roots = sorted({m for e in defense.entries for m in _home(DEFENSES, e["name"])})
+            roots = sorted({m for e in defense.entries for m in home_modules(DEFENSES, e["name"])})
             training = (
                 None
                 if defense.training is None
@@ -111,7 +114,7 @@ class Stamper:
             attack = cell.attack
             method, _ = split_execution(attack.params)  # how it runs is not what it computes
             found["attack"] = self._component(
-                "attack", attack.display, _home(ATTACKS, attack.name), {"name": attack.name, **method}
+                "attack", attack.display, home_modules(ATTACKS, attack.name), {"name": attack.name, **method}
             )
         return found
 
