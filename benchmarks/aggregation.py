@@ -1,5 +1,6 @@
 """Cost and recovery of the attacks on secure aggregates, measured side by side in one run, and the two
-steps the Cocktail Party attack adds to the paper's optimizer (see ``leakshield/attacks/cocktail_party.py``).
+steps the Cocktail Party attack adds to the paper's optimizer (see
+``leakshield/attacks/aggregate/cocktail_party.py``).
 
 1. Per attack: the server's work (preparing the model sent to each client) and the reconstruction time
    on a FedSGD aggregate of ``--clients`` clients × ``--batch`` digits each (16×16 grey, a 1-hidden-layer
@@ -24,8 +25,8 @@ import numpy as np
 import torch
 
 from leakshield.attacks import Reconstruction, create_attack, label_accuracy
-from leakshield.attacks.cocktail_party import fix_sign_and_scale, separate
-from leakshield.attacks.labels import infer_labels
+from leakshield.attacks.aggregate.cocktail_party import fix_sign_and_scale, separate
+from leakshield.attacks.passive.labels import infer_labels
 from leakshield.data import ImageSet, load_dataset
 from leakshield.data.types import DatasetInfo
 from leakshield.defenses import DefensePipeline

@@ -17,7 +17,7 @@ import time
 import torch
 
 from leakshield.attacks import create_attack
-from leakshield.attacks.inversion.calibration import _free_memory, _peak, _reset_peak
+from leakshield.attacks.passive.inversion.calibration import _free_memory, _peak, _reset_peak
 from leakshield.data import load_dataset
 from leakshield.fl import server_view_of
 from leakshield.models import create_model

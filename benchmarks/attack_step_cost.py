@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from leakshield.attacks.inversion import cosine_distance
+from leakshield.attacks.passive.inversion import cosine_distance
 from leakshield.loss import cross_entropy
 from leakshield.models import create_model
 

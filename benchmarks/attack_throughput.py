@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from leakshield.attacks import create_attack
-from leakshield.attacks.labels import resolve_labels
+from leakshield.attacks.passive.labels import resolve_labels
 from leakshield.data import load_dataset
 from leakshield.fl import server_view_of
 from leakshield.metrics import psnr

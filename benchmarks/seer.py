@@ -33,7 +33,7 @@ import torch
 
 from leakshield.artifacts import FitData
 from leakshield.attacks import create_attack
-from leakshield.attacks.seer_training import property_scores
+from leakshield.attacks.active.seer_training import property_scores
 from leakshield.data import load_dataset
 from leakshield.defenses import DefensePipeline
 from leakshield.fl import HonestClient, LocalTraining, ServerKnowledge, ThreatModel

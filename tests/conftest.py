@@ -52,7 +52,7 @@ def _artifact_cache_in_tmp(tmp_path_factory, monkeypatch):
 def _no_timed_path_choice(monkeypatch):
     """Many-victim attacks take the vectorized path without a timed calibration: a choice made by the
     clock could differ from run to run (test_calibration tests the choice itself on fake timings)."""
-    from leakshield.attacks.inversion import calibration
+    from leakshield.attacks.passive.inversion import calibration
 
     monkeypatch.setattr(calibration, "SMALL_JOB", 10**12)
 

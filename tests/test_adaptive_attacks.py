@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from leakshield.attacks import ATTACKS, create_attack
-from leakshield.attacks.carlini import CarliniAttack
+from leakshield.attacks.adaptive.carlini import CarliniAttack
 from leakshield.data import ImageSet
 from leakshield.defenses import DEFENSES, DefensePipeline
 from leakshield.defenses.mixing import InstaHideParams, MixUpParams

@@ -10,9 +10,9 @@ import torch
 from sklearn.decomposition import FastICA
 
 from leakshield.attacks import Reconstruction, create_attack, label_accuracy
-from leakshield.attacks.cocktail_party import fix_sign_and_scale
-from leakshield.attacks.label_counts import restore_counts, round_counts
-from leakshield.attacks.trap_weights import trap_rows
+from leakshield.attacks.active.trap_weights import trap_rows
+from leakshield.attacks.aggregate.cocktail_party import fix_sign_and_scale
+from leakshield.attacks.aggregate.label_counts import restore_counts, round_counts
 from leakshield.data import ImageSet, load_dataset
 from leakshield.data.types import DatasetInfo
 from leakshield.defenses import DefensePipeline

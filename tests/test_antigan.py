@@ -8,7 +8,7 @@ from skimage.metrics import structural_similarity
 
 from leakshield.artifacts import ArtifactCache, FitData
 from leakshield.attacks import create_attack
-from leakshield.attacks.gan import HitajGAN, with_fake_class
+from leakshield.attacks.participant import HitajGAN, with_fake_class
 from leakshield.data import load_dataset
 from leakshield.defenses import create_defense
 from leakshield.defenses.antigan import revised_mixup, window_variance_loss

@@ -10,7 +10,7 @@ import torch
 
 from leakshield.artifacts import ArtifactCache, FitData
 from leakshield.attacks import create_attack
-from leakshield.attacks.ats_adaptive import PinnedInversion, candidates
+from leakshield.attacks.adaptive.ats import PinnedInversion, candidates
 from leakshield.data import load_dataset
 from leakshield.defenses import DefensePipeline, create_defense
 from leakshield.defenses.ats import Policy, PolicySet, SearchParams, privacy_score, search_policies

@@ -187,7 +187,7 @@ def test_an_attack_that_overrides_reconstruct_also_overrides_the_vectorized_path
     ``reconstruct``, so a subclass that changes ``reconstruct`` must change ``reconstruct_many`` too
     (LODA's inverse attack once returned plain IG in a grid)."""
     from leakshield.attacks import ATTACKS
-    from leakshield.attacks.inversion.engine import GradientInversion
+    from leakshield.attacks.passive.inversion.engine import GradientInversion
 
     for entry in ATTACKS:
         cls = entry.factory

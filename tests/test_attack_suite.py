@@ -6,10 +6,10 @@ import torch
 from torch import nn
 
 from leakshield.attacks import ATTACKS, ServerKnowledge, create_attack
-from leakshield.attacks.analytic import first_linear_fed_by_image
-from leakshield.attacks.inversion import l2_distance
-from leakshield.attacks.inversion.objectives import BatchNormStatistics, cosine_distance, l1_distance
-from leakshield.attacks.inversion.presets import PRESETS
+from leakshield.attacks.passive.analytic import first_linear_fed_by_image
+from leakshield.attacks.passive.inversion import l2_distance
+from leakshield.attacks.passive.inversion.objectives import BatchNormStatistics, cosine_distance, l1_distance
+from leakshield.attacks.passive.inversion.presets import PRESETS
 from leakshield.data import ImageSet
 from leakshield.errors import ConfigError
 from leakshield.fl import server_view_of

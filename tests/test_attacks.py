@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from leakshield.attacks import ATTACKS, Attack, create_attack, infer_labels, label_accuracy
-from leakshield.attacks.inversion import cosine_distance, ig_milestones, l2_distance, total_variation
-from leakshield.attacks.inversion.engine import GradientInversion
-from leakshield.attacks.labels import classifier_weight_name, resolve_labels
+from leakshield.attacks.passive.inversion import cosine_distance, ig_milestones, l2_distance, total_variation
+from leakshield.attacks.passive.inversion.engine import GradientInversion
+from leakshield.attacks.passive.labels import classifier_weight_name, resolve_labels
 from leakshield.data import DatasetInfo, ImageSet
 from leakshield.errors import ConfigError
 from leakshield.fl import LocalTraining, server_view_of

@@ -5,8 +5,13 @@ import json
 import pytest
 import torch
 
-from leakshield.attacks.inversion import calibration
-from leakshield.attacks.inversion.calibration import CALIBRATION_FILE, SMALL_JOB, Candidates, choose_path
+from leakshield.attacks.passive.inversion import calibration
+from leakshield.attacks.passive.inversion.calibration import (
+    CALIBRATION_FILE,
+    SMALL_JOB,
+    Candidates,
+    choose_path,
+)
 
 CPU = torch.device("cpu")
 
@@ -107,7 +112,7 @@ def test_a_real_calibration_runs_for_an_attack_subclass_with_its_own_constructor
     """The engine's timers on a real model (which path wins is the clock's business; that the
     calibration runs, is recorded and leaves the results sane is not)."""
     from leakshield.attacks import create_attack
-    from leakshield.attacks.inversion.engine import GradientInversion
+    from leakshield.attacks.passive.inversion.engine import GradientInversion
     from leakshield.fl import server_view_of
     from leakshield.models import create_model
 

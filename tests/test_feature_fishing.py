@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from test_aggregate_attacks import attack_aggregate, members, mlp
 
 from leakshield.attacks import create_attack
-from leakshield.attacks.feature_fishing import FeatureFishingSecrets, choose_cut, classifier_inputs
-from leakshield.attacks.fishing import classifier_layer
+from leakshield.attacks.active.feature_fishing import FeatureFishingSecrets, choose_cut, classifier_inputs
+from leakshield.attacks.active.fishing import classifier_layer
 from leakshield.data import load_dataset
 from leakshield.fl import ServerKnowledge
 from leakshield.metrics.image import psnr

@@ -8,8 +8,8 @@ import torch
 
 from leakshield.artifacts import ArtifactCache, FitData
 from leakshield.attacks import create_attack
-from leakshield.attacks.ggl.prior import GeneratorPriorParams, build_generator, fitted_generator
-from leakshield.attacks.ggl.search import kl_prior
+from leakshield.attacks.prior.generator import GeneratorPriorParams, build_generator, fitted_generator
+from leakshield.attacks.prior.search import kl_prior
 from leakshield.data import ImageSet, load_dataset
 from leakshield.defenses import DefensePipeline
 from leakshield.errors import ConfigError
@@ -68,7 +68,7 @@ def test_the_generator_is_cached_by_its_prior_settings_only(digits, tmp_path, mo
                                   generator_checkpoint_every=2)  # fmt: skip
     first = fitted_generator(params, digits.info, digits.public, 0, cache, CPU)
     assert list((tmp_path / "cache" / "samples").iterdir())  # sample grids of the checkpoints
-    import leakshield.attacks.ggl.prior as prior
+    import leakshield.attacks.prior.generator as prior
 
     def no_training(*args, **kwargs):
         raise AssertionError("the cached generator was trained again")

@@ -108,7 +108,7 @@ def test_the_attacks_fedavg_replay_follows_the_clients_optimizer(digits):
     replaying it with SGD instead does not."""
     import dataclasses
 
-    from leakshield.attacks.inversion.replay import dummy_update
+    from leakshield.attacks.passive.inversion.replay import dummy_update
     from leakshield.fl import ThreatModel, build_server_view
 
     info = digits.info

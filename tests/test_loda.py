@@ -137,7 +137,7 @@ def test_eq_6_descends_its_residual_toward_the_private_image(digits, extractor):
     private images x* 0.18–0.19, x′ 0.37–0.38. Maximizing instead: residual ×11, x* at 0.54–0.57. The
     finding behind the adaptive attack's modest numbers: the grey start itself is at 0.14, and 1,000
     steps reach the trivial root near x′ (0.35) — on this data Eq. 6 carries little about x."""
-    from leakshield.attacks.loda_adaptive import solve_stationarity
+    from leakshield.attacks.adaptive.loda import solve_stationarity
     from leakshield.defenses.loda.encoder import obscure
 
     g = feature_map(extractor, ExtractorParams())

@@ -74,7 +74,7 @@ def test_the_private_image_meets_the_kkt_conditions_that_eq6_forces_into_equalit
     # from grey (100 Adam steps of 0.01), Eq. 6 lands at MSE 0.37 to the private image (toward x′), the
     # bound-aware form at 0.13.
     from leakshield.artifacts import ArtifactCache
-    from leakshield.attacks.loda_adaptive import solve_stationarity
+    from leakshield.attacks.adaptive.loda import solve_stationarity
     from leakshield.defenses.loda.encoder import obscure, stationarity_residual
     from leakshield.defenses.loda.extractor import ExtractorParams, feature_map, fitted_extractor
 

@@ -1,7 +1,7 @@
 """The general mutation run over the pure-math modules and the fate of its survivors.
 
 ``mutmut`` 3.8 (configured in pyproject.toml, ``[tool.mutmut]``) mutated ``metrics/``,
-``leaderboard/ranking.py``, ``attacks/labels.py`` and ``defenses/ats/policy.py`` and ran, for each
+``leaderboard/ranking.py``, ``attacks/passive/labels.py`` and ``defenses/ats/policy.py`` and ran, for each
 mutant, the tests of its selection that cover the mutated function. Every survivor was either killed
 by a new test (named in the table) or judged equivalent here, with the reason. The test below keeps
 this list honest as the code moves: each entry names a line as it stands in the source, so an entry
@@ -185,21 +185,21 @@ SURVIVORS = [
              "strict dropped", "equivalent (redundant): the callers pass equal lengths (strict guards a bug)"),
     Survivor("defenses/ats/policy.py", "for op, sign in zip(self.ops, signs, strict=False):", "strict=None",
              "equivalent (redundant): None is falsy"),
-    # attacks/labels.py
-    Survivor("attacks/labels.py", "present = order[weight_grad.min(dim=1).values[order] < 0]", "< → <=",
+    # attacks/passive/labels.py
+    Survivor("attacks/passive/labels.py", "present = order[weight_grad.min(dim=1).values[order] < 0]", "< → <=",
              "killed: test_attacks.py::test_batch_label_rule_edges (a row of exact zeros)"),
-    Survivor("attacks/labels.py", "if len(present) == 0:", "== 0 → == 1",
+    Survivor("attacks/passive/labels.py", "if len(present) == 0:", "== 0 → == 1",
              "killed: test_batch_label_rule_edges (one present class, another with the lowest sum)"),
-    Survivor("attacks/labels.py", "present = order[:1]", "order[:2], None", "killed: test_batch_label_rule_edges"),
-    Survivor("attacks/labels.py", "weight = -weight  # Δθ ≈ −lr·Σ g: the sign flips, the ranking does not",
+    Survivor("attacks/passive/labels.py", "present = order[:1]", "order[:2], None", "killed: test_batch_label_rule_edges"),
+    Survivor("attacks/passive/labels.py", "weight = -weight  # Δθ ≈ −lr·Σ g: the sign flips, the ranking does not",
              "sign kept; and the mode branches of resolve_labels (66 mutants)",
              "killed: test_attacks.py::test_resolve_labels_in_every_mode (checked by hand for 6 of them)"),
-    Survivor("attacks/labels.py", "if batch_size == 1:", "== 1 → == 2",
+    Survivor("attacks/passive/labels.py", "if batch_size == 1:", "== 1 → == 2",
              "equivalent (redundant): for one image the batch rule also returns the lowest row sum"),
-    Survivor("attacks/labels.py",
+    Survivor("attacks/passive/labels.py",
              "candidates = [n for n, g in view.update.delta.items() if g.ndim == 2 and g.shape[0] == num_classes]",
              "== → !=", "killed: test_attacks.py::test_the_classifier_weight_is_the_last_classes_by_features_one"),
-    Survivor("attacks/labels.py", "pred_counts = torch.bincount(predicted.cpu(), minlength=int(truth.max()) + 1)",
+    Survivor("attacks/passive/labels.py", "pred_counts = torch.bincount(predicted.cpu(), minlength=int(truth.max()) + 1)",
              "minlength changed or dropped (and true_counts', and n = None)",
              "equivalent (redundant): counts beyond either bincount add min(x, 0) = 0, and true_counts is "
              "padded to pred_counts' length, so n is always that length"),

@@ -12,7 +12,7 @@ import yaml
 
 from leakshield.attacks import ATTACKS, create_attack
 from leakshield.attacks.base import Reconstruction
-from leakshield.attacks.inversion.loops import optimize_many, optimize_one
+from leakshield.attacks.passive.inversion.loops import optimize_many, optimize_one
 from leakshield.data import load_dataset
 from leakshield.defenses import DefensePipeline, create_defense
 from leakshield.experiment.evaluation import score_reconstructions

@@ -144,12 +144,14 @@ def test_the_graph_resolves_re_exports_and_skips_a_packages_registering_imports(
 
 def test_an_attacks_closure_reaches_its_engine_but_not_the_other_attacks() -> None:
     graph = installed_graph()
-    ig = graph.closure(["leakshield.attacks.inversion.presets"])
-    assert "leakshield.attacks.inversion.engine" in ig and "leakshield.registry" in ig
-    assert "leakshield.attacks.imprint" not in ig and "leakshield.defenses.noise" not in ig
+    ig = graph.closure(["leakshield.attacks.passive.inversion.presets"])
+    assert "leakshield.attacks.passive.inversion.engine" in ig and "leakshield.registry" in ig
+    assert "leakshield.attacks.active.imprint" not in ig and "leakshield.defenses.noise" not in ig
     core = graph.closure(["leakshield.experiment.compute"])
     assert "leakshield.experiment.pipeline" in core and "leakshield.metrics.image" in core
-    assert not any(m.startswith(("leakshield.attacks.inversion", "leakshield.defenses.noise")) for m in core)
+    assert not any(
+        m.startswith(("leakshield.attacks.passive.inversion", "leakshield.defenses.noise")) for m in core
+    )
     assert "leakshield.provenance" not in core  # it records, it does not compute
 
 
@@ -160,7 +162,7 @@ def test_registering_a_new_attack_stales_nothing(tmp_path: Path) -> None:
         '@ATTACKS.register("dummy", summary="nothing", threat=OBSERVER)\nclass Dummy:\n    pass\n'
     )
     init = package / "attacks" / "__init__.py"
-    init.write_text(init.read_text().replace("    cocktail_party,\n", "    cocktail_party,\n    dummy,\n"))
+    init.write_text(init.read_text().replace("    active,\n", "    active,\n    dummy,\n"))
     assert "dummy" in init.read_text()
     staleness = judge_export(fresh_export(), CodeGraph(package))
     assert staleness.cells == 1086 and not staleness.stale
@@ -377,7 +379,7 @@ def test_an_attack_run_under_one_threat_stales_only_that_threats_rows(tmp_path: 
     """imprint runs only as a malicious server: editing it marks rows of the malicious-server tables and
     none of the honest-but-curious or malicious-client tables (rows are judged per table)."""
     package = scratch_package(tmp_path)
-    imprint = package / "attacks" / "imprint.py"
+    imprint = package / "attacks" / "active" / "imprint.py"
     imprint.write_text(imprint.read_text() + "\n\nUNUSED = 1\n")
     repo = scratch_repo(tmp_path / "repo")
     rerender(repo / "README.md", repo / "docs" / "leaderboard" / "standard.json", CodeGraph(package))

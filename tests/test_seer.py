@@ -11,8 +11,8 @@ import torch
 
 from leakshield.artifacts import FitData
 from leakshield.attacks import create_attack
-from leakshield.attacks.seer import SeerSecrets
-from leakshield.attacks.seer_training import (
+from leakshield.attacks.active.seer import SeerSecrets
+from leakshield.attacks.active.seer_training import (
     Disaggregator,
     property_scores,
     property_threshold,

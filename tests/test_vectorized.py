@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from leakshield.attacks import create_attack
-from leakshield.attacks.inversion.engine import GradientInversion
-from leakshield.attacks.inversion.objectives import cosine_distance, total_variation
-from leakshield.attacks.inversion.vectorized import VectorizedObjective
+from leakshield.attacks.passive.inversion.engine import GradientInversion
+from leakshield.attacks.passive.inversion.objectives import cosine_distance, total_variation
+from leakshield.attacks.passive.inversion.vectorized import VectorizedObjective
 from leakshield.data import DatasetInfo, ImageSet
 from leakshield.fl import LocalTraining, server_view_of
 from leakshield.metrics import psnr
@@ -118,7 +118,7 @@ def test_compiled_step_matches_eager_or_falls_back(record_property):
 def test_batch_norm_is_folded_so_vmap_needs_no_fallback(digits3):
     """An eval-mode BatchNorm becomes its affine map (same function) and vmap batches it: no per-victim
     fallback loop, same gradients as the one-victim engine."""
-    from leakshield.attacks.inversion.vectorized import EvalBatchNorm, fold_batch_norm
+    from leakshield.attacks.passive.inversion.vectorized import EvalBatchNorm, fold_batch_norm
 
     model = create_model("convnet", {"width": 4}, in_shape=digits3.info.shape, num_classes=10).eval()
     with torch.no_grad():  # non-trivial running statistics
@@ -180,8 +180,8 @@ def test_batched_lbfgs_evaluates_the_points_torch_lbfgs_evaluates(lr, line_searc
     problem (measured: ≤ 2.3e-13; bound 1e-10): the line search (bracketing and zoom: lr 4 and 20
     overshoot), the stopping rules, the state kept across steps and the compact-form direction with a
     history shorter than the run (its ring buffer wraps) are torch's."""
-    from leakshield.attacks.inversion.batched_lbfgs import lbfgs_many
-    from leakshield.attacks.inversion.params import GradientInversionParams
+    from leakshield.attacks.passive.inversion.batched_lbfgs import lbfgs_many
+    from leakshield.attacks.passive.inversion.params import GradientInversionParams
 
     f, start = _smooth_problems(4, 6)
     p = GradientInversionParams(
@@ -229,8 +229,8 @@ def _torch_lbfgs_points(f, start, lr, line_search) -> list[torch.Tensor]:
 
 
 def test_a_victim_whose_loss_is_not_finite_stops_alone():
-    from leakshield.attacks.inversion.batched_lbfgs import lbfgs_many
-    from leakshield.attacks.inversion.params import GradientInversionParams
+    from leakshield.attacks.passive.inversion.batched_lbfgs import lbfgs_many
+    from leakshield.attacks.passive.inversion.params import GradientInversionParams
 
     f, start = _smooth_problems(3, 5)
     calls = {v: 0 for v in range(3)}
@@ -269,8 +269,8 @@ def test_joint_labels_with_batched_lbfgs(digits3):
 def test_compiled_lbfgs_pads_shrinking_batches_to_one_size(digits3, monkeypatch):
     """A compiled step has one batch size; as L-BFGS victims finish, the batch is padded to it and the
     padding does not change any victim's result (here the step stays eager, the padding is forced)."""
-    import leakshield.attacks.inversion.many as many_module
-    from leakshield.attacks.inversion.calibration import PathChoice
+    import leakshield.attacks.passive.inversion.many as many_module
+    from leakshield.attacks.passive.inversion.calibration import PathChoice
 
     model = create_model("lenet", in_shape=digits3.info.shape, num_classes=10).eval()
     views = views_for(model, digits3.train, digits3.info, 3)

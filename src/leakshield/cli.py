@@ -17,32 +17,17 @@ from pathlib import Path
 import yaml
 
 from leakshield import __version__, cli_ats, cli_leaderboard
+from leakshield.cli_common import (
+    EXIT_USAGE,
+    OneLineParser,
+    add_common_options,
+    available_cores,  # noqa: F401  (its path in 0.2)
+    positive_int,
+    run_grid,
+    set_threads,
+)
 from leakshield.cli_list import LISTABLE, cmd_list
 from leakshield.errors import LeakshieldError
-
-EXIT_USAGE = 2
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (``leakshield: error: ...``) and exit status 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"leakshield: error: {message} (see '{self.prog} --help')\n")
-        sys.exit(EXIT_USAGE)
-
-
-def available_cores() -> int:
-    """The cores this process may run on (its CPU affinity, else the machine's count)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1
-
-
-def _threads(value: str) -> int:
-    n = int(value)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,22 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"leakshield {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
-
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
-        p.add_argument(
-            "--threads",
-            type=_threads,
-            default=None,
-            help="CPU threads for torch (default: the cores available to this process)",
-        )
-        p.add_argument("--quiet", action="store_true", help="no progress bars")
-        p.add_argument(
-            "--cache-dir",
-            type=Path,
-            default=None,
-            help="folder of fitted artifacts (default: $LEAKSHIELD_CACHE_DIR, else ~/.cache/leakshield)",
-        )
 
     run = sub.add_parser(
         "run",
@@ -98,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-report", action="store_true", help="do not write the report afterwards")
     run.add_argument(
         "--workers",
-        type=_threads,
+        type=positive_int,
         default=1,
         metavar="N",
         help="run independent cells in N single-threaded worker processes (one per core; cells of one "
@@ -121,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the cells still to compute and an estimated time per kind of cell (measured on a "
         "short probe of each kind), then stop",
     )
-    common(run)
+    add_common_options(run)
 
     fit = sub.add_parser(
         "fit",
@@ -138,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="folder with the dataset's files (overrides dataset.root)",
     )
-    common(fit)
+    add_common_options(fit)
 
     report = sub.add_parser(
         "report",
@@ -175,69 +144,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a smoke test in well under a minute: 2 victims, shortened attacks, 3 FL rounds",
     )
     demo.add_argument("--print-config", action="store_true", help="print the demo's config and exit")
-    common(demo)
-    cli_ats.add_parser(sub, common)
-    cli_leaderboard.add_parser(sub, common)
+    add_common_options(demo)
+    cli_ats.add_parser(sub)
+    cli_leaderboard.add_parser(sub)
     return parser
 
 
 def demo_config_text() -> str:
     return resources.files("leakshield").joinpath("configs/demo.yaml").read_text()
-
-
-def _set_threads(threads: int | None) -> None:
-    import torch
-
-    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    torch.set_num_threads(threads or available or 1)
-
-
-def _run(config, out: Path, args: argparse.Namespace) -> int:
-    from leakshield.experiment import ExperimentRunner
-    from leakshield.report import build_report
-
-    _set_threads(args.threads)
-    workers, cores = getattr(args, "workers", 1), available_cores()
-    if workers < 1:
-        raise LeakshieldError(f"--workers {workers}: must be at least 1")
-    if workers > cores and getattr(args, "executor", "local") == "local":
-        raise LeakshieldError(
-            f"--workers {workers}: this process may use {cores} cores; at most one single-threaded worker "
-            "per core (more would slow every worker down: docs/speed-and-scale.md)"
-        )
-    runner = ExperimentRunner(
-        config, out, device=args.device, progress=not args.quiet, cache_dir=args.cache_dir
-    )
-    from leakshield.experiment.estimate import LONG_RUN_CELLS, cells_to_compute, print_estimate
-
-    if getattr(args, "dry_run", False):
-        print_estimate(runner, workers=args.workers)
-        return 0
-    long_run = not args.quiet and not getattr(args, "repair", False)
-    if long_run and len(cells_to_compute(runner)) >= LONG_RUN_CELLS:  # a long run: say how long
-        print_estimate(runner, workers=getattr(args, "workers", 1))
-    summary = runner.run(
-        retry_failed=getattr(args, "retry_failed", False),
-        repair=getattr(args, "repair", False),
-        workers=getattr(args, "workers", 1),
-        executor=getattr(args, "executor", "local"),
-        address=getattr(args, "address", None),
-    )
-    if summary.repaired is not None:
-        kept, aside = summary.repaired
-        print(f"repaired: kept {kept} readable cells; the damaged store is at {aside}")
-    if summary.restamped:
-        print(
-            f"recomputed {summary.restamped} stored cells whose code or settings changed since they were run"
-        )
-    print(
-        f"{summary.total} cells: {summary.computed} computed, {summary.skipped} already stored, "
-        f"{summary.failed} failed → {summary.out}"
-    )
-    if not getattr(args, "no_report", False):
-        files = build_report(out)
-        print(f"report: {files.html}  table: {files.markdown}  csv: {files.csv}")
-    return 1 if summary.failed else 0
 
 
 def _load(args: argparse.Namespace):
@@ -254,7 +168,7 @@ def _load(args: argparse.Namespace):
 def cmd_run(args: argparse.Namespace) -> int:
     config = _load(args)
     out = args.out or Path("runs") / config.name
-    return _run(config, out, args)
+    return run_grid(config, out, args)
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
@@ -263,7 +177,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from leakshield.experiment.prefit import fit_config, needs_fitting
 
     config = _load(args)
-    _set_threads(args.threads)
+    set_threads(args.threads)
     cache = ArtifactCache(args.cache_dir)
     if not needs_fitting(config):
         print(f"{config.name}: no defense or attack of this config needs fitting; nothing to do")
@@ -287,7 +201,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.quick:
         data = quick_demo(data)
     out = args.out or Path("runs") / data["name"]
-    return _run(parse_config(data, source="demo config"), out, args)
+    return run_grid(parse_config(data, source="demo config"), out, args)
 
 
 def quick_demo(data: dict) -> dict:
@@ -317,7 +231,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_ats(args: argparse.Namespace) -> int:
-    return cli_ats.cmd_ats(args, _set_threads)
+    return cli_ats.cmd_ats(args)
 
 
 COMMANDS = {
@@ -327,7 +241,7 @@ COMMANDS = {
     "list": cmd_list,
     "demo": cmd_demo,
     "ats": cmd_ats,
-    "leaderboard": lambda args: cli_leaderboard.cmd_leaderboard(args, _run),
+    "leaderboard": cli_leaderboard.cmd_leaderboard,
 }
 
 

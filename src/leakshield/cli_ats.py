@@ -11,6 +11,7 @@ from typing import Any
 
 import pydantic
 
+from leakshield.cli_common import add_common_options, set_threads
 from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.experiment.yaml_files import file_name, read_yaml
 from leakshield.registry import format_validation_error
@@ -50,7 +51,7 @@ class SearchConfig(pydantic.BaseModel):
         return value
 
 
-def add_parser(sub: Any, common: Any) -> None:
+def add_parser(sub: Any) -> None:
     ats = sub.add_parser(
         "ats",
         help="ATS: search transformation policies, or show the 50 transformations",
@@ -67,7 +68,7 @@ def add_parser(sub: Any, common: Any) -> None:
     search.add_argument("config", type=Path, help="search config (YAML); see 'leakshield ats --help'")
     search.add_argument("--out", type=Path, default=None, help="output folder (default: runs/<name>)")
     search.add_argument("--data-root", type=Path, default=None, help="folder with the dataset's files")
-    common(search)
+    add_common_options(search)
     actions.add_parser("library", help="list the 50 transformations (index, operation, magnitude)")
 
 
@@ -85,7 +86,7 @@ def load_search_config(path: Path) -> SearchConfig:
         raise ConfigError(f"{path}: {detail}") from None
 
 
-def cmd_ats(args: argparse.Namespace, set_threads: Any) -> int:
+def cmd_ats(args: argparse.Namespace) -> int:
     if args.ats_command == "library":
         from leakshield.defenses.ats import describe_library
 
@@ -93,10 +94,10 @@ def cmd_ats(args: argparse.Namespace, set_threads: Any) -> int:
         return 0
     if args.ats_command != "search":
         raise ConfigError("ats: choose an action: search, library")
-    return _search(args, set_threads)
+    return _search(args)
 
 
-def _search(args: argparse.Namespace, set_threads: Any) -> int:
+def _search(args: argparse.Namespace) -> int:
     from leakshield.data import load_dataset
     from leakshield.defenses.ats import SearchParams, search_policies
     from leakshield.experiment.code_cache import CodeKeyedCache as ArtifactCache

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import argparse
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from leakshield.cli_common import add_common_options, available_cores, run_grid
 
-def add_parser(sub: Any, common: Any) -> None:
+
+def add_parser(sub: Any) -> None:
     board = sub.add_parser(
         "leaderboard",
         help="every defense against every attack, one protocol: a ranked table and frontier",
@@ -77,10 +78,10 @@ def add_parser(sub: Any, common: Any) -> None:
         "docs/leaderboard/standard.json), stale rows marked, without running a cell",
     )
     board.add_argument("--retry-failed", action="store_true", help="recompute cells stored as failed")
-    common(board)
+    add_common_options(board)
 
 
-def cmd_leaderboard(args: argparse.Namespace, run: Callable[..., int]) -> int:
+def cmd_leaderboard(args: argparse.Namespace) -> int:
     from leakshield.errors import LeakshieldError
     from leakshield.leaderboard.presets import load_leaderboard, load_scenarios
     from leakshield.leaderboard.report import build_leaderboard
@@ -96,14 +97,14 @@ def cmd_leaderboard(args: argparse.Namespace, run: Callable[..., int]) -> int:
     config = load_leaderboard(args.preset, path=args.config, data_root=args.data_root)
     out = args.out or Path("runs") / config.name
     if args.tune:
-        return _tune(config, out, args, run)
+        return _tune(config, out, args)
     scenarios = load_scenarios(args.preset, path=args.config, data_root=args.data_root)
     if args.dry_run:
         return _dry_run(config, out, scenarios, args)
-    status = run(config, out, args)
+    status = run_grid(config, out, args)
     for name, scenario, _ in scenarios:
         print(f"scenario {name}:")
-        status = max(status, run(scenario, out / "scenarios" / name, args))
+        status = max(status, run_grid(scenario, out / "scenarios" / name, args))
     files = build_leaderboard(out, preset=args.preset, scenarios=[(n, a) for n, _, a in scenarios])
     print(f"leaderboard: {files.html}  ({len(files.pages)} defense pages)  table: {files.markdown}")
     if args.readme is not None:
@@ -152,19 +153,17 @@ def cli_threads(args: argparse.Namespace) -> None:
     """Probe at the thread count the cells will run with (``--workers`` > 1: single-threaded workers)."""
     import torch
 
-    from leakshield.cli import available_cores
-
     torch.set_num_threads(args.threads or (1 if args.workers > 1 else available_cores()))
 
 
-def _tune(config: Any, out: Path, args: argparse.Namespace, run: Callable[..., int]) -> int:
+def _tune(config: Any, out: Path, args: argparse.Namespace) -> int:
     from leakshield.experiment.rundir import STORE_FILE
     from leakshield.experiment.store import ResultStore
     from leakshield.leaderboard.tuning import tuning_config, write_tuning
 
     sweep = tuning_config(config)
     where = out.parent / f"{out.name}-tuning"
-    status = run(sweep, where, args)
+    status = run_grid(sweep, where, args)
     if args.dry_run:
         return status
     path, text = write_tuning(where, sweep, ResultStore(where / STORE_FILE).records())

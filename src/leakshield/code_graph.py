@@ -5,9 +5,10 @@ only the results computed through the edited module.
 
 A module's content hash ignores what cannot change a number or only names a place: comments, blank
 lines, docstrings, ``__version__``, and the module paths of the statements importing the package's own
-modules — an import keeps the names it binds (``import ssim as psnr`` is hashed as that), what it
-brings in is hashed as a module of its own. Moving a module, or adding one, therefore changes no hash
-of the modules that existed. Import edges resolve names through package ``__init__`` files to the
+modules — an import keeps the names it binds (``import ssim as psnr`` is hashed as that), in no
+particular order or place (an import sorter reorders them after a move), and what it brings in is
+hashed as a module of its own. Moving a module, or adding one, therefore changes no hash of the modules
+that existed. Import edges resolve names through package ``__init__`` files to the
 module that defines them; a module's parent packages are reached too (their ``__init__`` runs first),
 hashed without their imports and ``__all__`` (what they register or re-export is hashed where it is
 defined); and a package ``__init__`` importing its own submodules to register them (the registries'
@@ -26,9 +27,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from leakshield.old_import_paths import old_path
+
 PACKAGE = "leakshield"
 #: modules that record results but compute none (their edits must not stale a published table)
-RECORD_KEEPING = ("leakshield.provenance", "leakshield.code_graph")
+RECORD_KEEPING = ("leakshield.provenance", "leakshield.code_graph", "leakshield.old_import_paths")
 #: the content hash of a module with nothing left to hash
 EMPTY = hashlib.sha256(b"\n").hexdigest()[:16]
 
@@ -56,15 +59,12 @@ def _imports_package(node: ast.AST) -> bool:
     return isinstance(node, ast.ImportFrom) and node.level == 0 and _is_internal(node.module)
 
 
-def _binding_line(node: ast.Import | ast.ImportFrom, package: bool) -> str | None:
-    """What a package import binds, without the module path (``import name as bound, …``); None in a
-    package ``__init__``, whose imports register submodules or re-export names (an import through the
-    package is followed to the module that defines the name; see :meth:`CodeGraph.edges`)."""
-    if package:
-        return None
+def _bindings_of(node: ast.Import | ast.ImportFrom) -> list[str]:
+    """What a package import binds, without the module path: ``name as bound`` per name
+    (``<module> as bound`` for a whole module)."""
     if isinstance(node, ast.ImportFrom):
-        return "import " + ", ".join(f"{a.name} as {a.asname or a.name}" for a in node.names)
-    return "import " + ", ".join(f"<module> as {a.asname or a.name}" for a in node.names)
+        return [f"{a.name} as {a.asname or a.name}" for a in node.names]
+    return [f"<module> as {a.asname or a.name}" for a in node.names]
 
 
 def _is_metadata(node: ast.AST, package: bool) -> bool:
@@ -74,15 +74,18 @@ def _is_metadata(node: ast.AST, package: bool) -> bool:
     return names == ["__version__"] or (package and names == ["__all__"])
 
 
-def _replaced_lines(tree: ast.Module, lines: list[str], package: bool) -> dict[int, str | None]:
-    """1-based line → its replacement (None: dropped): docstrings and metadata dropped, package imports
-    replaced by what they bind (whole lines only)."""
-    spans: list[tuple[ast.AST, str | None]] = []
+def _replaced_lines(
+    tree: ast.Module, lines: list[str], package: bool
+) -> tuple[dict[int, str | None], list[str]]:
+    """1-based line → its replacement (None: dropped): docstrings, metadata and package imports
+    dropped (whole lines only); and what those imports bind (nothing in a package ``__init__``, whose
+    imports register submodules or re-export names: an import through the package is followed to the
+    module that defines the name; see :meth:`CodeGraph.edges`)."""
+    spans: list[ast.AST] = []
+    bound: list[str] = []
     for node in ast.walk(tree):
-        if _imports_package(node):
-            spans.append((node, _binding_line(node, package)))  # type: ignore[arg-type]
-        elif _is_metadata(node, package):
-            spans.append((node, None))
+        if _imports_package(node) or _is_metadata(node, package):
+            spans.append(node)
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             first = node.body[0] if node.body else None
             if (
@@ -90,31 +93,32 @@ def _replaced_lines(tree: ast.Module, lines: list[str], package: bool) -> dict[i
                 and isinstance(first.value, ast.Constant)
                 and isinstance(first.value.value, str)
             ):
-                spans.append((first, None))
+                spans.append(first)
     replaced: dict[int, str | None] = {}
-    for node, text in spans:
+    for node in spans:
         start, end = node.lineno, node.end_lineno or node.lineno  # type: ignore[attr-defined]
         head, tail = lines[start - 1], lines[end - 1]
         before, after = head[: node.col_offset], tail[node.end_col_offset :]  # type: ignore[attr-defined]
         if before.strip() or after.split("#")[0].strip():
             continue  # shares its line with other code: kept as written
         replaced.update(dict.fromkeys(range(start, end + 1)))
-        if text is not None:
-            replaced[start] = before + text
-    return replaced
+        if _imports_package(node) and not package:
+            bound += _bindings_of(node)  # type: ignore[arg-type]
+    return replaced, bound
 
 
 def normalized_source(text: str, package: bool = False) -> str:
     """``text`` without comments, blank lines, trailing spaces, docstrings and ``__version__``, its
-    package imports reduced to the names they bind (``package``: a package's ``__init__``, whose package
-    imports and ``__all__`` are dropped: what they register or re-export is hashed where it is defined)."""
+    package imports reduced to the names they bind, sorted into one last line wherever they stood
+    (``package``: a package's ``__init__``, whose package imports and ``__all__`` are dropped: what they
+    register or re-export is hashed where it is defined)."""
     tree = ast.parse(text)
     lines = text.splitlines()
     comments: dict[int, int] = {}
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
         if token.type == tokenize.COMMENT:
             comments[token.start[0]] = token.start[1]
-    replaced = _replaced_lines(tree, lines, package)
+    replaced, bound = _replaced_lines(tree, lines, package)
     kept = []
     for number, line in enumerate(lines, start=1):
         if number in replaced:
@@ -123,6 +127,8 @@ def normalized_source(text: str, package: bool = False) -> str:
             line = line[: comments[number]]
         if line.strip():
             kept.append(line.rstrip())
+    if bound:
+        kept.append("import " + ", ".join(sorted(bound)))
     return "\n".join(kept) + "\n"
 
 
@@ -167,6 +173,13 @@ class CodeGraph:
             imports = tuple((module, source) for _, module, source in _bindings(tree))
             self.modules[name] = ModuleInfo(name, path, digest, package, imports)
 
+    def present(self, module: str) -> str:
+        """``module``'s name in this graph: a graph of the code from before the folders by role finds a
+        moved module at its old path (:mod:`leakshield.old_import_paths`)."""
+        if module in self.modules:
+            return module
+        return old_path(module) or module
+
     @functools.cache  # noqa: B019  (one graph per root, kept for the process)
     def _defined_in(self, module: str, name: str, depth: int = 0) -> str:
         """The module that defines ``name`` as seen from ``module`` (re-exports followed)."""
@@ -208,7 +221,7 @@ class CodeGraph:
         moving a module into a new package changes nothing."""
         seen: dict[str, str] = {}
         expanded: set[str] = set()
-        todo = [r for r in roots if r in self.modules]
+        todo = [self.present(r) for r in roots if self.present(r) in self.modules]
         while todo:
             module = todo.pop()
             if module in expanded or module in RECORD_KEEPING:

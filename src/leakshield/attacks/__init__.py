@@ -1,28 +1,23 @@
-"""Attacks (registry): each takes a ServerView and returns a Reconstruction."""
+"""Attacks (registry): each takes a ServerView and returns a Reconstruction.
+
+Folders by who attacks and what it sees (:mod:`leakshield.threats`): :mod:`~leakshield.attacks.passive`
+(an honest-but-curious server inverting single updates: gradient inversion, analytic recovery, labels),
+:mod:`~leakshield.attacks.prior` (a server with a generative prior fitted on the public split),
+:mod:`~leakshield.attacks.adaptive` (a server that knows the defense's public configuration, one attack
+per defense), :mod:`~leakshield.attacks.active` (a server that tampers with the model it sends),
+:mod:`~leakshield.attacks.aggregate` (a server that sees only the secure aggregate) and
+:mod:`~leakshield.attacks.participant` (a malicious client)."""
 
 from leakshield.attacks import (  # noqa: F401  (register attacks)
+    active,
     adaptive,
-    analytic,
-    ats_adaptive,
-    carlini,
-    cocktail_party,
-    dcs2_adaptive,
-    feature_fishing,
-    fishing,
-    gan,
-    ggl,
-    guard_evasion,
-    imprint,
-    inversion,
-    label_counts,
-    loda_adaptive,
-    loki,
-    precode_analytic,
-    seer,
-    trap_weights,
+    aggregate,
+    participant,
+    passive,
+    prior,
 )
 from leakshield.attacks.base import ATTACKS, Attack, Reconstruction, ServerKnowledge, create_attack
-from leakshield.attacks.labels import infer_labels, label_accuracy
+from leakshield.attacks.passive.labels import infer_labels, label_accuracy
 
 __all__ = [
     "ATTACKS",

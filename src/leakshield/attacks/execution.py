@@ -20,7 +20,7 @@ EXECUTION_FIELDS = ("path", "compile_after", "victim_shards")
 class Execution(Params):
     """path: how independent victims of one FedSGD round on one deterministic eval-mode model are
     attacked: ``auto`` (default) measures and takes the fastest (see
-    :mod:`~leakshield.attacks.inversion.calibration`), ``loop`` one by one, ``vectorized`` one vmapped
+    :mod:`~leakshield.attacks.passive.inversion.calibration`), ``loop`` one by one, ``vectorized`` one vmapped
     step for all (batched L-BFGS for L-BFGS), ``compiled`` that step compiled with torch.compile
     (checked against eager on the first step, eager when it fails). The BatchNorm prior and joint labels
     with Adam/SGD always run one by one. compile_after: with ``auto``, try compiling only when the eager

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from leakshield.attacks.base import Reconstruction
-from leakshield.attacks.labels import label_accuracy
+from leakshield.attacks.passive.labels import label_accuracy
 from leakshield.data.types import ImageSet
 from leakshield.errors import LeakshieldError
 from leakshield.metrics.image import mean_finite, mse, mse_normalized, psnr, ssim

@@ -26,6 +26,7 @@ from leakshield.experiment.cells import Cell
 from leakshield.experiment.config import ExperimentConfig
 from leakshield.experiment.store import ResultStore
 from leakshield.models import MODELS
+from leakshield.old_import_paths import new_path
 from leakshield.registry import Registry
 
 #: where every cell's computation starts (its closure is the shared core)
@@ -132,11 +133,20 @@ def stale_kinds(stored: dict[str, str] | None, current: dict[str, str]) -> list[
 
 def module_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
     """What changed between two module → content maps, in words (``leakshield.defenses.noise edited``);
-    a module whose content reappears under another name was moved, which is no change."""
+    a module whose content reappears under another name was moved, which is no change, and a module
+    moved to its new path (:mod:`leakshield.old_import_paths`) and edited reads as edited there."""
     moved = set(before.values()) & set(after.values())
+    renamed = {m: new_path(m) for m in before.keys() - after.keys() if new_path(m) in after}
     words = [f"{m} edited" for m in sorted(before.keys() & after.keys()) if before[m] != after[m]]
-    words += [f"{m} added" for m in sorted(after.keys() - before.keys()) if after[m] not in moved]
-    words += [f"{m} removed" for m in sorted(before.keys() - after.keys()) if before[m] not in moved]
+    words += [f"{m} edited (now {n})" for m, n in sorted(renamed.items()) if before[m] != after[n]]
+    words += [
+        f"{m} added"
+        for m in sorted(after.keys() - before.keys() - set(renamed.values()))
+        if after[m] not in moved
+    ]
+    words += [
+        f"{m} removed" for m in sorted(before.keys() - after.keys() - set(renamed)) if before[m] not in moved
+    ]
     return words
 
 

@@ -1,0 +1,5 @@
+"""Passive attacks: an honest-but-curious server that only reads the updates it receives — gradient
+inversion (DLG, iDLG, IG, CPL, GradInversion), analytic recovery of a linear layer's input, and label
+inference."""
+
+from leakshield.attacks.passive import analytic, inversion, labels  # noqa: F401  (register attacks)

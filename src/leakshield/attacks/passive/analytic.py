@@ -1,0 +1,105 @@
+"""Analytic recovery of a fully connected layer's input from its weight and bias gradients
+(Phong et al. 2017; Geiping et al. 2020, Prop. D.1; Balunović et al. 2022 against PRECODE).
+
+For y = Wx + b and a batch of one, ∂L/∂W_l = (∂L/∂y_l)·xᵀ and ∂L/∂b_l = ∂L/∂y_l, so every row with a
+nonzero bias gradient gives x = ∇W_l / ∇b_l exactly. For a larger batch a row isolates one sample when
+only that sample reaches it (ReLU cuts the others); such rows still give exact inputs, mixed rows give
+blends. The attack takes the first fully connected layer whose input is the (flattened) image.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pydantic
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from leakshield.attacks.base import ATTACKS, Attack, Reconstruction
+from leakshield.attacks.passive.labels import granted_or_inferred_labels
+from leakshield.fl.types import ServerView
+from leakshield.registry import Params
+from leakshield.threats import OBSERVER
+
+
+class AnalyticParams(Params):
+    """layer: name of the Linear layer to invert (default: the first one fed by the image).
+    min_bias_grad: rows whose |∇b| is below this fraction of the largest are ignored (numerical noise).
+    duplicate_cosine: candidate inputs closer than this cosine similarity count as one sample."""
+
+    layer: str | None = None
+    min_bias_grad: float = pydantic.Field(default=1e-6, ge=0)
+    duplicate_cosine: float = pydantic.Field(default=0.999, gt=0, le=1)
+
+
+def first_linear_fed_by_image(model: nn.Module, shape: tuple[int, int, int]) -> str:
+    """Name of the first nn.Linear whose input is exactly the flattened input image (a probe forward)."""
+    probe = torch.rand(2, *shape, device=next(model.parameters()).device)
+    seen: dict[str, torch.Tensor] = {}
+
+    def recorder(name: str):
+        def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+            seen.setdefault(name, inputs[0].detach())
+
+        return hook
+
+    handles = [
+        m.register_forward_hook(recorder(n)) for n, m in model.named_modules() if isinstance(m, nn.Linear)
+    ]
+    try:
+        with torch.no_grad():
+            model(probe)
+    finally:
+        for h in handles:
+            h.remove()
+    for name, inputs in seen.items():
+        if inputs.shape == (2, probe[0].numel()) and torch.allclose(inputs, probe.flatten(1)):
+            return name
+    raise ValueError("no fully connected layer of this model receives the image itself")
+
+
+@ATTACKS.register(
+    "analytic",
+    summary="exact recovery of the input of the first fully connected layer from ∇W / ∇b",
+    reference="Phong et al. 2017; Geiping et al., NeurIPS 2020 (Prop. D.1); Balunović et al., ICLR 2022",
+    params=AnalyticParams,
+    threat=OBSERVER,
+)
+class AnalyticFCInversion(Attack):
+    """Recovers images fed straight into a Linear layer (MLPs, PRECODE placed after one); FedSGD only."""
+
+    params: AnalyticParams
+
+    def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction:
+        start = time.perf_counter()
+        if view.update.protocol.algorithm != "fedsgd" and view.update.protocol.local_steps != 1:
+            raise ValueError("the analytic attack needs a FedSGD gradient (or a one-step FedAvg update)")
+        info = view.data_info
+        layer = self.params.layer or first_linear_fed_by_image(view.model, info.shape)
+        gradient = view.update.gradient()
+        grad_w, grad_b = gradient[f"{layer}.weight"].double(), gradient[f"{layer}.bias"].double()
+        candidates = self._candidates(grad_w, grad_b, view.batch_size)
+        inputs = candidates.float().view(-1, *info.shape).cpu()
+        if len(inputs) < view.batch_size:  # fewer isolated rows than samples: pad with the mean input
+            pad = inputs.mean(0, keepdim=True).expand(view.batch_size - len(inputs), -1, -1, -1)
+            inputs = torch.cat([inputs, pad])
+        images = info.denormalize(inputs).clamp(0, 1)
+        labels = granted_or_inferred_labels(view)
+        stats = {"rows_used": float(len(candidates)), "seconds": time.perf_counter() - start}
+        return Reconstruction(images=images, labels=labels.cpu(), stats=stats, normalized=inputs)
+
+    def _candidates(self, grad_w: torch.Tensor, grad_b: torch.Tensor, n: int) -> torch.Tensor:
+        strength = grad_b.abs()
+        keep = strength > self.params.min_bias_grad * strength.max().clamp_min(1e-30)
+        order = torch.argsort(strength, descending=True)
+        chosen: list[torch.Tensor] = []
+        for row in order[keep[order]]:
+            x = grad_w[row] / grad_b[row]
+            if all(F.cosine_similarity(x, c, dim=0) < self.params.duplicate_cosine for c in chosen):
+                chosen.append(x)
+            if len(chosen) == n:
+                break
+        if not chosen:
+            raise ValueError("every bias gradient of the layer is zero: nothing to invert")
+        return torch.stack(chosen)

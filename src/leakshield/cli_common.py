@@ -1,0 +1,113 @@
+"""What every ``leakshield`` command shares: one-line usage errors, the common options, the thread
+count, and running a grid (a run directory, its estimate, its report). The command modules (``cli``,
+``cli_ats``, ``cli_leaderboard``, ``cli_list``) import it; it imports none of them."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from leakshield.errors import LeakshieldError
+
+EXIT_USAGE = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (``leakshield: error: ...``) and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"leakshield: error: {message} (see '{self.prog} --help')\n")
+        sys.exit(EXIT_USAGE)
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, else the machine's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+def positive_int(value: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def add_common_options(p: argparse.ArgumentParser) -> None:
+    """The options every computing command takes: device, threads, progress, artifact cache."""
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
+    p.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="CPU threads for torch (default: the cores available to this process)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="folder of fitted artifacts (default: $LEAKSHIELD_CACHE_DIR, else ~/.cache/leakshield)",
+    )
+
+
+def set_threads(threads: int | None) -> None:
+    """torch's thread count: ``threads``, else the cores this process may use."""
+    import torch
+
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    torch.set_num_threads(threads or available or 1)
+
+
+def run_grid(config, out: Path, args: argparse.Namespace) -> int:
+    """Run ``config``'s grid into ``out`` as ``args`` say (workers, executor, dry run, repair), print
+    its summary and write its report; 1 when a cell failed."""
+    from leakshield.experiment import ExperimentRunner
+    from leakshield.report import build_report
+
+    set_threads(args.threads)
+    workers, cores = getattr(args, "workers", 1), available_cores()
+    if workers < 1:
+        raise LeakshieldError(f"--workers {workers}: must be at least 1")
+    if workers > cores and getattr(args, "executor", "local") == "local":
+        raise LeakshieldError(
+            f"--workers {workers}: this process may use {cores} cores; at most one single-threaded worker "
+            "per core (more would slow every worker down: docs/speed-and-scale.md)"
+        )
+    runner = ExperimentRunner(
+        config, out, device=args.device, progress=not args.quiet, cache_dir=args.cache_dir
+    )
+    from leakshield.experiment.estimate import LONG_RUN_CELLS, cells_to_compute, print_estimate
+
+    if getattr(args, "dry_run", False):
+        print_estimate(runner, workers=args.workers)
+        return 0
+    long_run = not args.quiet and not getattr(args, "repair", False)
+    if long_run and len(cells_to_compute(runner)) >= LONG_RUN_CELLS:  # a long run: say how long
+        print_estimate(runner, workers=getattr(args, "workers", 1))
+    summary = runner.run(
+        retry_failed=getattr(args, "retry_failed", False),
+        repair=getattr(args, "repair", False),
+        workers=getattr(args, "workers", 1),
+        executor=getattr(args, "executor", "local"),
+        address=getattr(args, "address", None),
+    )
+    if summary.repaired is not None:
+        kept, aside = summary.repaired
+        print(f"repaired: kept {kept} readable cells; the damaged store is at {aside}")
+    if summary.restamped:
+        print(
+            f"recomputed {summary.restamped} stored cells whose code or settings changed since they were run"
+        )
+    print(
+        f"{summary.total} cells: {summary.computed} computed, {summary.skipped} already stored, "
+        f"{summary.failed} failed → {summary.out}"
+    )
+    if not getattr(args, "no_report", False):
+        files = build_report(out)
+        print(f"report: {files.html}  table: {files.markdown}  csv: {files.csv}")
+    return 1 if summary.failed else 0
