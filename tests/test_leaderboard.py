@@ -13,7 +13,13 @@ import yaml
 from leakshield.cli import main
 from leakshield.errors import ConfigError
 from leakshield.experiment.store import CellRecord
-from leakshield.leaderboard.export import readme_block, readme_section, records_from_json, scenarios_from_json
+from leakshield.leaderboard.export import (
+    readme_block,
+    readme_section,
+    records_from_json,
+    results_page,
+    scenarios_from_json,
+)
 from leakshield.leaderboard.presets import leaderboard_data, load_leaderboard, load_scenarios
 from leakshield.leaderboard.ranking import AttackScore, Standing, dominates, mark_pareto, rank, standings
 from leakshield.leaderboard.threats import HONEST, MALICIOUS_CLIENT, MALICIOUS_SERVER, UNKNOWN, threat_of
@@ -188,7 +194,10 @@ def test_leaderboard_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     facts, records = records_from_json(text)
     assert block == readme_section(facts, records, "docs/leaderboard/smoke.json", scenarios_from_json(text))
     assert f"source tree `{source_hash()}`" in block and "Honest-but-curious server" in block
-    assert "Realism: batch 1 and 2" in block  # the scenarios' tables reach the README too
+    page = (tmp_path / "docs" / "leaderboard" / "smoke.md").read_text()  # every table, beside the export
+    assert page == results_page(facts, records, "docs/leaderboard/smoke.json", scenarios_from_json(text))
+    assert "Realism: batch 1 and 2" in page and "Realism" not in block  # the README: ranked tables only
+    assert "[results page](docs/leaderboard/smoke.md)" in block
     exported = json.loads(text)
     stamped = [c["environment"]["components"] for c in exported["cells"]]
     assert all(set(s) >= {"core", "dataset"} for s in stamped)  # every cell carries its stamps

@@ -30,7 +30,7 @@ from leakshield.experiment.config import parse_config
 from leakshield.experiment.runner import ExperimentRunner
 from leakshield.experiment.stamps import ComponentCode, Stamper, module_changes
 from leakshield.leaderboard.export import STALE_MARK, readme_block
-from leakshield.leaderboard.presets import leaderboard_data
+from leakshield.leaderboard.presets import leaderboard_data, load_leaderboard, load_scenarios
 from leakshield.leaderboard.published import Protocol, check, judge_export, rerender, stamp_export
 from leakshield.provenance import tree_hash
 
@@ -84,6 +84,31 @@ def test_a_modules_hash_ignores_comments_docstrings_blank_lines_and_package_impo
     assert normalized_source(code) == normalized_source(same)
     assert normalized_source(code) != normalized_source(code.replace("sin", "cos"))
     assert normalized_source(code) != normalized_source(code.replace("import torch", "import numpy"))
+
+
+def test_a_modules_hash_ignores_where_and_in_which_order_its_package_imports_stand() -> None:
+    """A move rewrites import paths and an import sorter then reorders them (``attacks.base`` before
+    ``attacks.passive``, a lazy import hoisted): the module computes the same, its hash is the same."""
+    code = "\n".join([
+        "from leakshield.attacks.passive.labels import infer",
+        "from leakshield.attacks.base import ATTACKS",
+        "import torch",
+        "def f(x):",
+        "    from leakshield.metrics import ssim",
+        "    return ssim(infer(x))",
+    ])  # fmt: skip
+    moved = "\n".join([
+        "import torch",
+        "from leakshield.attacks.base import ATTACKS",
+        "from leakshield.metrics import ssim",
+        "from leakshield.passive.labels import infer",
+        "def f(x):",
+        "    return ssim(infer(x))",
+    ])  # fmt: skip
+    assert normalized_source(code) == normalized_source(moved)
+    other = normalized_source(moved.replace("import ssim", "import psnr as ssim"))
+    assert normalized_source(code) != other
+    assert normalized_source(code) != normalized_source(moved.replace("import torch", "import np as torch"))
 
 
 def test_an_imports_bindings_count_and_a_package_inits_own_code_is_reached(tmp_path: Path) -> None:
@@ -190,19 +215,25 @@ def test_editing_the_noise_defense_stales_exactly_its_rows_and_the_rerendered_bl
     readme = repo / "README.md"
     rerender(readme, repo / "docs" / "leaderboard" / "standard.json", graph)
     block = readme_block(readme.read_text())
+    page = repo / "docs" / "leaderboard" / "standard.md"
     noise_rows = {
         "lenet-tanh · gaussian-noise",
         "lenet-tanh · laplacian-noise",
         "resnet18-w16 · gaussian-noise",
     }
-    assert marked_rows(block) == noise_rows
+    assert marked_rows(page.read_text()) == noise_rows  # every table is on the results page
+    assert marked_rows(block) <= noise_rows and marked_rows(block)  # the README shows its top rows
     assert "**Stale: 11 of 70 rows**" in block and "leakshield.defenses.noise edited" in block
     verdict = check(readme, graph)
     assert verdict.faithful and not verdict.fresh  # the block says what is stale: the suite stays green
     assert any("11 of 70 rows" in line for line in verdict.lines)
 
-    clean = readme.read_text().replace(STALE_MARK, "")
-    readme.write_text(clean)  # a block claiming a freshness it does not have
+    marked = page.read_text()
+    page.write_text(marked.replace(STALE_MARK, ""))  # a page claiming a freshness it does not have
+    assert not check(readme, graph).faithful
+    page.write_text(marked)
+    assert check(readme, graph).faithful
+    readme.write_text(readme.read_text().replace(STALE_MARK, ""))  # and the README's block
     assert not check(readme, graph).faithful
 
 
@@ -301,6 +332,13 @@ def test_the_published_export_was_stamped_from_the_tree_that_computed_it(tmp_pat
         assert rebuilt.stamp == stamp
     every = data["cells"] + [c for s in data["scenarios"] for c in s["cells"]]
     assert all(set(c["environment"]["components"].values()) <= set(data["provenance"]) for c in every)
+    # stamping again from that commit (its leaderboard file, the installed stamper finding each moved
+    # module at its old path) gives the stamps stored
+    shipped = old / "configs" / "leaderboard.yaml"
+    main = load_leaderboard(data["run"]["preset"], path=shipped)
+    scenarios = {name: c for name, c, _ in load_scenarios(data["run"]["preset"], path=shipped)}
+    again = stamp_export(json.loads(text), main, scenarios, graph)
+    assert again["provenance"] == data["provenance"]
     for cell in every:
         del cell["environment"]["components"]
     del data["provenance"], data["run"]["stamped"]
@@ -383,8 +421,8 @@ def test_an_attack_run_under_one_threat_stales_only_that_threats_rows(tmp_path: 
     imprint.write_text(imprint.read_text() + "\n\nUNUSED = 1\n")
     repo = scratch_repo(tmp_path / "repo")
     rerender(repo / "README.md", repo / "docs" / "leaderboard" / "standard.json", CodeGraph(package))
-    block = readme_block((repo / "README.md").read_text())
-    sections = {part.split("\n", 1)[0]: part for part in block.split("\n### ")[1:]}
+    page = (repo / "docs" / "leaderboard" / "standard.md").read_text()
+    sections = {part.split("\n", 1)[0]: part for part in page.split("\n### ")[1:]}
     marked = {title: marked_rows(text) for title, text in sections.items()}
     assert all(rows for title, rows in marked.items() if title.startswith("Malicious server"))
     assert not any(rows for title, rows in marked.items() if not title.startswith("Malicious server"))

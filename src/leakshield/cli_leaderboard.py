@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from leakshield.cli_common import add_common_options, available_cores, run_grid
+from leakshield.errors import LeakshieldError
 
 
 def add_parser(sub: Any) -> None:
@@ -82,7 +83,6 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from leakshield.errors import LeakshieldError
     from leakshield.leaderboard.presets import load_leaderboard, load_scenarios
     from leakshield.leaderboard.report import build_leaderboard
 
@@ -90,10 +90,12 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         raise LeakshieldError("give --check README or --from-export EXPORT --readme README, not both")
     if args.check is not None:
         return _check(args.check, args)
-    if args.readme is not None and not args.readme.is_file():  # say so now, not after the whole run
-        raise LeakshieldError(f"--readme {args.readme}: no such file (the README whose Results to rewrite)")
+    if args.readme is not None:  # say so now, not after the whole run
+        need_file(args.readme, "--readme", "the README whose Results to rewrite")
     if args.from_export is not None:
         return _from_export(args.from_export, args.readme, args)
+    if args.readme is not None:
+        writable_outputs(args.readme, args.preset)
     config = load_leaderboard(args.preset, path=args.config, data_root=args.data_root)
     out = args.out or Path("runs") / config.name
     if args.tune:
@@ -122,15 +124,11 @@ def _protocol(args: argparse.Namespace) -> Any:
 
 
 def _from_export(export: Path, readme: Path | None, args: argparse.Namespace) -> int:
-    from leakshield.errors import LeakshieldError
     from leakshield.leaderboard.published import rerender
 
     if readme is None:
         raise LeakshieldError("--from-export: give --readme too (the README whose Results to rewrite)")
-    if not export.is_file():
-        raise LeakshieldError(
-            f"--from-export {export}: no such file (an export: docs/leaderboard/<preset>.json)"
-        )
+    need_file(export, "--from-export", "an export: docs/leaderboard/<preset>.json")
     staleness = rerender(readme, export, protocol=_protocol(args))
     stale = f"; {len(staleness.stale)} of {staleness.cells} cells stale, their rows marked"
     print(f"README: {readme} (Results section from {export}{stale if staleness.stale else ''})")
@@ -171,8 +169,32 @@ def _tune(config: Any, out: Path, args: argparse.Namespace) -> int:
     return status
 
 
+def need_file(path: Path, option: str, what: str) -> None:
+    """Refuse ``path`` unless it is a file, saying what it is instead (a folder, nothing)."""
+    if path.is_dir():
+        raise LeakshieldError(f"{option} {path}: a folder; give a file ({what})")
+    if not path.is_file():
+        raise LeakshieldError(f"{option} {path}: no such file ({what})")
+
+
+def writable_outputs(readme: Path, preset: str) -> None:
+    """Before the run: the export and the results page ``--readme`` writes beside the README
+    (``docs/leaderboard/<preset>.json`` and ``.md``) must be writable as files."""
+    export = readme.parent / "docs" / "leaderboard" / f"{preset}.json"
+    for target in (export, export.with_suffix(".md")):
+        if target.is_dir():
+            raise LeakshieldError(f"--readme {readme}: {target} is a folder; the run writes a file there")
+        for parent in reversed(target.parents):
+            if parent.exists() and not parent.is_dir():
+                raise LeakshieldError(
+                    f"--readme {readme}: {parent} is a file; the run writes {target} under it"
+                )
+
+
 def _check(readme: Path, args: argparse.Namespace) -> int:
     from leakshield.leaderboard.published import check
+
+    need_file(readme, "--check", "the README whose Results to check")
 
     verdict = check(readme, protocol=_protocol(args))
     print("\n".join(verdict.lines))

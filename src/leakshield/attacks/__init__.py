@@ -1,12 +1,12 @@
 """Attacks (registry): each takes a ServerView and returns a Reconstruction.
 
-Folders by who attacks and what it sees (:mod:`leakshield.threats`): :mod:`~leakshield.attacks.passive`
+Folders by who attacks and what it sees (:mod:`leakshield.threats`): :mod:`leakshield.attacks.passive`
 (an honest-but-curious server inverting single updates: gradient inversion, analytic recovery, labels),
-:mod:`~leakshield.attacks.prior` (a server with a generative prior fitted on the public split),
-:mod:`~leakshield.attacks.adaptive` (a server that knows the defense's public configuration, one attack
-per defense), :mod:`~leakshield.attacks.active` (a server that tampers with the model it sends),
-:mod:`~leakshield.attacks.aggregate` (a server that sees only the secure aggregate) and
-:mod:`~leakshield.attacks.participant` (a malicious client)."""
+:mod:`leakshield.attacks.prior` (a server with a generative prior fitted on the public split),
+:mod:`leakshield.attacks.adaptive` (a server that knows the defense's public configuration, one attack
+per defense), :mod:`leakshield.attacks.active` (a server that tampers with the model it sends),
+:mod:`leakshield.attacks.aggregate` (a server that sees only the secure aggregate) and
+:mod:`leakshield.attacks.participant` (a malicious client)."""
 
 from leakshield.attacks import (  # noqa: F401  (register attacks)
     active,

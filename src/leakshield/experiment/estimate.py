@@ -33,6 +33,7 @@ from leakshield.artifacts import ArtifactCache, FitData
 from leakshield.attacks import create_attack
 from leakshield.defenses.base import DefensePipeline
 from leakshield.experiment.cells import Cell
+from leakshield.experiment.compatibility import check_attacks_fit_models
 from leakshield.experiment.config import Component
 from leakshield.experiment.fitting import attack_fit_key, model_layout
 from leakshield.experiment.parallel import chains
@@ -106,6 +107,7 @@ def estimate_grid(runner, memo: ProbeMemo | None = None) -> GridEstimate:
     memo = memo if memo is not None else ProbeMemo()
     config = runner.config
     context = ExperimentContext(config, runner.device, progress=False, cache=runner.cache)
+    check_attacks_fit_models(config, context.info)  # the run would refuse it: so does its estimate
     round_seconds: dict[tuple, float | None] = {}
     attack_seconds: dict[tuple, float | None] = {}
     fits: set[object] = set()  # the cells (attack, model, defense, seed) and fit keys already counted

@@ -24,6 +24,8 @@ from leakshield.leaderboard.export import (
     readme_section,
     records_from_json,
     replace_readme_section,
+    results_page,
+    results_page_of,
     results_tables,
     scenarios_from_json,
     stale_rows,
@@ -91,6 +93,8 @@ def judge_export(text: str, graph: CodeGraph | None = None, protocol: Protocol |
 
 def export_of(readme: Path) -> tuple[str, Path]:
     """The README's block and the export it says it was generated from."""
+    if readme.is_dir():
+        raise LeakshieldError(f"{readme}: a folder, not a README")
     if not readme.is_file():
         raise LeakshieldError(f"{readme}: no such file")
     block = readme_block(readme.read_text())
@@ -100,35 +104,59 @@ def export_of(readme: Path) -> tuple[str, Path]:
     if found is None:
         raise LeakshieldError(f"{readme}: the Results block names no export ('Generated from `…`')")
     export = readme.parent / found.group(1)
+    if export.is_dir():
+        raise LeakshieldError(f"{readme}: the Results block cites {found.group(1)}, which is a folder")
     if not export.is_file():
         raise LeakshieldError(f"{readme}: the Results block cites {found.group(1)}, which does not exist")
     return block, export
 
 
+@dataclass(frozen=True)
+class Rendered:
+    """What an export renders with the installed code: the README's block, the results page (every
+    table) and the export's staleness."""
+
+    block: str
+    page: str
+    staleness: Staleness
+
+
 def render(
     export: Path, source: str, graph: CodeGraph | None = None, protocol: Protocol | None = None
-) -> tuple[str, Staleness]:
-    """The block ``export`` renders with the installed code, stale rows marked, and its staleness."""
+) -> Rendered:
+    """The block and the results page ``export`` renders with the installed code, stale rows marked."""
     text = export.read_text()
     facts, records = records_from_json(text)
     staleness = judge_export(text, graph, protocol)
-    section = readme_section(facts, records, source, scenarios_from_json(text), staleness)
-    return section, staleness
+    scenarios = scenarios_from_json(text)
+    return Rendered(
+        readme_section(facts, records, source, scenarios, staleness),
+        results_page(facts, records, source, scenarios, staleness),
+        staleness,
+    )
 
 
 def check(readme: Path, graph: CodeGraph | None = None, protocol: Protocol | None = None) -> Verdict:
     """Compare the README's block with what its export renders, and say which rows are stale."""
     block, export = export_of(readme)
     source = export.relative_to(readme.parent).as_posix()
-    expected, staleness = render(export, source, graph, protocol)
+    rendered = render(export, source, graph, protocol)
+    staleness = rendered.staleness
+    page = readme.parent / results_page_of(source)
+    written = page.read_text() if page.is_file() else None
     lines = []
-    faithful = block == expected
-    if not faithful:
+    faithful = block == rendered.block and written == rendered.page
+    redo = f"(rerender them: leakshield leaderboard --from-export {source} --readme {readme})"
+    if block != rendered.block:
         lines.append(
-            f"differs: the Results block of {readme} is not what {source} renders with this code "
-            f"(rerender it: leakshield leaderboard --from-export {source} --readme {readme})"
+            f"differs: the Results block of {readme} is not what {source} renders with this code {redo}"
         )
-        lines += _differences(block, expected)
+        lines += _differences(block, rendered.block)
+    if written is None:
+        lines.append(f"differs: the results page {page} is missing {redo}")
+    elif written != rendered.page:
+        lines.append(f"differs: the results page {page} is not what {source} renders with this code {redo}")
+        lines += _differences(written, rendered.page, "the page")
     text = export.read_text()
     facts, records = records_from_json(text)
     marked, rows = stale_rows(results_tables(records, scenarios_from_json(text), staleness))
@@ -146,8 +174,9 @@ def check(readme: Path, graph: CodeGraph | None = None, protocol: Protocol | Non
     return Verdict(faithful, staleness, lines)
 
 
-def _differences(block: str, expected: str) -> list[str]:
-    """The first differing lines, README against export (``line 12: README has … ; the export …``)."""
+def _differences(block: str, expected: str, where: str = "README") -> list[str]:
+    """The first differing lines, README (or the page) against export (``line 12 of the block: README
+    has … , the export renders …``)."""
     ours, theirs = block.splitlines(), expected.splitlines()
     out = []
     matcher = difflib.SequenceMatcher(a=ours, b=theirs, autojunk=False)
@@ -158,7 +187,7 @@ def _differences(block: str, expected: str) -> list[str]:
             mine = ours[i1 + k] if i1 + k < i2 else None
             given = theirs[j1 + k] if j1 + k < j2 else None
             shown_mine, shown_given = _around_difference(mine, given)
-            out.append(f"  line {min(i1 + k, len(ours) - 1) + 1} of the block: README has {shown_mine}, "
+            out.append(f"  line {min(i1 + k, len(ours) - 1) + 1} of the block: {where} has {shown_mine}, "
                        f"the export renders {shown_given}")  # fmt: skip
     return out[:SHOWN] + ([f"  … and {len(out) - SHOWN} more"] if len(out) > SHOWN else [])
 
@@ -184,7 +213,8 @@ def _around_difference(
 def rerender(
     readme: Path, export: Path, graph: CodeGraph | None = None, protocol: Protocol | None = None
 ) -> Staleness:
-    """Rewrite the README's block from ``export`` (stale rows marked); its staleness."""
+    """Rewrite the README's block and the results page beside ``export`` from it (stale rows marked);
+    its staleness."""
     try:
         source = export.resolve().relative_to(readme.resolve().parent).as_posix()
     except ValueError:
@@ -192,9 +222,13 @@ def rerender(
             f"--from-export {export}: the export must lie in the README's folder tree "
             f"({readme.resolve().parent}), which the block cites it from"
         ) from None
-    section, staleness = render(export, source, graph, protocol)
-    replace_readme_section(readme, section)
-    return staleness
+    rendered = render(export, source, graph, protocol)
+    page = readme.parent / results_page_of(source)
+    if page.is_dir():
+        raise LeakshieldError(f"{page} is a folder; the results page is written there as a file")
+    replace_readme_section(readme, rendered.block)
+    page.write_text(rendered.page)
+    return rendered.staleness
 
 
 def stamp_export(

@@ -64,6 +64,20 @@ def first_image_layer(
     return name, model.get_submodule(name)  # type: ignore[return-value]
 
 
+def check_image_fed_linear(model: nn.Module, shape: tuple[int, int, int]) -> None:
+    """Refuse (:class:`ValueError`, the reason) a model none of whose fully connected layers reads the
+    flattened image: the attacks on such a layer (trap weights, Cocktail Party) cannot work on it."""
+    device = next(model.parameters()).device
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            first_linear_fed_by_image(model, shape)
+    except ValueError:
+        raise ValueError(
+            "its first layer must be fully connected on the flattened image (e.g. mlp), and no fully "
+            "connected layer of this model reads the image"
+        ) from None
+
+
 def trap_rows(
     public: torch.Tensor, width: int, rate: float, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,6 +106,10 @@ class TrapWeightsAttack(Attack):
     """Needs FedSGD (or a one-step update) and a model whose first layer is fully connected (mlp)."""
 
     params: TrapWeightsParams
+
+    def check_model(self, model: nn.Module, shape: tuple[int, int, int]) -> None:
+        """Refuse, before a run, a model it cannot attack (:func:`check_image_fed_linear`)."""
+        check_image_fed_linear(model, shape)
 
     def prepare_model(self, model: nn.Module, knowledge: ServerKnowledge) -> PreparedModel:
         info = knowledge.data_info

@@ -1,5 +1,5 @@
 """Adaptive attacks: a server that knows the defense's public configuration (Kerckhoffs), one per
-defense — noise, Soteria and dropout (:mod:`~leakshield.attacks.adaptive.inversion`), ATS, DCS², LODA,
+defense — noise, Soteria and dropout (:mod:`leakshield.attacks.adaptive.inversion`), ATS, DCS², LODA,
 PRECODE, and Carlini et al.'s attack on instance encoding (MixUp, InstaHide)."""
 
 from leakshield.attacks.adaptive import ats, carlini, dcs2, inversion, loda, precode  # noqa: F401  (register)

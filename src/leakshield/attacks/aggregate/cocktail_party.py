@@ -35,7 +35,7 @@ from sklearn.decomposition import FastICA
 from sklearn.exceptions import ConvergenceWarning
 from torch import nn
 
-from leakshield.attacks.active.trap_weights import first_image_layer
+from leakshield.attacks.active.trap_weights import check_image_fed_linear, first_image_layer
 from leakshield.attacks.base import ATTACKS, Attack, Reconstruction
 from leakshield.attacks.passive.labels import granted_or_inferred_labels
 from leakshield.fl.types import PreparedModel, PublicMean, ServerKnowledge, ServerView
@@ -115,6 +115,11 @@ class CocktailPartyAttack(Attack):
     least as many neurons as samples in the update."""
 
     params: CocktailPartyParams
+
+    def check_model(self, model: nn.Module, shape: tuple[int, int, int]) -> None:
+        """Refuse, before a run, a model it cannot attack (its mixtures are a fully connected layer's
+        rows on the image: :func:`~leakshield.attacks.active.trap_weights.check_image_fed_linear`)."""
+        check_image_fed_linear(model, shape)
 
     def prepare_model(self, model: nn.Module, knowledge: ServerKnowledge) -> PreparedModel:
         """Sends the model unchanged; keeps the public split's mean image (to fix each sign)."""

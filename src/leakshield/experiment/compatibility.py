@@ -1,0 +1,41 @@
+"""Attack–model compatibility, checked before a run computes anything: an attack that declares what a
+model must offer (``check_model(model, shape)``, raising :class:`ValueError` with the reason, e.g. trap
+weights and Cocktail Party need a fully connected layer on the image) is tried on every model of the
+grid, built for the dataset's image shape, so that a grid it cannot work on is refused in one line
+instead of stored as failed cells after the run."""
+
+from __future__ import annotations
+
+import torch
+
+from leakshield.attacks import create_attack
+from leakshield.attacks.execution import split_execution
+from leakshield.data.types import DatasetInfo
+from leakshield.errors import ConfigError
+from leakshield.experiment.config import ExperimentConfig
+from leakshield.models import create_model
+
+
+def check_attacks_fit_models(config: ExperimentConfig, info: DatasetInfo) -> None:
+    """Raise :class:`ConfigError` naming the first attack and model of ``config`` that cannot go
+    together on images of ``info.shape``."""
+    checks = []
+    for i, spec in enumerate(config.attacks):
+        attack = create_attack(spec.name, split_execution(spec.params)[0])
+        if hasattr(attack, "check_model"):
+            checks.append((i, spec, attack))
+    if not checks:
+        return
+    for j, model_spec in enumerate(config.models):
+        with torch.random.fork_rng(devices=[]):
+            model = create_model(
+                model_spec.name, model_spec.params, in_shape=info.shape, num_classes=info.num_classes, seed=0
+            )
+        for i, spec, attack in checks:
+            try:
+                attack.check_model(model, info.shape)
+            except ValueError as exc:
+                raise ConfigError(
+                    f"attacks[{i}] ({spec.display}) cannot attack models[{j}] ({model_spec.display}): {exc}; "
+                    "run it with a model it can attack (a config of its own)"
+                ) from None

@@ -1,0 +1,143 @@
+"""The front door: a README that fits a screen (its generated Results a compact table per threat model,
+every table on the results page beside the export), and the leaderboard command refusing what a new
+user gets wrong before it runs anything."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from leakshield.cli import main
+from leakshield.data import load_dataset
+from leakshield.errors import ConfigError
+from leakshield.experiment.compatibility import check_attacks_fit_models
+from leakshield.experiment.config import parse_config
+from leakshield.leaderboard.front_door import compact_table
+from leakshield.leaderboard.published import check, rerender
+from leakshield.leaderboard.tables import Table
+
+from helpers import tiny_config, write_config
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the README's length limit, generated block included (details belong in the manual)
+README_LINES = 250
+
+
+def test_the_readme_fits_the_front_door_limit() -> None:
+    lines = (ROOT / "README.md").read_text().count("\n")
+    assert lines <= README_LINES, f"README.md has {lines} lines; the front door holds {README_LINES}"
+
+
+HEADER = ["rank", "model · defense", "strongest attack (round)", "SSIM ↓ (95 % CI)", "PSNR",
+          "accuracy (95 % CI)", "cost", "front"]  # fmt: skip
+
+
+def row(rank: int, defense: str, ssim: str, accuracy: str) -> list[str]:
+    return [str(rank), f"lenet · {defense}", "ig@0", ssim, "12.0", accuracy, "1.0×", ""]
+
+
+def test_a_compact_table_shows_the_top_rows_that_train_and_names_those_that_do_not() -> None:
+    rows = [
+        row(1, "augmentation", "0.10 ≈ mean image", "0.463 ± 0.178"),  # does not train: not on top
+        row(1, "dm", "0.42 ≈ mean image", "0.950 ± 0.007"),
+        row(1, "dp-sgd", "0.22 ≈ mean image", "0.884 ± 0.052"),
+        row(4, "instahide (stale)", "0.67", "0.099 ± 0.035"),
+        row(5, "mixup", "0.80", "0.952 ± 0.011"),
+        row(6, "precode", "0.85", "0.953 ± 0.000"),
+        row(7, "none", "1.000", "0.967 ± 0.007"),
+    ]
+    text = compact_table(Table("Honest-but-curious server", HEADER, rows), "docs/leaderboard/x.md")
+    shown = [line for line in text.splitlines() if line.startswith("| ") and "rank" not in line]
+    assert [line.split(" | ")[1] for line in shown] == [
+        "lenet · dm",
+        "lenet · dp-sgd",
+        "lenet · mixup",
+        "lenet · none",
+    ]
+    assert "PSNR" not in text and "cost" not in text  # the page has every column
+    assert "Does not train at this budget (accuracy under 0.5 × the undefended 0.967): augmentation" in text
+    assert "instahide (rank 4, accuracy 0.099 ± 0.035)" in text and "precode" not in text
+    assert "3 more rows on the [results page](docs/leaderboard/x.md)." in text
+    assert "\n\n3 more rows" in text or "\n\nDoes not train" in text  # a paragraph, not a table row
+
+
+def test_the_published_readme_and_results_page_are_checked_together(tmp_path: Path) -> None:
+    shutil.copyfile(ROOT / "README.md", tmp_path / "README.md")
+    shutil.copytree(ROOT / "docs" / "leaderboard", tmp_path / "docs" / "leaderboard")
+    readme, page = tmp_path / "README.md", tmp_path / "docs" / "leaderboard" / "standard.md"
+    assert check(readme).faithful
+    assert page.read_text().count("\n### ") > readme.read_text().count("\n### ")  # every table is there
+    page.write_text(page.read_text().replace("| 0.950 ± 0.007 |", "| 0.990 ± 0.007 |"))
+    verdict = check(readme)
+    assert not verdict.faithful and any("results page" in line for line in verdict.lines)
+    page.unlink()
+    assert any("is missing" in line for line in check(readme).lines)
+    page.mkdir()
+    with pytest.raises(Exception, match="is a folder"):
+        rerender(readme, tmp_path / "docs" / "leaderboard" / "standard.json")
+
+
+BOARD = {
+    "base": {
+        "name": "lb-door",
+        "dataset": {"name": "digits", "channels": 1, "size": 8},
+        "models": ["mlp"],
+        "fl": {"clients": 2},
+        "attack": {"rounds": [0], "update": {"algorithm": "fedsgd"}},
+        "victims": {"count": 1, "batch_size": 1},
+        "defenses": ["none"],
+        "attacks": [{"name": "idlg", "iterations": 2}],
+        "utility": {"rounds": 0},
+    },
+    "presets": {"quick": {}},
+}
+
+
+@pytest.mark.parametrize(
+    "layout, extra, said",
+    [
+        ("docs-is-a-file", ["--readme", "d/README.md"], "d/docs is a file; the run writes"),
+        ("export-is-a-folder", ["--readme", "d/README.md"], "quick.json is a folder; the run writes a file"),
+        ("plain", ["--readme", "d"], "--readme d: a folder; give a file"),
+        ("plain", ["--check", "d"], "--check d: a folder; give a file"),
+        ("export-is-a-folder", ["--from-export", "d/docs/leaderboard/quick.json", "--readme", "d/README.md"],
+         "--from-export d/docs/leaderboard/quick.json: a folder"),
+    ],
+)  # fmt: skip
+def test_leaderboard_output_paths_are_checked_before_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, layout: str,
+    extra: list[str], said: str,
+) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    write_config(tmp_path / "board.yaml", BOARD)  # a run of seconds, should the refusal break
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "README.md").write_text("# project\n")
+    if layout == "docs-is-a-file":
+        (tmp_path / "d" / "docs").write_text("")
+    elif layout == "export-is-a-folder":
+        (tmp_path / "d" / "docs" / "leaderboard" / "quick.json").mkdir(parents=True)
+    args = ["leaderboard", "--config", "board.yaml", "--preset", "quick", "--out", "run", "--quiet"]
+    assert main([*args, "--device", "cpu", *extra]) == 2
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()  # refused before any cell
+
+
+def test_an_attack_that_cannot_work_on_a_model_is_refused_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    data = load_dataset("digits", {"channels": 1, "size": 8})
+    for attack in ("trap-weights", "cocktail-party"):
+        conv = parse_config(tiny_config(attacks=[attack], models=["lenet"]))
+        with pytest.raises(
+            ConfigError, match=rf"attacks\[0\] \({attack}\) cannot attack models\[0\] \(lenet\)"
+        ):
+            check_attacks_fit_models(conv, data.info)
+        check_attacks_fit_models(parse_config(tiny_config(attacks=[attack], models=["mlp"])), data.info)
+    check_attacks_fit_models(parse_config(tiny_config(attacks=["ig"], models=["lenet"])), data.info)
+    config = write_config(tmp_path / "c.yaml", tiny_config(attacks=["trap-weights"], models=["lenet"]))
+    assert main(["run", str(config), "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    assert "cannot attack models[0] (lenet)" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
