@@ -202,7 +202,7 @@ def test_mixing_partners_come_from_the_whole_client_dataset(digits3):
 def test_dropout_mask_is_read_off_the_update_exactly(digits3):
     """With the mask inferred from the zero weight-gradient columns, the true image reproduces the
     client's update exactly: the dropout's randomness is no secret in a batch of one."""
-    from leakshield.attacks.adaptive import _dropout_then_linear, infer_dropout_masks
+    from leakshield.attacks.adaptive.inversion import _dropout_then_linear, infer_dropout_masks
 
     info = digits3.info
     pipe = pipeline(("dropout", {}))

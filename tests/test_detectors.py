@@ -14,13 +14,13 @@ from torch import nn
 from leakshield.attacks import create_attack
 from leakshield.data import load_dataset
 from leakshield.defenses import DefensePipeline, Verdict, create_defense
-from leakshield.defenses.guards.dominance import (
+from leakshield.defenses.guards.dominance_guard import (
     dominated_share,
     per_sample_unit_energy,
     relative_participation,
 )
-from leakshield.defenses.guards.drift import drift
-from leakshield.defenses.guards.loss import loss_ratio
+from leakshield.defenses.guards.drift_guard import drift
+from leakshield.defenses.guards.loss_guard import loss_ratio
 from leakshield.fl import HonestClient, LocalTraining, ServerKnowledge
 from leakshield.fl.config import FLConfig
 from leakshield.fl.simulation import FederatedSimulation

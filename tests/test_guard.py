@@ -14,7 +14,7 @@ from leakshield.attacks import create_attack
 from leakshield.cli import main
 from leakshield.data import load_dataset
 from leakshield.defenses import DefensePipeline
-from leakshield.defenses.guards.row import duplicate_share
+from leakshield.defenses.guards.row_guard import duplicate_share
 from leakshield.experiment.store import ResultStore
 from leakshield.fl import HonestClient, LocalTraining, ServerKnowledge, ThreatModel, observe_victim
 from leakshield.models import create_model

@@ -57,7 +57,7 @@ def test_an_old_path_imported_first_loads_no_second_copy() -> None:
         "from leakshield.defenses import DEFENSES\n"
         "assert Old is New and DEFENSES.get('row-guard').factory is RowGuard\n"
         "copies = [m for m in sys.modules.values() if getattr(m, '__file__', None)\n"
-        "          and m.__file__.endswith(('inversion/engine.py', 'guards/row.py'))]\n"
+        "          and m.__file__.endswith(('inversion/engine.py', 'guards/row_guard.py'))]\n"
         "print(len({id(m) for m in copies}))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

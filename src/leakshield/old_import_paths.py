@@ -36,12 +36,12 @@ MOVED: dict[str, str] = {
     "leakshield.attacks.ggl.attack": "leakshield.attacks.prior.ggl",
     "leakshield.attacks.ggl.prior": "leakshield.attacks.prior.generator",
     "leakshield.attacks.gan": "leakshield.attacks.participant",
-    "leakshield.defenses.row_guard": "leakshield.defenses.guards.row",
-    "leakshield.defenses.dominance_guard": "leakshield.defenses.guards.dominance",
-    "leakshield.defenses.drift_guard": "leakshield.defenses.guards.drift",
-    "leakshield.defenses.loss_guard": "leakshield.defenses.guards.loss",
-    "leakshield.defenses.guard_probe": "leakshield.defenses.guards.probe",
-    "leakshield.defenses.finite_check": "leakshield.defenses.guards.finite",
+    "leakshield.defenses.row_guard": "leakshield.defenses.guards.row_guard",
+    "leakshield.defenses.dominance_guard": "leakshield.defenses.guards.dominance_guard",
+    "leakshield.defenses.drift_guard": "leakshield.defenses.guards.drift_guard",
+    "leakshield.defenses.loss_guard": "leakshield.defenses.guards.loss_guard",
+    "leakshield.defenses.guard_probe": "leakshield.defenses.guards.guard_probe",
+    "leakshield.defenses.finite_check": "leakshield.defenses.guards.finite_check",
 }
 #: an old module whose path is now a package's, re-exporting its names (exact names only: the package's
 #: other submodules came from elsewhere)

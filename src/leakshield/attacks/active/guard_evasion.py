@@ -33,8 +33,8 @@ from leakshield.attacks.active.fishing import NON_TARGET_BIAS, FishingAttack, Fi
 from leakshield.attacks.active.trap_weights import TrapWeightsAttack, TrapWeightsParams
 from leakshield.attacks.base import ATTACKS
 from leakshield.defenses.base import PublicDefense
-from leakshield.defenses.guards.dominance import DominanceGuardParams, batch_statistics
-from leakshield.defenses.guards.loss import LossGuardParams
+from leakshield.defenses.guards.dominance_guard import DominanceGuardParams, batch_statistics
+from leakshield.defenses.guards.loss_guard import LossGuardParams
 from leakshield.fl.types import PreparedModel, ServerKnowledge
 from leakshield.registry import Params
 from leakshield.threats import Adversary, Knowledge, threat

@@ -40,8 +40,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from leakshield.defenses.base import ACCEPTED, DEFENSES, ClientContext, Defense, Verdict
-from leakshield.defenses.guards.finite import non_finite
-from leakshield.defenses.guards.probe import probe_batch
+from leakshield.defenses.guards.finite_check import non_finite
+from leakshield.defenses.guards.guard_probe import probe_batch
 from leakshield.registry import Params
 
 

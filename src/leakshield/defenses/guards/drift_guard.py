@@ -26,7 +26,7 @@ import pydantic
 from torch import nn
 
 from leakshield.defenses.base import ACCEPTED, DEFENSES, ClientContext, Defense, Verdict
-from leakshield.defenses.guards.finite import non_finite
+from leakshield.defenses.guards.finite_check import non_finite
 from leakshield.registry import Params
 
 

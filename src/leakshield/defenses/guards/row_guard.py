@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from leakshield.defenses.base import ACCEPTED, DEFENSES, ClientContext, Defense, Verdict
-from leakshield.defenses.guards.finite import non_finite
+from leakshield.defenses.guards.finite_check import non_finite
 from leakshield.registry import Params
 
 #: rows compared per layer at most (a seeded sample above it keeps the check well under a training step)

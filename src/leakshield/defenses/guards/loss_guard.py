@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from leakshield.defenses.base import DEFENSES, ClientContext, Defense, Verdict
-from leakshield.defenses.guards.finite import non_finite
-from leakshield.defenses.guards.probe import probe_batch
+from leakshield.defenses.guards.finite_check import non_finite
+from leakshield.defenses.guards.guard_probe import probe_batch
 from leakshield.registry import Params
 
 
