@@ -4,6 +4,7 @@ user gets wrong before it runs anything."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from leakshield.cli import main
 from leakshield.data import load_dataset
-from leakshield.errors import ConfigError
+from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.experiment.compatibility import check_attacks_fit_models
 from leakshield.experiment.config import parse_config
 from leakshield.leaderboard.front_door import compact_table
@@ -34,33 +35,51 @@ HEADER = ["rank", "model · defense", "strongest attack (round)", "SSIM ↓ (95 
           "accuracy (95 % CI)", "cost", "front"]  # fmt: skip
 
 
-def row(rank: int, defense: str, ssim: str, accuracy: str) -> list[str]:
-    return [str(rank), f"lenet · {defense}", "ig@0", ssim, "12.0", accuracy, "1.0×", ""]
+def row(rank: int, defense: str, ssim: str, accuracy: str, model: str = "lenet") -> list[str]:
+    return [str(rank), f"{model} · {defense}", "ig@0", ssim, "12.0", accuracy, "1.0×", ""]
+
+
+def shown(text: str) -> list[str]:
+    return [
+        line.split(" | ")[1] for line in text.splitlines() if line.startswith("| ") and "rank" not in line
+    ]
 
 
 def test_a_compact_table_shows_the_top_rows_that_train_and_names_those_that_do_not() -> None:
     rows = [
         row(1, "augmentation", "0.10 ≈ mean image", "0.463 ± 0.178"),  # does not train: not on top
         row(1, "dm", "0.42 ≈ mean image", "0.950 ± 0.007"),
+        row(1, "row-guard (stale)", "0.30", "—"),  # no utility cell: not claimed to train
         row(1, "dp-sgd", "0.22 ≈ mean image", "0.884 ± 0.052"),
         row(4, "instahide (stale)", "0.67", "0.099 ± 0.035"),
         row(5, "mixup", "0.80", "0.952 ± 0.011"),
-        row(6, "precode", "0.85", "0.953 ± 0.000"),
+        row(5, "precode", "0.85", "0.953 ± 0.000"),
         row(7, "none", "1.000", "0.967 ± 0.007"),
     ]
     text = compact_table(Table("Honest-but-curious server", HEADER, rows), "docs/leaderboard/x.md")
-    shown = [line for line in text.splitlines() if line.startswith("| ") and "rank" not in line]
-    assert [line.split(" | ")[1] for line in shown] == [
-        "lenet · dm",
-        "lenet · dp-sgd",
-        "lenet · mixup",
-        "lenet · none",
-    ]
+    assert shown(text) == ["lenet · dm", "lenet · dp-sgd", "lenet · mixup", "lenet · none"]
     assert "PSNR" not in text and "cost" not in text  # the page has every column
-    assert "Does not train at this budget (accuracy under 0.5 × the undefended 0.967): augmentation" in text
-    assert "instahide (rank 4, accuracy 0.099 ± 0.035)" in text and "precode" not in text
-    assert "3 more rows on the [results page](docs/leaderboard/x.md)." in text
-    assert "\n\n3 more rows" in text or "\n\nDoes not train" in text  # a paragraph, not a table row
+    assert "Does not train at this budget (accuracy under 0.5 × its model's undefended accuracy): " in text
+    assert "lenet · augmentation (rank 1, accuracy 0.463 ± 0.178)" in text
+    assert (
+        "lenet · instahide (stale) (rank 4, accuracy 0.099 ± 0.035)" in text and "precode (rank" not in text
+    )
+    assert "4 more rows on the [results page](docs/leaderboard/x.md) (1 tied at rank 5)." in text
+    assert "|\n\nDoes not train" in text  # a paragraph after the table, not a row of it
+
+
+def test_each_model_is_judged_against_its_own_undefended_accuracy() -> None:
+    rows = [
+        row(1, "dp", "0.2", "0.400 ± 0.010", model="resnet"),  # 0.40 ≥ ½ × 0.45: trains
+        row(1, "dp", "0.2", "0.400 ± 0.010", model="mlp"),  # 0.40 < ½ × 0.97: does not
+        row(3, "none", "1.0", "0.450 ± 0.010", model="resnet"),
+        row(3, "none", "1.0", "0.970 ± 0.010", model="mlp"),
+    ]
+    text = compact_table(Table("t", HEADER, rows), "p.md")
+    assert shown(text) == ["resnet · dp", "resnet · none", "mlp · none"]
+    assert "): mlp · dp (rank 1" in text and "resnet · dp (rank" not in text
+    assert compact_table(Table("t", HEADER, []), "p.md") == ""
+    assert compact_table(Table("t", ["rank", "defense"], [["1", "x"]]), "p.md") == ""
 
 
 def test_the_published_readme_and_results_page_are_checked_together(tmp_path: Path) -> None:
@@ -75,8 +94,18 @@ def test_the_published_readme_and_results_page_are_checked_together(tmp_path: Pa
     page.unlink()
     assert any("is missing" in line for line in check(readme).lines)
     page.mkdir()
-    with pytest.raises(Exception, match="is a folder"):
-        rerender(readme, tmp_path / "docs" / "leaderboard" / "standard.json")
+    assert any("is a folder" in line for line in check(readme).lines)
+    export = tmp_path / "docs" / "leaderboard" / "standard.json"
+    with pytest.raises(LeakshieldError, match="is a folder"):
+        rerender(readme, export)
+    page.rmdir()
+    page.write_text("# my notes\n")  # a file of the user's where the page would go: never overwritten
+    with pytest.raises(LeakshieldError, match="was not written by leakshield"):
+        rerender(readme, export)
+    assert page.read_text() == "# my notes\n"
+    page.unlink()
+    rerender(readme, export)
+    assert check(readme).faithful
 
 
 BOARD = {
@@ -141,3 +170,47 @@ def test_an_attack_that_cannot_work_on_a_model_is_refused_before_the_run(
     assert main(["run", str(config), "--out", str(tmp_path / "run"), "--quiet"]) == 2
     assert "cannot attack models[0] (lenet)" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [["--check", "R.md", "--readme", "R.md"], ["--check", "R.md", "--tune"], ["--tune", "--readme", "R.md"],
+     ["--from-export", "x.json", "--readme", "R.md", "--dry-run"]],
+)  # fmt: skip
+def test_leaderboard_options_that_would_be_ignored_are_refused(
+    options: list[str], capsys: pytest.CaptureFixture
+) -> None:
+    assert main(["leaderboard", *options]) == 2
+    assert "not both" in capsys.readouterr().err
+
+
+def test_an_unwritable_readme_or_docs_folder_is_refused_before_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Permissions simulated (the suite may run as root, who may write anywhere)."""
+    monkeypatch.chdir(tmp_path)
+    write_config(tmp_path / "board.yaml", BOARD)
+    (tmp_path / "README.md").write_text("# project\n")
+    args = ["leaderboard", "--config", "board.yaml", "--out", "run", "--quiet", "--readme", "README.md"]
+    refused = {"README.md"}
+    monkeypatch.setattr(os, "access", lambda path, mode: str(path) not in refused)
+    assert main(args) == 2 and "README.md: not writable" in capsys.readouterr().err
+    refused = {"."}  # the folder docs/leaderboard/ would be made in
+    assert (
+        main(args) == 2
+        and ". is not writable; the run writes docs/leaderboard/quick.json" in capsys.readouterr().err
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_scenario_an_attack_cannot_work_in_is_refused_before_the_main_grid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    board = {**BOARD, "scenarios": {"tw": {"title": "trap weights", "attacks": ["trap-weights"],
+                                          "models": ["lenet"]}},
+             "presets": {"quick": {"scenarios": ["tw"]}}}  # fmt: skip
+    write_config(tmp_path / "board.yaml", board)
+    assert main(["leaderboard", "--config", "board.yaml", "--out", "run", "--quiet"]) == 2
+    assert "cannot attack models[0] (lenet)" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # the main grid did not run first

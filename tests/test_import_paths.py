@@ -63,3 +63,22 @@ def test_an_old_path_imported_first_loads_no_second_copy() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "2"  # one engine module and one row-guard module
+
+
+def test_a_moved_submodule_of_0_2_is_an_attribute_of_its_old_parent() -> None:
+    """``import leakshield.attacks`` then ``leakshield.attacks.imprint`` (0.2's packages imported their
+    submodules), in a fresh interpreter; and an old path that never existed is unknown."""
+    code = (
+        "import importlib, importlib.util\n"
+        "from leakshield.old_import_paths import MOVED\n"
+        "for old, new in sorted(MOVED.items()):\n"
+        "    parent, _, child = old.rpartition('.')\n"
+        "    found = getattr(importlib.import_module(parent), child)\n"
+        "    assert found is importlib.import_module(new), old\n"
+        "assert importlib.util.find_spec('leakshield.attacks.inversion.nothing') is None\n"
+        "assert importlib.util.find_spec('leakshield.attacks.inversion').submodule_search_locations\n"
+        "print(len(MOVED))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == len(MOVED)

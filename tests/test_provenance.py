@@ -86,29 +86,40 @@ def test_a_modules_hash_ignores_comments_docstrings_blank_lines_and_package_impo
     assert normalized_source(code) != normalized_source(code.replace("import torch", "import numpy"))
 
 
-def test_a_modules_hash_ignores_where_and_in_which_order_its_package_imports_stand() -> None:
-    """A move rewrites import paths and an import sorter then reorders them (``attacks.base`` before
-    ``attacks.passive``, a lazy import hoisted): the module computes the same, its hash is the same."""
+def test_a_modules_hash_ignores_the_order_of_a_run_of_package_imports_not_their_scope() -> None:
+    """A move rewrites import paths and an import sorter then reorders them within their run
+    (``attacks.base`` before ``attacks.passive``, in a function too): the module computes the same, its
+    hash is the same. An import moved past code, or into another function, may compute otherwise."""
     code = "\n".join([
+        "import torch",
         "from leakshield.attacks.passive.labels import infer",
         "from leakshield.attacks.base import ATTACKS",
-        "import torch",
         "def f(x):",
         "    from leakshield.metrics import ssim",
-        "    return ssim(infer(x))",
+        "    from leakshield.fl.gradients import flat",
+        "    return ssim(infer(flat(x)))",
     ])  # fmt: skip
     moved = "\n".join([
         "import torch",
         "from leakshield.attacks.base import ATTACKS",
-        "from leakshield.metrics import ssim",
         "from leakshield.passive.labels import infer",
         "def f(x):",
-        "    return ssim(infer(x))",
+        "    from leakshield.gradients import flat",
+        "    from leakshield.metrics import ssim",
+        "    return ssim(infer(flat(x)))",
     ])  # fmt: skip
     assert normalized_source(code) == normalized_source(moved)
     other = normalized_source(moved.replace("import ssim", "import psnr as ssim"))
     assert normalized_source(code) != other
     assert normalized_source(code) != normalized_source(moved.replace("import torch", "import np as torch"))
+    shadowed = "from leakshield.a import f\ndef f():\n    return 1\n"
+    assert normalized_source(shadowed) != normalized_source(
+        "def f():\n    return 1\nfrom leakshield.a import f\n"
+    )
+    lazy = "def g():\n    from leakshield.a import s\n    return s\ndef h():\n    return s\n"
+    assert normalized_source(lazy) != normalized_source(
+        "def g():\n    return s\ndef h():\n    from leakshield.a import s\n    return s\n"
+    )
 
 
 def test_an_imports_bindings_count_and_a_package_inits_own_code_is_reached(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ scenarios), then ranked per threat model by each defense's strongest attack."""
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -83,11 +84,11 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from leakshield.experiment.compatibility import check_grids_fit_models
     from leakshield.leaderboard.presets import load_leaderboard, load_scenarios
     from leakshield.leaderboard.report import build_leaderboard
 
-    if args.check is not None and args.from_export is not None:
-        raise LeakshieldError("give --check README or --from-export EXPORT --readme README, not both")
+    refuse_option_clashes(args)
     if args.check is not None:
         return _check(args.check, args)
     if args.readme is not None:  # say so now, not after the whole run
@@ -103,6 +104,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     scenarios = load_scenarios(args.preset, path=args.config, data_root=args.data_root)
     if args.dry_run:
         return _dry_run(config, out, scenarios, args)
+    check_grids_fit_models([config, *(c for _, c, _ in scenarios)])  # a scenario's too, before any grid
     status = run_grid(config, out, args)
     for name, scenario, _ in scenarios:
         print(f"scenario {name}:")
@@ -169,6 +171,17 @@ def _tune(config: Any, out: Path, args: argparse.Namespace) -> int:
     return status
 
 
+def refuse_option_clashes(args: argparse.Namespace) -> None:
+    """One line for options that cannot go together (one of them would be ignored)."""
+    given = {"--check": args.check is not None, "--from-export": args.from_export is not None,
+             "--readme": args.readme is not None, "--tune": args.tune, "--dry-run": args.dry_run}  # fmt: skip
+    clashes = [("--check", other) for other in ("--from-export", "--readme", "--tune", "--dry-run")]
+    clashes += [("--from-export", "--tune"), ("--from-export", "--dry-run"), ("--tune", "--readme")]
+    for first, second in clashes:
+        if given[first] and given[second]:
+            raise LeakshieldError(f"give {first} or {second}, not both (see 'leakshield leaderboard --help')")
+
+
 def need_file(path: Path, option: str, what: str) -> None:
     """Refuse ``path`` unless it is a file, saying what it is instead (a folder, nothing)."""
     if path.is_dir():
@@ -189,6 +202,11 @@ def writable_outputs(readme: Path, preset: str) -> None:
                 raise LeakshieldError(
                     f"--readme {readme}: {parent} is a file; the run writes {target} under it"
                 )
+        existing = next(p for p in [target, *target.parents] if p.exists())
+        if not os.access(existing, os.W_OK):
+            raise LeakshieldError(f"--readme {readme}: {existing} is not writable; the run writes {target}")
+    if not os.access(readme, os.W_OK):
+        raise LeakshieldError(f"--readme {readme}: not writable; the run rewrites its Results block")
 
 
 def _check(readme: Path, args: argparse.Namespace) -> int:

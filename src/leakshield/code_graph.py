@@ -5,10 +5,10 @@ only the results computed through the edited module.
 
 A module's content hash ignores what cannot change a number or only names a place: comments, blank
 lines, docstrings, ``__version__``, and the module paths of the statements importing the package's own
-modules — an import keeps the names it binds (``import ssim as psnr`` is hashed as that), in no
-particular order or place (an import sorter reorders them after a move), and what it brings in is
-hashed as a module of its own. Moving a module, or adding one, therefore changes no hash of the modules
-that existed. Import edges resolve names through package ``__init__`` files to the
+modules — an import keeps the names it binds (``import ssim as psnr`` is hashed as that), in sorted
+order within its run of consecutive imports (an import sorter reorders them after a move), and what it
+brings in is hashed as a module of its own. Moving a module, or adding one, therefore changes no hash
+of the modules that existed. Import edges resolve names through package ``__init__`` files to the
 module that defines them; a module's parent packages are reached too (their ``__init__`` runs first),
 hashed without their imports and ``__all__`` (what they register or re-export is hashed where it is
 defined); and a package ``__init__`` importing its own submodules to register them (the registries'
@@ -74,18 +74,45 @@ def _is_metadata(node: ast.AST, package: bool) -> bool:
     return names == ["__version__"] or (package and names == ["__all__"])
 
 
-def _replaced_lines(
-    tree: ast.Module, lines: list[str], package: bool
-) -> tuple[dict[int, str | None], list[str]]:
-    """1-based line → its replacement (None: dropped): docstrings, metadata and package imports
-    dropped (whole lines only); and what those imports bind (nothing in a package ``__init__``, whose
-    imports register submodules or re-export names: an import through the package is followed to the
-    module that defines the name; see :meth:`CodeGraph.edges`)."""
-    spans: list[ast.AST] = []
-    bound: list[str] = []
+def _import_runs(tree: ast.Module) -> list[list[ast.stmt]]:
+    """Maximal runs of consecutive package-import statements in one statement list (a module's, a
+    function's, a branch's): an import sorter reorders imports within such a run, never across code."""
+    runs: list[list[ast.stmt]] = []
     for node in ast.walk(tree):
-        if _imports_package(node) or _is_metadata(node, package):
-            spans.append(node)
+        for field in ("body", "orelse", "finalbody"):
+            statements = getattr(node, field, None)
+            if not isinstance(statements, list):
+                continue
+            run: list[ast.stmt] = []
+            for statement in [*statements, None]:
+                if statement is not None and _imports_package(statement):
+                    run.append(statement)
+                elif run:
+                    runs.append(run)
+                    run = []
+    return runs
+
+
+def _whole_lines(node: ast.AST, lines: list[str]) -> tuple[int, int, str] | None:
+    """(first line, last line, indentation) of a statement alone on its lines; None if it shares a line
+    with other code (then it is hashed as written)."""
+    start, end = node.lineno, node.end_lineno or node.lineno  # type: ignore[attr-defined]
+    before = lines[start - 1][: node.col_offset]  # type: ignore[attr-defined]
+    after = lines[end - 1][node.end_col_offset :]  # type: ignore[attr-defined]
+    if before.strip() or after.split("#")[0].strip():
+        return None
+    return start, end, before
+
+
+def _replaced_lines(tree: ast.Module, lines: list[str], package: bool) -> dict[int, str | None]:
+    """1-based line → its replacement (None: dropped): docstrings and metadata dropped; each run of
+    package imports replaced, where its first import stood, by the names the run binds, sorted (dropped
+    in a package ``__init__``, whose imports register submodules or re-export names: an import through
+    the package is followed to the module that defines the name; see :meth:`CodeGraph.edges`)."""
+    dropped: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if _is_metadata(node, package):
+            dropped.append(node)
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             first = node.body[0] if node.body else None
             if (
@@ -93,32 +120,35 @@ def _replaced_lines(
                 and isinstance(first.value, ast.Constant)
                 and isinstance(first.value.value, str)
             ):
-                spans.append(first)
+                dropped.append(first)
     replaced: dict[int, str | None] = {}
-    for node in spans:
-        start, end = node.lineno, node.end_lineno or node.lineno  # type: ignore[attr-defined]
-        head, tail = lines[start - 1], lines[end - 1]
-        before, after = head[: node.col_offset], tail[node.end_col_offset :]  # type: ignore[attr-defined]
-        if before.strip() or after.split("#")[0].strip():
-            continue  # shares its line with other code: kept as written
-        replaced.update(dict.fromkeys(range(start, end + 1)))
-        if _imports_package(node) and not package:
-            bound += _bindings_of(node)  # type: ignore[arg-type]
-    return replaced, bound
+    for node in dropped:
+        found = _whole_lines(node, lines)
+        if found is not None:
+            replaced.update(dict.fromkeys(range(found[0], found[1] + 1)))
+    for run in _import_runs(tree):
+        placed = [(found, node) for node in run if (found := _whole_lines(node, lines)) is not None]
+        bound = sorted(b for _, node in placed for b in _bindings_of(node))  # type: ignore[arg-type]
+        for (start, end, _), _node in placed:
+            replaced.update(dict.fromkeys(range(start, end + 1)))
+        if placed and not package:
+            (start, _, indent), _ = placed[0]
+            replaced[start] = indent + "import " + ", ".join(bound)
+    return replaced
 
 
 def normalized_source(text: str, package: bool = False) -> str:
-    """``text`` without comments, blank lines, trailing spaces, docstrings and ``__version__``, its
-    package imports reduced to the names they bind, sorted into one last line wherever they stood
-    (``package``: a package's ``__init__``, whose package imports and ``__all__`` are dropped: what they
-    register or re-export is hashed where it is defined)."""
+    """``text`` without comments, blank lines, trailing spaces, docstrings and ``__version__``, each run
+    of consecutive package imports reduced to the names it binds, in sorted order (``package``: a
+    package's ``__init__``, whose package imports and ``__all__`` are dropped: what they register or
+    re-export is hashed where it is defined)."""
     tree = ast.parse(text)
     lines = text.splitlines()
     comments: dict[int, int] = {}
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
         if token.type == tokenize.COMMENT:
             comments[token.start[0]] = token.start[1]
-    replaced, bound = _replaced_lines(tree, lines, package)
+    replaced = _replaced_lines(tree, lines, package)
     kept = []
     for number, line in enumerate(lines, start=1):
         if number in replaced:
@@ -127,8 +157,6 @@ def normalized_source(text: str, package: bool = False) -> str:
             line = line[: comments[number]]
         if line.strip():
             kept.append(line.rstrip())
-    if bound:
-        kept.append("import " + ", ".join(sorted(bound)))
     return "\n".join(kept) + "\n"
 
 

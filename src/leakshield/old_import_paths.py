@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 from types import ModuleType
 
@@ -86,8 +87,9 @@ class _Alias(importlib.abc.Loader):
 
 
 class OldPathFinder(importlib.abc.MetaPathFinder):
-    """Finds the old path of a moved module (first on ``sys.meta_path``, so that a moved package's old
-    path never loads a second copy of a submodule)."""
+    """Finds the old path of a moved module. It must stay first on ``sys.meta_path`` (:func:`install`
+    puts it there; a hook inserted before it later that handles ``leakshield`` names would find an old
+    submodule path through the moved package's folder and load a second copy)."""
 
     def find_spec(
         self, fullname: str, path: object = None, target: object = None
@@ -95,7 +97,11 @@ class OldPathFinder(importlib.abc.MetaPathFinder):
         target_path = _mapped(fullname, MOVED)
         if target_path is None:
             return None
-        return importlib.machinery.ModuleSpec(fullname, _Alias(target_path))
+        found = importlib.util.find_spec(target_path)
+        if found is None:  # an old path that never existed stays unknown
+            return None
+        package = found.submodule_search_locations is not None
+        return importlib.machinery.ModuleSpec(fullname, _Alias(target_path), is_package=package)
 
 
 def install() -> None:
@@ -103,5 +109,22 @@ def install() -> None:
     if not any(isinstance(f, OldPathFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, OldPathFinder())
 
+
+def _old_submodules(package: str):
+    """A package's ``__getattr__`` (PEP 562) that finds its submodules of 0.2 that moved, as
+    attributes (``leakshield.attacks.imprint`` after ``import leakshield.attacks``)."""
+
+    def module_getattr(name: str) -> ModuleType:
+        if f"{package}.{name}" in MOVED:
+            return importlib.import_module(f"{package}.{name}")
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return module_getattr
+
+
+#: bound as ``__getattr__`` by the packages whose submodules moved (an import: it hashes as nothing)
+attacks_getattr = _old_submodules("leakshield.attacks")
+defenses_getattr = _old_submodules("leakshield.defenses")
+ggl_getattr = _old_submodules("leakshield.attacks.ggl")  # bound by its new home, attacks.prior
 
 install()

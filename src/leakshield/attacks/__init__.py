@@ -18,6 +18,7 @@ from leakshield.attacks import (  # noqa: F401  (register attacks)
 )
 from leakshield.attacks.base import ATTACKS, Attack, Reconstruction, ServerKnowledge, create_attack
 from leakshield.attacks.passive.labels import infer_labels, label_accuracy
+from leakshield.old_import_paths import attacks_getattr as __getattr__  # noqa: F401  (0.2's submodules)
 
 __all__ = [
     "ATTACKS",

@@ -29,6 +29,7 @@ from leakshield.defenses.base import (
     Verdict,
     create_defense,
 )
+from leakshield.old_import_paths import defenses_getattr as __getattr__  # noqa: F401  (0.2's submodules)
 
 __all__ = [
     "ACCEPTED",

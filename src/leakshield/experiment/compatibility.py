@@ -6,10 +6,14 @@ instead of stored as failed cells after the run."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+
 import torch
 
 from leakshield.attacks import create_attack
 from leakshield.attacks.execution import split_execution
+from leakshield.data import load_dataset
 from leakshield.data.types import DatasetInfo
 from leakshield.errors import ConfigError
 from leakshield.experiment.config import ExperimentConfig
@@ -39,3 +43,15 @@ def check_attacks_fit_models(config: ExperimentConfig, info: DatasetInfo) -> Non
                     f"attacks[{i}] ({spec.display}) cannot attack models[{j}] ({model_spec.display}): {exc}; "
                     "run it with a model it can attack (a config of its own)"
                 ) from None
+
+
+def check_grids_fit_models(configs: Sequence[ExperimentConfig]) -> None:
+    """:func:`check_attacks_fit_models` for several grids before any of them runs (a leaderboard's main
+    grid and its scenarios), each on its own dataset's image shape (a dataset loaded once)."""
+    infos: dict[str, DatasetInfo] = {}
+    for config in configs:
+        ds = config.dataset
+        key = json.dumps([ds.name, ds.params, str(ds.root)], sort_keys=True, default=str)
+        if key not in infos:
+            infos[key] = load_dataset(ds.name, ds.params, root=ds.root).info
+        check_attacks_fit_models(config, infos[key])

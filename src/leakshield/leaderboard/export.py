@@ -18,7 +18,7 @@ from leakshield.experiment.store import CellRecord
 from leakshield.leaderboard.front_door import compact_results
 from leakshield.leaderboard.ranking import threats
 from leakshield.leaderboard.staleness import Staleness, stale_labels
-from leakshield.leaderboard.tables import Table, markdown, realism_table, threat_tables
+from leakshield.leaderboard.tables import STALE_MARK, Table, markdown, realism_table, threat_tables
 
 
 @dataclass(frozen=True)
@@ -142,9 +142,6 @@ HOW_TO_READ = (
     "defense, trained with its paper's optimizer at the learning rate tuned on the public split; ● marks "
     "the privacy–utility Pareto front."
 )
-
-
-STALE_MARK = " (stale)"
 
 
 def results_tables(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from leakshield.leaderboard.tables import Table
+from leakshield.leaderboard.tables import STALE_MARK, Table
 
 #: rows of defenses that train shown per threat model, besides the undefended one
 TOP = 3
@@ -30,26 +30,39 @@ def _mean(text: str) -> float | None:
     return float(found.group()) if found else None
 
 
-def _defense(label: str) -> str:
-    return label.split(" · ", 1)[-1].removesuffix(" (stale)")
+def _parts(label: str) -> tuple[str, str]:
+    """(model, defense) of a ``model · defense`` row label (a stale mark dropped)."""
+    model, _, defense = label.removesuffix(STALE_MARK).rpartition(" · ")
+    return model, defense
 
 
 def compact_table(table: Table, page: str) -> str:
-    """``table`` cut to :data:`KEPT` columns and its top rows (Markdown), with a line naming the
-    defenses that do not train and how many rows the results ``page`` has."""
-    if "rank" not in table.header:
+    """``table`` cut to :data:`KEPT` columns and its top rows (Markdown): the most private rows whose
+    accuracy is known and at least :data:`TRAINS_SHARE` of their model's undefended accuracy, and the
+    undefended rows; then a line naming the rows below that share and how many rows the results
+    ``page`` has beyond those shown ("" for a table that ranks nothing)."""
+    if "rank" not in table.header or "model · defense" not in table.header or not table.rows:
         return ""
     at = {name: table.header.index(name) for name in KEPT if name in table.header}
-    label, accuracy = at["model · defense"], at.get("accuracy (95 % CI)")
-    undefended = [row for row in table.rows if _defense(row[label]) == "none"]
-    reference = _mean(undefended[0][accuracy]) if undefended and accuracy is not None else None
-    floor = None if reference is None else TRAINS_SHARE * reference
+    label, rank, accuracy = at["model · defense"], at["rank"], at.get("accuracy (95 % CI)")
 
-    def trains(row: list[str]) -> bool:
-        value = None if accuracy is None else _mean(row[accuracy])
-        return floor is None or value is None or value >= floor
+    def value(row: list[str]) -> float | None:
+        return None if accuracy is None else _mean(row[accuracy])
 
-    top = [row for row in table.rows if trains(row) and _defense(row[label]) != "none"][:TOP]
+    undefended = [row for row in table.rows if _parts(row[label])[1] == "none"]
+    reference = {_parts(row[label])[0]: value(row) for row in undefended}
+
+    def floor(row: list[str]) -> float | None:
+        known = reference.get(_parts(row[label])[0])
+        return None if known is None else TRAINS_SHARE * known
+
+    def trains(row: list[str]) -> bool:  # known to train: an accuracy at or above its model's floor
+        v, f = value(row), floor(row)
+        return v is not None and (f is None or v >= f)
+
+    failing = [row for row in table.rows if value(row) is not None and floor(row) is not None
+               and not trains(row)]  # fmt: skip
+    top = [row for row in table.rows if trains(row) and row not in undefended][:TOP]
     shown = [row for row in table.rows if row in top or row in undefended]
     lines = [
         f"### {table.title}",
@@ -59,31 +72,33 @@ def compact_table(table: Table, page: str) -> str:
         *("| " + " | ".join(row[i].replace("|", "\\|") for i in at.values()) + " |" for row in shown),
         "",
     ]
-    failing = [row for row in table.rows if not trains(row)]
-    rest = len(table.rows) - len(shown)
-    words = f"{rest} more row{'s' * (rest > 1)} on the [results page]({page})." if rest else ""
-    if failing and floor is not None:
+    words = []
+    if failing:
         named = ", ".join(
-            f"{_defense(row[label])} (rank {row[at['rank']]}, accuracy {row[accuracy]})"  # type: ignore[index]
+            f"{row[label]} (rank {row[rank]}, accuracy {row[accuracy]})"  # type: ignore[index]
             for row in failing
         )
-        words = (
-            f"Does not train at this budget (accuracy under {TRAINS_SHARE:g} × the undefended "
-            f"{reference:.3f}): {named}. " + words
-        )
-    return "\n".join(lines) + (f"\n{words}\n" if words else "")
+        share = f"accuracy under {TRAINS_SHARE:g} × its model's undefended accuracy"
+        words.append(f"Does not train at this budget ({share}): {named}.")
+    rest = len(table.rows) - len(shown)
+    if rest:
+        last = top[-1][rank] if top else None
+        tied = sum(row[rank] == last for row in table.rows if row not in shown)
+        also = f" ({tied} tied at rank {last})" if tied else ""
+        words.append(f"{rest} more row{'s' * (rest > 1)} on the [results page]({page}){also}.")
+    return "\n".join(lines) + ("\n" + " ".join(words) + "\n" if words else "")
 
 
 def compact_results(tables: Sequence[Table], baseline: float | None, page: str) -> str:
     """The README's tables: one compact table per ranked threat model (realism tables are on the
     ``page`` only), after one line on how to read them."""
-    level = "—" if baseline is None else f"{baseline:.3f}"
+    level = "" if baseline is None else f", {baseline:.3f} here for the public mean image"
     intro = (
         "Per threat model: the most private defenses that train, ranked by the SSIM of the strongest "
-        f"attack that adversary ran (lower is more private; at the no-information level, {level} for the "
-        'public mean image, a row reads "no measurable leakage"), and the undefended row; accuracy after '
-        f"FedAvg under the defense; ● the privacy–utility front. How to read them, every row and column, "
-        f"and the realism scenarios: the [results page]({page})."
+        f"attack that adversary ran (lower is more private; at the no-information level{level}, a row "
+        'reads "no measurable leakage"), and the undefended row; accuracy after FedAvg under the defense; '
+        f"● the privacy–utility front. How to read them, every row and column, and the realism "
+        f"scenarios: the [results page]({page})."
     )
     parts = [compact_table(t, page) for t in tables]
     return intro + "\n\n" + "\n".join(p for p in parts if p)

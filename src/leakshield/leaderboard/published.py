@@ -19,7 +19,9 @@ from leakshield.errors import LeakshieldError
 from leakshield.experiment.cells import expand_grid
 from leakshield.experiment.config import ExperimentConfig
 from leakshield.experiment.stamps import Stamper
+from leakshield.experiment.store import atomic_write_bytes
 from leakshield.leaderboard.export import (
+    PAGE_HEAD,
     readme_block,
     readme_section,
     records_from_json,
@@ -153,10 +155,11 @@ def check(readme: Path, graph: CodeGraph | None = None, protocol: Protocol | Non
         )
         lines += _differences(block, rendered.block)
     if written is None:
-        lines.append(f"differs: the results page {page} is missing {redo}")
+        what = "is a folder" if page.is_dir() else "is missing"
+        lines.append(f"differs: the results page {page} {what} {redo}")
     elif written != rendered.page:
         lines.append(f"differs: the results page {page} is not what {source} renders with this code {redo}")
-        lines += _differences(written, rendered.page, "the page")
+        lines += _differences(written, rendered.page, "page")
     text = export.read_text()
     facts, records = records_from_json(text)
     marked, rows = stale_rows(results_tables(records, scenarios_from_json(text), staleness))
@@ -174,9 +177,9 @@ def check(readme: Path, graph: CodeGraph | None = None, protocol: Protocol | Non
     return Verdict(faithful, staleness, lines)
 
 
-def _differences(block: str, expected: str, where: str = "README") -> list[str]:
-    """The first differing lines, README (or the page) against export (``line 12 of the block: README
-    has … , the export renders …``)."""
+def _differences(block: str, expected: str, where: str = "block") -> list[str]:
+    """The first differing lines of the README's block (or the results page) against what the export
+    renders (``line 12 of the block: README has … , the export renders …``)."""
     ours, theirs = block.splitlines(), expected.splitlines()
     out = []
     matcher = difflib.SequenceMatcher(a=ours, b=theirs, autojunk=False)
@@ -187,7 +190,8 @@ def _differences(block: str, expected: str, where: str = "README") -> list[str]:
             mine = ours[i1 + k] if i1 + k < i2 else None
             given = theirs[j1 + k] if j1 + k < j2 else None
             shown_mine, shown_given = _around_difference(mine, given)
-            out.append(f"  line {min(i1 + k, len(ours) - 1) + 1} of the block: {where} has {shown_mine}, "
+            out.append(f"  line {min(i1 + k, len(ours) - 1) + 1} of the {where}: "
+                       f"{'README' if where == 'block' else 'it'} has {shown_mine}, "
                        f"the export renders {shown_given}")  # fmt: skip
     return out[:SHOWN] + ([f"  … and {len(out) - SHOWN} more"] if len(out) > SHOWN else [])
 
@@ -226,8 +230,13 @@ def rerender(
     page = readme.parent / results_page_of(source)
     if page.is_dir():
         raise LeakshieldError(f"{page} is a folder; the results page is written there as a file")
+    if page.is_file() and not page.read_text(errors="replace").startswith(PAGE_HEAD):
+        raise LeakshieldError(
+            f"{page} exists and was not written by leakshield (its first line is not "
+            f"{PAGE_HEAD!r}); move it: the export's results page is written there"
+        )
+    atomic_write_bytes(page, rendered.page.encode())
     replace_readme_section(readme, rendered.block)
-    page.write_text(rendered.page)
     return rendered.staleness
 
 

@@ -14,6 +14,9 @@ from leakshield.leaderboard.intervals import level
 from leakshield.leaderboard.ranking import AttackScore, Standing, attack_scores, standings, strongest, threats
 from leakshield.leaderboard.threats import cell_threat, threat_of
 
+#: what ends the label of a row computed by other code or settings than the installed ones
+STALE_MARK = " (stale)"
+
 
 @dataclass(frozen=True)
 class Table:
