@@ -4,7 +4,9 @@ defenses in real federations and a leakage audit of their updates.
 - Client: :class:`LeakshieldTrainer` (the honest client as a train step, all defense stages, replies
   with the protocol facts), :class:`ReleaseDefenseMod` / :func:`release_mods` (update-stage defenses
   as mods), :class:`SelfAuditMod` (a client scores the leakage of its own update), :class:`GuardMod`
-  (the client guard stage: refuse a model that is not the agreed architecture or that a guard refuses).
+  (the client guard stage: refuse a model that is not the agreed architecture or that a guard refuses),
+  :class:`LeakageFilterMod` (a client attacks its own update and refuses or defends it when it leaks),
+  :class:`PerClientTrainer` (clients with local settings of their own).
 - Server: :class:`AuditingStrategy` (wraps any strategy; attacks a sample of replies; results in a
   leakshield run directory).
 - :func:`client_app` / :func:`server_app`: ready-made apps for an experiment config
@@ -26,8 +28,9 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     ) from exc
 
 from leakshield.flower.apps import client_app, server_app
-from leakshield.flower.client import LeakshieldTrainer, SelfAuditMod, without_suffix
+from leakshield.flower.client import LeakshieldTrainer, PerClientTrainer, SelfAuditMod, without_suffix
 from leakshield.flower.guard import GuardMod
+from leakshield.flower.leakage_filter import FILTER_LOG, LeakageFilterMod, LeakageFilterSettings
 from leakshield.flower.mods import ReleaseDefenseMod, announced, is_release_only, release_mods
 from leakshield.flower.records import FACTS_RECORD, ReportedFacts, reply_state, update_from_reply
 from leakshield.flower.secure_aggregation import SecureAggregationAudit, secure_client_app, secure_server_app
@@ -35,9 +38,13 @@ from leakshield.flower.strategy import AuditingStrategy
 
 __all__ = [
     "FACTS_RECORD",
+    "FILTER_LOG",
     "AuditingStrategy",
     "GuardMod",
+    "LeakageFilterMod",
+    "LeakageFilterSettings",
     "LeakshieldTrainer",
+    "PerClientTrainer",
     "ReleaseDefenseMod",
     "ReportedFacts",
     "SecureAggregationAudit",

@@ -7,7 +7,7 @@ default) wrapped in the audit. Their run config (``[tool.flwr.app.config]``, ove
 ``config``         the experiment YAML (relative paths: to the app's folder ``base``)
 ``num-rounds``     FL rounds (default 3)
 ``seed``           the federation's seed (default: the config's first seed)
-``out``            the run directory the audit writes (``leakshield report OUT`` reads it)
+``out``            the run directory: the audit, ``accuracy.json`` (``leakshield report OUT`` reads it)
 ``audit-clients``  replies attacked per round (default 5; 0 turns the audit off)
 ``fraction-train`` share of the nodes sampled each round (default 1.0)
 ``device``         ``cpu`` (default) or ``cuda``
@@ -17,6 +17,7 @@ default) wrapped in the audit. Their run config (``[tool.flwr.app.config]``, ove
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,8 @@ def client_app(config: str | Path | None = None, *, base: Path | None = None) ->
     return app
 
 
+#: the server's record of the central test accuracy after each round (``{round: accuracy}``)
+ACCURACY_FILE = "accuracy.json"
 #: the server's run-config defaults (see the module docstring)
 SERVER_DEFAULTS: dict[str, Any] = {
     "num-rounds": 3,
@@ -157,6 +160,10 @@ def server_app(
             evaluate_fn=functools.partial(_test_accuracy, fed),
         )
         log(20, "leakshield: final test accuracy %s", result.evaluate_metrics_serverapp)
+        history = {int(r): float(m["accuracy"]) for r, m in result.evaluate_metrics_serverapp.items()}
+        out = resolve(str(rc["out"]), base)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / ACCURACY_FILE).write_text(json.dumps(history, indent=1))
 
     return app
 

@@ -96,6 +96,10 @@ class LeakshieldTrainer:
             )
         return self._federations[key]
 
+    def trainer_for(self, client_id: int) -> LeakshieldTrainer:
+        """The train step of client ``client_id``: this one (see :class:`PerClientTrainer`)."""
+        return self
+
     def seed_for(self, context: Context) -> int:
         """The client's seed: the one given, else the run config's ``seed``, else the config's first."""
         if self.seed is not None:
@@ -151,6 +155,21 @@ class LeakshieldTrainer:
             defenses=(*pipeline.public_config(), *mods),
         )
         return reply_state(sent, update), facts
+
+
+class PerClientTrainer:
+    """A train step for clients with local settings of their own (batch size, local steps, defenses):
+    client ``i`` runs ``trainers[i]``, every other client ``default``. Their configs must describe one
+    federation (the same dataset, partition, model and seeds)."""
+
+    def __init__(self, trainers: dict[int, LeakshieldTrainer], default: LeakshieldTrainer) -> None:
+        self.trainers, self.default = dict(trainers), default
+
+    def trainer_for(self, client_id: int) -> LeakshieldTrainer:
+        return self.trainers.get(client_id, self.default)
+
+    def __call__(self, msg: Message, context: Context) -> Message:
+        return self.trainer_for(partition_id(context))(msg, context)
 
 
 def without_suffix(pipeline: DefensePipeline, applied: list[PublicDefense]) -> DefensePipeline:

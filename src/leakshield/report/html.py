@@ -11,6 +11,7 @@ from leakshield.errors import RunDirectoryError
 from leakshield.experiment.rundir import STORE_FILE, load_run_config
 from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
 from leakshield.report.figures import privacy_utility_png, sweep_png
+from leakshield.report.filter_log import filter_html, filter_markdown
 from leakshield.report.tables import baselines_by_batch, joined_rows, pivot, results_csv
 from leakshield.report.threat_tables import html_sections, markdown_sections
 
@@ -111,6 +112,7 @@ def build_report(run_dir: str | Path) -> ReportFiles:
     failed = [r for r in records if r.status == "failed"]
 
     markdown = [f"# {config.name}\n", table.to_markdown(), f"\n{conventions}\n", markdown_sections(records)]
+    markdown.append(filter_markdown(run_dir))
     if lpips_note:
         markdown.append(f"\nLPIPS: {lpips_note}\n")
     if failed:
@@ -165,6 +167,7 @@ def _html(
     if lpips_note:
         parts.append(f"<p>LPIPS: {html.escape(lpips_note)}</p>")
     parts.append(html_sections(records))
+    parts.append(filter_html(run_dir))
     plot = privacy_utility_png(rows, baseline, scatter_metric)
     parts.append("<h2>Privacy–utility</h2>")
     parts.append(
