@@ -20,6 +20,7 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 from leakshield.errors import ConfigError  # noqa: E402
 from leakshield.experiment.config import load_config  # noqa: E402
 from leakshield.experiment.federation import Federation  # noqa: E402
+from leakshield.experiment.store import ResultStore  # noqa: E402
 from leakshield.flower import (  # noqa: E402
     FACTS_RECORD,
     FILTER_LOG,
@@ -89,7 +90,7 @@ def send(
 def test_the_filter_defends_the_leaking_client_only_and_logs_every_decision(
     step: PerClientTrainer, sent: ArrayRecord, tmp_path: Path
 ) -> None:
-    mod = LeakageFilterMod(step, out=tmp_path)
+    mod = LeakageFilterMod(step, out=tmp_path, secret=0)
     plain = {c: step(*_plain(sent, c)) for c in (0, 1)}
     replies = {c: send(mod, step, sent, c) for c in (0, 1)}
     first, second = mod.decisions
@@ -108,21 +109,26 @@ def test_the_filter_defends_the_leaking_client_only_and_logs_every_decision(
 def test_the_refuse_action_sends_an_error_and_the_threshold_decides(
     step: PerClientTrainer, sent: ArrayRecord
 ) -> None:
-    refuse = LeakageFilterMod(step, action="refuse")
+    refuse = LeakageFilterMod(step, action="refuse", secret=0)
     assert send(refuse, step, sent, 0).has_error() and refuse.decisions[-1]["action"] == "refused"
-    lenient = LeakageFilterMod(step, metric="ssim", threshold=0.99999999)  # iDLG's SSIM on it: 1.000
+    measured = refuse.decisions[-1]["measured"]["ssim"]  # iDLG on client 0's single image: ≈ 1
+    lenient = LeakageFilterMod(step, metric="ssim", threshold=measured - 0.01, secret=0)
     assert not send(lenient, step, sent, 0).has_error() and lenient.decisions[-1]["action"] == "defended"
-    blind = LeakageFilterMod(step, metric="ssim", threshold=0.999999999999)
-    send(blind, step, sent, 0)
-    assert blind.decisions[-1]["action"] == "sent"  # a threshold above what leaks never acts
+    calm = LeakageFilterMod(step, metric="ssim", threshold=0.5, secret=0)
+    send(calm, step, sent, 1)  # a batch of 32: mean SSIM about 0.2
+    assert calm.decisions[-1]["action"] == "sent" and calm.decisions[-1]["measured"]["ssim"] < 0.5
 
 
 def test_a_filter_that_cannot_check_sends_nothing(step: PerClientTrainer, sent: ArrayRecord) -> None:
     """An attack that cannot run on this model (trap weights needs a fully connected first layer): the
     client answers with an error, never the unchecked update."""
-    broken = LeakageFilterMod(step, attack="trap-weights")
+    broken = LeakageFilterMod(step, attack="analytic")  # no fully connected layer reads LeNet's image
     reply = send(broken, step, sent, 1)
-    assert reply.has_error() and "leakage filter" in reply.error.reason and not broken.decisions
+    assert reply.has_error() and "leakage filter" in reply.error.reason
+    assert broken.decisions[-1]["action"] == "refused (check failed)"
+    two = Message(RecordDict({"a": sent, "b": sent, "config": ConfigRecord({"server-round": 1})}),
+                  dst_node_id=1, message_type=MessageType.TRAIN)  # fmt: skip
+    assert broken(two, _plain(sent, 1)[1], step).has_error()  # nothing it could check: refused
 
 
 def test_settings_are_validated_in_one_line(step: PerClientTrainer) -> None:
@@ -132,6 +138,10 @@ def test_settings_are_validated_in_one_line(step: PerClientTrainer) -> None:
         LeakageFilterMod(step, defenses=[{"name": "soteria"}])
     with pytest.raises(ConfigError, match="action"):
         FilteredTrainStep("x.yaml", action="delete")
+    with pytest.raises(ConfigError, match="soteria is not an update-stage defense"):
+        FilteredTrainStep("x.yaml", defenses=[{"name": "soteria"}])  # found before any Ray actor starts
+    with pytest.raises(ConfigError, match="imprint is not a passive attack"):
+        LeakageFilterMod(step, attack="imprint")
 
 
 def test_a_share_of_rounds_is_checked_by_a_seeded_draw(step: PerClientTrainer, sent: ArrayRecord) -> None:
@@ -163,7 +173,7 @@ def _arrays(reply: Message) -> list[float]:
 
 def _facts(rnd: int):
     class Facts:
-        round, client_id = rnd, 1
+        round, client_id = rnd, 0
 
     return Facts
 
@@ -183,9 +193,9 @@ def test_a_flower_simulation_filters_the_leaking_client_and_reports_accuracy(
     for name, filtered in (("filtered", True), ("plain", False)):
         out = tmp_path / name
         app = ClientApp()
-        train = FilteredTrainStep(b32, per_client={0: b1}, out=out) if filtered else None
+        train = FilteredTrainStep(b32, per_client={0: b1}, out=out, secret=0) if filtered else None
         app.train()(train or PerClientTrainer({0: LeakshieldTrainer(b1)}, LeakshieldTrainer(b32)))
-        audit = 1 if filtered else 0  # the server's own audit too: a run directory `report` reads
+        audit = 3 if filtered else 0  # the server's own audit too: a run directory `report` reads
         server = server_app(b32, defaults={"num-rounds": 2, "out": str(out), "audit-clients": audit})
         resources = {"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 2}}
         run_simulation(server, app, num_supernodes=3, backend_config=resources)
@@ -194,6 +204,11 @@ def test_a_flower_simulation_filters_the_leaking_client_and_reports_accuracy(
     assert sorted((d["round"], d["client"]) for d in decisions) == [(r, c) for r in (0, 1) for c in (0, 1, 2)]
     assert {(d["client"], d["action"]) for d in decisions} == {(0, "defended"), (1, "sent"), (2, "sent")}
     assert set(accuracy["filtered"]) == set(accuracy["plain"]) == {"0", "1", "2"}
+    for r in ("1", "2"):  # client 0 holds 1 of 65 samples a round: its noise moves no prediction here
+        assert accuracy["filtered"][r] == pytest.approx(accuracy["plain"][r], abs=0.02)
     print(f"accuracy with the filter {accuracy['filtered']}, without {accuracy['plain']}")
+    # the server's audit rebuilds client 0's batch from its own config (32 images): refused, not misscored
+    audits = ResultStore(tmp_path / "filtered" / "results.sqlite").records()
+    assert audits and all(r.status == "failed" and "audit it with its own config" in r.error for r in audits)
     report = build_report(tmp_path / "filtered").markdown.read_text()
-    assert "## Client leakage filter" in report and "the filter acted 2 times, on clients [0]" in report
+    assert "## Client leakage filter" in report and "the filter acted 2 times, on clients 0;" in report

@@ -26,7 +26,7 @@ from leakshield.artifacts import ArtifactCache
 from leakshield.attacks.base import Attack
 from leakshield.data import ImageSet
 from leakshield.defenses.base import PublicDefense
-from leakshield.errors import ConfigError
+from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.experiment.cells import Cell
 from leakshield.experiment.code_cache import CodeKeyedCache
 from leakshield.experiment.compute import cell_record
@@ -187,6 +187,13 @@ class UpdateAuditor(RoundObserver):
         status, error, metrics, victims, png = "ok", None, {}, [], None
         try:
             truths = [fed.client(c).round_data(round, self.device) for c in chosen]
+            for c, truth in zip(chosen, truths, strict=True):  # a client with a config of its own
+                reported = updates[c].protocol.num_samples
+                if reported != len(truth):
+                    raise LeakshieldError(
+                        f"client {c} computed its update on {reported} samples; this auditor's config "
+                        f"gives it {len(truth)}: audit it with its own config"
+                    )
             if aggregated:
                 truths = [ImageSet(torch.cat([t.x for t in truths]), torch.cat([t.y for t in truths]))]
                 received = summed if summed is not None else aggregate_updates([updates[c] for c in chosen])

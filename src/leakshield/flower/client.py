@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Context, Error, Message, MessageType, MetricRecord, RecordDict
 from flwr.clientapp.typing import ClientAppCallable
 
 from leakshield.artifacts import ArtifactCache
@@ -169,7 +169,12 @@ class PerClientTrainer:
         return self.trainers.get(client_id, self.default)
 
     def __call__(self, msg: Message, context: Context) -> Message:
-        return self.trainer_for(partition_id(context))(msg, context)
+        try:
+            client = partition_id(context)
+        except LeakshieldError as exc:  # a node the step cannot place answers with an error, never a raise
+            node = context.node_config.get("partition-id", "?")
+            return Message(Error(code=0, reason=f"client {node}: {exc}"), reply_to=msg)
+        return self.trainer_for(client)(msg, context)
 
 
 def without_suffix(pipeline: DefensePipeline, applied: list[PublicDefense]) -> DefensePipeline:

@@ -8,13 +8,14 @@ decision is appended to ``leakage_filter.jsonl`` in the run directory, which ``l
 shows.
 
 A victim counts as reconstructed when its SSIM is at least ``leak_ssim`` *and* above its own
-no-information score (the public split's mean image against it), so an update from which nothing can be
-read is never held back however the threshold is set."""
+no-information score (the public split's mean image against it), so with the default metric (the share
+of the batch reconstructed) an update from which nothing can be read is never held back."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -27,7 +28,7 @@ from flwr.clientapp.typing import ClientAppCallable
 from leakshield.attacks.base import Reconstruction, create_attack
 from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.defenses.base import ClientContext, DefensePipeline, create_defense
-from leakshield.errors import ConfigError, LeakshieldError
+from leakshield.errors import ConfigError
 from leakshield.experiment.evaluation import score_reconstructions
 from leakshield.fl import ThreatModel, build_server_view
 from leakshield.fl.client import release_generator
@@ -36,6 +37,7 @@ from leakshield.flower.records import FACTS_RECORD, ReportedFacts, reply_state, 
 from leakshield.registry import format_validation_error
 from leakshield.report.filter_log import FILTER_LOG
 from leakshield.seeds import audit_attack_seed, seeded_generator
+from leakshield.threats import Adversary
 
 #: the release stream's stage number for the filter's own defenses (apart from the client's defenses)
 FILTER_STREAM = 7_001
@@ -46,8 +48,12 @@ class LeakageFilterSettings(pydantic.BaseModel):
     first attack); metric: ``leak-rate`` (share of the batch reconstructed) or ``ssim`` (mean SSIM);
     threshold: act when the metric is above it (leak-rate 0: any reconstructed image); leak_ssim: the
     SSIM at which an image counts as reconstructed; action: ``refuse`` (send an error reply, no update)
-    or ``defend`` (release through ``defenses``, then check again: still above, refuse); share: the
-    share of rounds checked (a seeded draw per round and client)."""
+    or ``defend`` (release through ``defenses``, then check again with the same attack: still above,
+    refuse; an adaptive attacker who reads the added defenses may do better, so keep noise among them);
+    share: the share of rounds checked (a seeded draw per round and client); secret: the seed of the
+    filter's noise with the round and the client (None: drawn from the operating system, so the server,
+    who knows the federation's seed, cannot regenerate and subtract it; fix it only to reproduce a
+    simulation). The defaults' noise (σ 0.1) is on the update: FedSGD's gradient, FedAvg's Δθ."""
 
     model_config = pydantic.ConfigDict(extra="forbid", allow_inf_nan=False)
     attack: str | None = None
@@ -63,14 +69,35 @@ class LeakageFilterSettings(pydantic.BaseModel):
         ]
     )
     share: float = pydantic.Field(default=1.0, gt=0.0, le=1.0)
+    secret: int | None = pydantic.Field(default=None, ge=0, lt=2**63)
 
 
 def validated(settings: dict[str, Any]) -> LeakageFilterSettings:
-    """``settings`` as :class:`LeakageFilterSettings`, or a one-line :class:`ConfigError`."""
+    """``settings`` as :class:`LeakageFilterSettings` (its defenses update-stage ones, its attack a
+    passive one), or a one-line :class:`ConfigError`."""
     try:
-        return LeakageFilterSettings(**settings)
+        found = LeakageFilterSettings(**settings)
     except pydantic.ValidationError as exc:
         raise ConfigError(f"leakage filter: {format_validation_error(exc)}") from None
+    for entry in found.defenses:
+        if not is_release_only(create_defense(entry["name"], entry.get("params"))):
+            raise ConfigError(
+                f"leakage filter: defenses: {entry['name']} is not an update-stage defense (allowed: "
+                "clipping, gaussian-noise, laplacian-noise, pruning, quantization)"
+            )
+    if found.attack is not None:
+        passive_attack(found.attack, found.attack_params)
+    return found
+
+
+def passive_attack(name: str, params: dict[str, Any]) -> Any:
+    """The attack a client runs on its own update: a passive one (it reads the update; a malicious
+    server's attack needs the model it would have sent)."""
+    attack = create_attack(name, params)
+    if attack.threat.adversary is not Adversary.OBSERVING_SERVER:
+        raise ConfigError(f"leakage filter: attack {name} is not a passive attack (its adversary: "
+                          f"{attack.threat.adversary}); the client runs one on its own update")  # fmt: skip
+    return attack
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,14 +129,10 @@ class LeakageFilterMod:
     def __init__(self, trainer: Any, *, out: str | Path | None = None, **settings: Any) -> None:
         self.settings = validated(settings)
         self.trainer = trainer
-        self.out = None if out is None else Path(out)
+        self.out = None if out is None else Path(out).resolve()
         self.defenses = [create_defense(d["name"], d.get("params")) for d in self.settings.defenses]
-        for defense in self.defenses:
-            if not is_release_only(defense):
-                raise ConfigError(
-                    f"leakage filter: defenses: {defense.name} is not an update-stage defense (allowed: "
-                    "clipping, gaussian-noise, laplacian-noise, pruning, quantization)"
-                )
+        secret = self.settings.secret
+        self.secret = int.from_bytes(os.urandom(7), "big") if secret is None else secret
         #: every decision of this process, as written to the log
         self.decisions: list[dict[str, Any]] = []
 
@@ -119,19 +142,26 @@ class LeakageFilterMod:
             raise ConfigError("leakage filter: no attack given and the trainer's config lists none")
         name = s.attack or config.attacks[0].name
         params = {} if s.attack else dict(config.attacks[0].params)
-        return create_attack(name, {**params, **s.attack_params})
+        return passive_attack(name, {**params, **s.attack_params})
 
     def __call__(self, msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
         if msg.metadata.message_type != MessageType.TRAIN:
             return call_next(msg, ctxt)
         records = list(msg.content.array_records.values())
+        if len(records) != 1:  # nothing it could check: refused before training
+            return error_reply(
+                msg, f"leakage filter: expected one ArrayRecord in the message, got {len(records)}"
+            )
+        sent = state_of(records[0])
         reply = call_next(msg, ctxt)
-        if reply.has_error() or len(records) != 1:
+        if reply.has_error():
             return reply
         try:
-            return self._filter(msg, reply, state_of(records[0]), ctxt)
-        except (LeakshieldError, ValueError, RuntimeError) as exc:  # a filter that cannot check sends nothing
-            return error_reply(msg, f"leakage filter: {exc}")
+            return self._filter(msg, reply, sent, ctxt)
+        except Exception as exc:  # a filter that cannot check sends nothing, and says why
+            self._log(None, {"run": ctxt.run_id, "action": "refused (check failed)", "error": str(exc)},
+                      time.perf_counter())  # fmt: skip
+            return error_reply(msg, f"leakage filter: {type(exc).__name__}: {exc}")
 
     def _filter(self, msg: Message, reply: Message, sent: dict[str, torch.Tensor], ctxt: Context) -> Message:
         start = time.perf_counter()
@@ -140,6 +170,7 @@ class LeakageFilterMod:
         seed = step.seed_for(ctxt)
         s = self.settings
         decision = {
+            "run": ctxt.run_id,
             "round": facts.round,
             "client": facts.client_id,
             "metric": s.metric,
@@ -159,17 +190,17 @@ class LeakageFilterMod:
             self._log(None, {**decision, "action": "refused"}, start)
             return error_reply(msg, f"leakage filter: client {facts.client_id} refused to send round "
                                f"{facts.round}: {metric} {measured.value(metric):.3f} > {limit}")  # fmt: skip
-        defended = self._defend(update, facts, seed)
         added = tuple(d.public_config() for d in self.defenses)
         released = dataclasses.replace(facts, defenses=(*facts.defenses, *added))
-        after = self.measure(fed, defended, released)
+        state = reply_state(sent, self._defend(update, facts))
+        after = self.measure(fed, update_from_reply(sent, state, released), released)  # what is sent
         decision.update(released=dataclasses.asdict(after))
         if after.value(metric) > limit:
             self._log(None, {**decision, "action": "refused (still leaking after its defenses)"}, start)
             said = f"{metric} {after.value(metric):.3f} > {limit} even defended"
             return error_reply(msg, f"leakage filter: client {facts.client_id} refused to send round "
                                f"{facts.round}: {said}")  # fmt: skip
-        reply.content[key] = ArrayRecord(reply_state(sent, defended))
+        reply.content[key] = ArrayRecord(state)
         reply.content[FACTS_RECORD] = released.to_record()  # the server learns the defenses (Kerckhoffs)
         return self._log(reply, {**decision, "action": "defended"}, start)
 
@@ -193,8 +224,8 @@ class LeakageFilterMod:
         scored, reference = scores.victims
         return leakage(scored["ssim"], reference["ssim"], self.settings.leak_ssim)
 
-    def _defend(self, update: Any, facts: ReportedFacts, seed: int) -> Any:
-        generator = seeded_generator(seed, facts.round, facts.client_id, FILTER_STREAM)
+    def _defend(self, update: Any, facts: ReportedFacts) -> Any:
+        generator = seeded_generator(self.secret, facts.round, facts.client_id, FILTER_STREAM)
         info = DatasetInfo(facts.dataset, (0, 0, 0), 0, facts.mean, facts.std)
         nothing = ImageSet(torch.zeros(0, 1, 1, 1), torch.zeros(0, dtype=torch.long))
         context = ClientContext(client_id=facts.client_id, round=facts.round, dataset=nothing, info=info,
@@ -227,7 +258,10 @@ class FilteredTrainStep:
         **settings: Any,
     ) -> None:
         validated(settings)  # refused here, not in a Ray actor
-        self.config, self.per_client, self.out, self.settings = config, dict(per_client or {}), out, settings
+        self.config = Path(config).resolve()  # an actor's working folder may be another
+        self.per_client = {int(c): Path(p).resolve() for c, p in (per_client or {}).items()}
+        self.out = None if out is None else Path(out).resolve()
+        self.settings = settings
         self._built: tuple[Any, LeakageFilterMod] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -237,8 +271,9 @@ class FilteredTrainStep:
         from leakshield.flower.client import LeakshieldTrainer, PerClientTrainer
 
         if self._built is None:
-            trainers = {client: LeakshieldTrainer(path) for client, path in self.per_client.items()}
-            step = PerClientTrainer(trainers, LeakshieldTrainer(self.config))
+            device = str(context.run_config.get("device", "cpu"))
+            trainers = {c: LeakshieldTrainer(path, device=device) for c, path in self.per_client.items()}
+            step = PerClientTrainer(trainers, LeakshieldTrainer(self.config, device=device))
             self._built = step, LeakageFilterMod(step, out=self.out, **self.settings)
         step, mod = self._built
         return mod(msg, context, step)
