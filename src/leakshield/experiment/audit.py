@@ -189,7 +189,7 @@ class UpdateAuditor(RoundObserver):
             truths = [fed.client(c).round_data(round, self.device) for c in chosen]
             for c, truth in zip(chosen, truths, strict=True):  # a client with a config of its own
                 reported = updates[c].protocol.num_samples
-                if reported != len(truth):
+                if not aggregated and reported != len(truth):  # (an aggregate's facts are the sum's)
                     raise LeakshieldError(
                         f"client {c} computed its update on {reported} samples; this auditor's config "
                         f"gives it {len(truth)}: audit it with its own config"
