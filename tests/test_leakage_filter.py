@@ -178,6 +178,7 @@ def _facts(rnd: int):
     return Facts
 
 
+@pytest.mark.slow  # two Ray simulations (about 50 s); the how-to page runs the filtered one by default
 def test_a_flower_simulation_filters_the_leaking_client_and_reports_accuracy(
     configs: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
