@@ -15,7 +15,7 @@ flwr = pytest.importorskip(
 )
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict  # noqa: E402
-from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+from test_flower import task_identity  # noqa: E402, F401  (the one fixture that plays a Flower task)
 
 from leakshield.errors import ConfigError  # noqa: E402
 from leakshield.experiment.config import load_config  # noqa: E402
@@ -32,6 +32,8 @@ from leakshield.flower import (  # noqa: E402
 )
 from leakshield.flower.leakage_filter import FilteredTrainStep, leakage  # noqa: E402
 from leakshield.report import build_report  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("task_identity")  # messages carry the running task's identity
 
 #: LeNet on 16-px digits, FedSGD at batch 32; client 0 at batch 1 (iDLG recovers it: SSIM 1.000,
 #: measured; at batch 32 its leak rate is 0, mean SSIM 0.21)
@@ -64,17 +66,6 @@ def step(configs: tuple[Path, Path]) -> PerClientTrainer:
 @pytest.fixture(scope="module")
 def sent(configs: tuple[Path, Path]) -> ArrayRecord:
     return ArrayRecord(Federation.build(load_config(configs[0])).fresh_model().state_dict())
-
-
-@pytest.fixture(autouse=True)
-def task_identity():
-    """Flower stamps messages with the running task's identity; a unit test plays node 1 of run 1."""
-    saved = (TaskIdentity._run_id, TaskIdentity._node_id, getattr(TaskIdentity, "_task_id", None))
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
-    yield
-    TaskIdentity._run_id, TaskIdentity._node_id = saved[0], saved[1]
-    if saved[2] is not None:
-        TaskIdentity._task_id = saved[2]
 
 
 def send(

@@ -59,8 +59,7 @@ def set_threads(threads: int | None) -> None:
     """torch's thread count: ``threads``, else the cores this process may use."""
     import torch
 
-    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    torch.set_num_threads(threads or available or 1)
+    torch.set_num_threads(threads or available_cores())
 
 
 def run_grid(config, out: Path, args: argparse.Namespace) -> int:

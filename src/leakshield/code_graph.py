@@ -249,7 +249,7 @@ class CodeGraph:
         moving a module into a new package changes nothing."""
         seen: dict[str, str] = {}
         expanded: set[str] = set()
-        todo = [self.present(r) for r in roots if self.present(r) in self.modules]
+        todo = [m for m in map(self.present, roots) if m in self.modules]
         while todo:
             module = todo.pop()
             if module in expanded or module in RECORD_KEEPING:

@@ -49,6 +49,11 @@ MOVED: dict[str, str] = {
 BECAME_PACKAGE: dict[str, str] = {"leakshield.attacks.adaptive": "leakshield.attacks.adaptive.inversion"}
 
 
+#: the tables read backwards (new path → old), for :func:`old_path`
+_MOVED_FROM = {new: old for old, new in MOVED.items()}
+_BECAME_PACKAGE_FROM = {new: old for old, new in BECAME_PACKAGE.items()}
+
+
 def _mapped(name: str, table: dict[str, str]) -> str | None:
     """``name`` through ``table``, a moved package's submodules following it."""
     parent = name
@@ -66,8 +71,7 @@ def new_path(old: str) -> str | None:
 
 def old_path(new: str) -> str | None:
     """Where the module now at ``new`` lived in 0.2 (None: it did not move)."""
-    before = {v: k for k, v in BECAME_PACKAGE.items()}
-    return before.get(new) or _mapped(new, {v: k for k, v in MOVED.items()})
+    return _BECAME_PACKAGE_FROM.get(new) or _mapped(new, _MOVED_FROM)
 
 
 class _Alias(importlib.abc.Loader):

@@ -9,18 +9,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord, Context, Error, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.clientapp.typing import ClientAppCallable
 
 from leakshield.artifacts import ArtifactCache
-from leakshield.attacks.base import create_attack
+from leakshield.attacks.base import Attack, Reconstruction, create_attack
+from leakshield.data.types import ImageSet
 from leakshield.defenses.base import DefensePipeline, PublicDefense
 from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.experiment.config import ExperimentConfig, load_config
 from leakshield.experiment.evaluation import score_reconstructions
 from leakshield.experiment.federation import NO_CLIENT, Federation
 from leakshield.fl import ThreatModel, build_server_view
-from leakshield.flower.mods import announced
+from leakshield.fl.types import ClientUpdate
+from leakshield.flower.mods import announced, error_reply
 from leakshield.flower.records import FACTS_RECORD, ReportedFacts, reply_state, state_of, update_from_reply
 from leakshield.seeds import audit_attack_seed
 
@@ -172,8 +174,7 @@ class PerClientTrainer:
         try:
             client = partition_id(context)
         except LeakshieldError as exc:  # a node the step cannot place answers with an error, never a raise
-            node = context.node_config.get("partition-id", "?")
-            return Message(Error(code=0, reason=f"client {node}: {exc}"), reply_to=msg)
+            return error_reply(msg, f"client {context.node_config.get('partition-id', '?')}: {exc}")
         return self.trainer_for(client)(msg, context)
 
 
@@ -185,6 +186,19 @@ def without_suffix(pipeline: DefensePipeline, applied: list[PublicDefense]) -> D
     if k == 0 or tuple(configured[-k:]) != tuple(applied):
         return pipeline
     return DefensePipeline(pipeline.defenses[: len(configured) - k], pipeline.client_artifacts)
+
+
+def attack_own_update(
+    attack: Attack, fed: Federation, update: ClientUpdate, facts: ReportedFacts
+) -> tuple[Reconstruction, ImageSet]:
+    """What ``attack`` rebuilds from a client's own ``update`` (the server's view of it, the client's
+    public defenses known), and the client's batch it was computed on: a client's self-audit."""
+    truth = fed.client(facts.client_id).round_data(facts.round, fed.device)
+    threat = ThreatModel(labels_known=fed.config.attack.threat.labels_known)
+    view = build_server_view(fed.fresh_model(), update, fed.info, threat, labels=truth.y,
+                             defenses=facts.defenses, round=facts.round)  # fmt: skip
+    seed = audit_attack_seed(fed.seed, facts.round, facts.client_id)
+    return attack.reconstruct(view, seed=seed), truth
 
 
 class SelfAuditMod:
@@ -212,19 +226,7 @@ class SelfAuditMod:
             return reply
         fed = self.trainer.federation(facts.client_id, self.trainer.seed_for(ctxt))
         update = update_from_reply(sent, state_of(next(iter(reply.content.array_records.values()))), facts)
-        truth = fed.client(facts.client_id).round_data(facts.round, fed.device)
-        threat = ThreatModel(labels_known=fed.config.attack.threat.labels_known)
-        view = build_server_view(
-            fed.fresh_model(),
-            update,
-            fed.info,
-            threat,
-            labels=truth.y,
-            defenses=facts.defenses,
-            round=facts.round,
-        )
-        seed = audit_attack_seed(fed.seed, facts.round, facts.client_id)
-        reconstruction = self.attack.reconstruct(view, seed=seed)
+        reconstruction, truth = attack_own_update(self.attack, fed, update, facts)
         (scored,) = score_reconstructions([reconstruction], [truth], metrics=fed.config.metrics).victims
         metrics = next(iter(reply.content.metric_records.values()))
         metrics["leakshield-psnr"] = sum(scored["psnr"]) / len(truth)

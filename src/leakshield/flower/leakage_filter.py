@@ -26,17 +26,15 @@ from flwr.app import ArrayRecord, Context, Message, MessageType
 from flwr.clientapp.typing import ClientAppCallable
 
 from leakshield.attacks.base import Reconstruction, create_attack
-from leakshield.data.types import DatasetInfo, ImageSet
-from leakshield.defenses.base import ClientContext, DefensePipeline, create_defense
+from leakshield.defenses.base import create_defense
 from leakshield.errors import ConfigError
 from leakshield.experiment.evaluation import score_reconstructions
-from leakshield.fl import ThreatModel, build_server_view
-from leakshield.fl.client import release_generator
-from leakshield.flower.mods import error_reply, is_release_only
+from leakshield.flower.client import LeakshieldTrainer, PerClientTrainer, attack_own_update
+from leakshield.flower.mods import error_reply, is_release_only, release_update
 from leakshield.flower.records import FACTS_RECORD, ReportedFacts, reply_state, state_of, update_from_reply
 from leakshield.registry import format_validation_error
 from leakshield.report.filter_log import FILTER_LOG
-from leakshield.seeds import audit_attack_seed, seeded_generator
+from leakshield.seeds import seeded_generator
 from leakshield.threats import Adversary
 
 #: the release stream's stage number for the filter's own defenses (apart from the client's defenses)
@@ -192,7 +190,8 @@ class LeakageFilterMod:
                                f"{facts.round}: {metric} {measured.value(metric):.3f} > {limit}")  # fmt: skip
         added = tuple(d.public_config() for d in self.defenses)
         released = dataclasses.replace(facts, defenses=(*facts.defenses, *added))
-        state = reply_state(sent, self._defend(update, facts))
+        generator = seeded_generator(self.secret, facts.round, facts.client_id, FILTER_STREAM)
+        state = reply_state(sent, release_update(self.defenses, update, facts, generator))
         after = self.measure(fed, update_from_reply(sent, state, released), released)  # what is sent
         decision.update(released=dataclasses.asdict(after))
         if after.value(metric) > limit:
@@ -212,26 +211,12 @@ class LeakageFilterMod:
 
     def measure(self, fed: Any, update: Any, facts: ReportedFacts) -> Leakage:
         """The leakage of ``update`` as the configured attack finds it, against the client's own batch."""
-        truth = fed.client(facts.client_id).round_data(facts.round, fed.device)
-        threat = ThreatModel(labels_known=fed.config.attack.threat.labels_known)
-        view = build_server_view(fed.fresh_model(), update, fed.info, threat, labels=truth.y,
-                                 defenses=facts.defenses, round=facts.round)  # fmt: skip
-        attack = self._attack(fed.config)
-        guess = attack.reconstruct(view, seed=audit_attack_seed(fed.seed, facts.round, facts.client_id))
+        guess, truth = attack_own_update(self._attack(fed.config), fed, update, facts)
         mean = fed.data.public.x.mean(dim=0, keepdim=True)
         blank = Reconstruction(images=mean.expand(len(truth), -1, -1, -1).clone())
         scores = score_reconstructions([guess, blank], [truth, truth], metrics=fed.config.metrics)
         scored, reference = scores.victims
         return leakage(scored["ssim"], reference["ssim"], self.settings.leak_ssim)
-
-    def _defend(self, update: Any, facts: ReportedFacts) -> Any:
-        generator = seeded_generator(self.secret, facts.round, facts.client_id, FILTER_STREAM)
-        info = DatasetInfo(facts.dataset, (0, 0, 0), 0, facts.mean, facts.std)
-        nothing = ImageSet(torch.zeros(0, 1, 1, 1), torch.zeros(0, dtype=torch.long))
-        context = ClientContext(client_id=facts.client_id, round=facts.round, dataset=nothing, info=info,
-                                generator=release_generator(generator))  # fmt: skip
-        delta = DefensePipeline(self.defenses).release_hook(update.delta, context)
-        return type(update)(update.global_params, delta, update.protocol, update.buffers)
 
     def _log(self, reply: Message | None, decision: dict[str, Any], start: float) -> Message | None:
         decision["seconds"] = round(time.perf_counter() - start, 4)
@@ -268,8 +253,6 @@ class FilteredTrainStep:
         return {**self.__dict__, "_built": None}
 
     def __call__(self, msg: Message, context: Context) -> Message:
-        from leakshield.flower.client import LeakshieldTrainer, PerClientTrainer
-
         if self._built is None:
             device = str(context.run_config.get("device", "cpu"))
             trainers = {c: LeakshieldTrainer(path, device=device) for c, path in self.per_client.items()}

@@ -28,6 +28,7 @@ from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.defenses.base import ClientContext, Defense, DefensePipeline, PublicDefense, create_defense
 from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.fl.client import release_generator, seeded_generator
+from leakshield.fl.types import ClientUpdate
 from leakshield.flower.records import ReportedFacts, reply_state, state_of, update_from_reply
 
 #: the ConfigRecord of the incoming message in which mods announce the defenses they apply
@@ -104,21 +105,31 @@ class ReleaseDefenseMod:
         key, arrays = _single_arrays(reply)
         update = update_from_reply(sent, state_of(arrays), facts)
         seed = self.seed if self.seed is not None else int(ctxt.run_config.get("seed", 0))
-        generator = seeded_generator(seed, facts.round, facts.client_id)
-        context = ClientContext(
-            client_id=facts.client_id,
-            round=facts.round,
-            dataset=_NO_DATA,
-            info=DatasetInfo(facts.dataset, (0, 0, 0), 0, facts.mean, facts.std),
-            generator=release_generator(generator),
+        defended = release_update(
+            [self.defense], update, facts, seeded_generator(seed, facts.round, facts.client_id)
         )
-        delta = DefensePipeline([self.defense]).release_hook(update.delta, context)
-        defended = type(update)(update.global_params, delta, update.protocol, update.buffers)
         reply.content[key] = ArrayRecord(reply_state(sent, defended))
         return reply
 
 
 _NO_DATA = ImageSet(torch.zeros(0, 1, 1, 1), torch.zeros(0, dtype=torch.long))
+
+
+def release_update(
+    defenses: Sequence[Defense], update: ClientUpdate, facts: ReportedFacts, generator: torch.Generator
+) -> ClientUpdate:
+    """``update`` (a :class:`~leakshield.fl.types.ClientUpdate` rebuilt from a reply) released through
+    the release stages of ``defenses``, their noise drawn from the release stream of ``generator``, as
+    leakshield's client releases it; a mod sees no data, only the reply's facts."""
+    context = ClientContext(
+        client_id=facts.client_id,
+        round=facts.round,
+        dataset=_NO_DATA,
+        info=DatasetInfo(facts.dataset, (0, 0, 0), 0, facts.mean, facts.std),
+        generator=release_generator(generator),
+    )
+    delta = DefensePipeline(list(defenses)).release_hook(update.delta, context)
+    return type(update)(update.global_params, delta, update.protocol, update.buffers)
 
 
 def _single_arrays(message: Message) -> tuple[str, ArrayRecord]:

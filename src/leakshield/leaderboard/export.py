@@ -187,10 +187,14 @@ def reading_note(records: Sequence[CellRecord]) -> str:
 
 
 def results_markdown(
-    records: Sequence[CellRecord], scenarios: Sequence[Scenario] = (), staleness: Staleness | None = None
+    records: Sequence[CellRecord],
+    scenarios: Sequence[Scenario] = (),
+    staleness: Staleness | None = None,
+    tables: Sequence[Table] | None = None,
 ) -> str:
-    """The tables in Markdown with the reading note (and, with ``staleness``, what is stale)."""
-    tables = results_tables(records, scenarios, staleness)
+    """The tables in Markdown with the reading note (and, with ``staleness``, what is stale); ``tables``:
+    :func:`results_tables` of the same arguments, when already built."""
+    tables = results_tables(records, scenarios, staleness) if tables is None else tables
     note = reading_note(records)
     if staleness is not None and staleness.stale:
         note = stale_note(tables, staleness) + "\n\n" + note
@@ -217,7 +221,9 @@ def stale_note(tables: Sequence[Table], staleness: Staleness) -> str:
     )
 
 
-def _generated_from(facts: dict[str, Any], records: Sequence[CellRecord], source: str, scenarios) -> str:
+def _generated_from(
+    facts: dict[str, Any], records: Sequence[CellRecord], source: str, scenarios: Sequence[Scenario]
+) -> str:
     cells = len(records) + sum(len(s.records) for s in scenarios)
     failed = sum(r.status != "ok" for r in records) + sum(
         r.status != "ok" for s in scenarios for r in s.records
@@ -242,11 +248,13 @@ def readme_section(
     source: str,
     scenarios: Sequence[Scenario] = (),
     staleness: Staleness | None = None,
+    tables: Sequence[Table] | None = None,
 ) -> str:
     """The README's Results section for the run exported at ``source``: its compact tables
     (:mod:`~leakshield.leaderboard.front_door`; with ``staleness``, the stale rows marked and counted),
-    every table being on the results page (:func:`results_page`)."""
-    tables = results_tables(records, scenarios, staleness)
+    every table being on the results page (:func:`results_page`); ``tables``: as for
+    :func:`results_markdown`."""
+    tables = results_tables(records, scenarios, staleness) if tables is None else tables
     stale = stale_note(tables, staleness) + "\n\n" if staleness is not None and staleness.stale else ""
     compact = compact_results(tables, baseline_ssim(records), results_page_of(source))
     head = _generated_from(facts, records, source, scenarios)
@@ -262,12 +270,13 @@ def results_page(
     source: str,
     scenarios: Sequence[Scenario] = (),
     staleness: Staleness | None = None,
+    tables: Sequence[Table] | None = None,
 ) -> str:
     """The results page of the run exported at ``source``: how to read the tables and every table, stale
-    rows marked (the docs' leaderboard page includes it)."""
+    rows marked (the docs' leaderboard page includes it); ``tables``: as for :func:`results_markdown`."""
     return (
         f"{PAGE_HEAD}\n{_generated_from(facts, records, source, scenarios)}\n\n"
-        f"{results_markdown(records, scenarios, staleness)}"
+        f"{results_markdown(records, scenarios, staleness, tables)}"
     )
 
 

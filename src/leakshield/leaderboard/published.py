@@ -33,6 +33,7 @@ from leakshield.leaderboard.export import (
     stale_rows,
 )
 from leakshield.leaderboard.staleness import Staleness, judge, provenance_table
+from leakshield.leaderboard.tables import Table
 
 SOURCE = re.compile(r"Generated from `([^`]+)`")
 #: differing lines a verdict quotes before it counts the rest
@@ -116,11 +117,13 @@ def export_of(readme: Path) -> tuple[str, Path]:
 @dataclass(frozen=True)
 class Rendered:
     """What an export renders with the installed code: the README's block, the results page (every
-    table) and the export's staleness."""
+    table), the export's staleness, its run facts and its tables (stale rows marked)."""
 
     block: str
     page: str
     staleness: Staleness
+    facts: dict[str, Any]
+    tables: list[Table]
 
 
 def render(
@@ -131,10 +134,13 @@ def render(
     facts, records = records_from_json(text)
     staleness = judge_export(text, graph, protocol)
     scenarios = scenarios_from_json(text)
+    tables = results_tables(records, scenarios, staleness)
     return Rendered(
-        readme_section(facts, records, source, scenarios, staleness),
-        results_page(facts, records, source, scenarios, staleness),
+        readme_section(facts, records, source, scenarios, staleness, tables),
+        results_page(facts, records, source, scenarios, staleness, tables),
         staleness,
+        facts,
+        tables,
     )
 
 
@@ -160,9 +166,8 @@ def check(readme: Path, graph: CodeGraph | None = None, protocol: Protocol | Non
     elif written != rendered.page:
         lines.append(f"differs: the results page {page} is not what {source} renders with this code {redo}")
         lines += _differences(written, rendered.page, "page")
-    text = export.read_text()
-    facts, records = records_from_json(text)
-    marked, rows = stale_rows(results_tables(records, scenarios_from_json(text), staleness))
+    facts = rendered.facts
+    marked, rows = stale_rows(rendered.tables)
     if staleness.stale:
         lines.append(f"stale: {marked} of {rows} rows ({len(staleness.stale)} of {staleness.cells} cells) "
                      "were computed by other code or settings than this code's:")  # fmt: skip
