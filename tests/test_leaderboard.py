@@ -35,23 +35,26 @@ cell = leaderboard_cell  # kind, defense, attack, *, round, seed, status, scale,
 
 def fake_store() -> list[CellRecord]:
     return [
-        cell("baseline", None, ssim=0.2),
-        # none: seeds averaged (0.88 and 0.92 → 0.9), the strongest over rounds too
-        cell("attack", "none", "ig", ssim=0.88, psnr=20, seed=0),
-        cell("attack", "none", "ig", ssim=0.92, psnr=30, seed=1),
-        cell("attack", "none", "dlg", ssim=0.5, psnr=15, round=2),
-        cell("utility", "none", accuracy=0.9, client_seconds=1.0),
-        # noise: two attacks tie on SSIM; the higher PSNR wins, the other is listed as tied
-        cell("attack", "noise", "ig", ssim=0.4, psnr=12),
-        cell("attack", "noise", "dlg", ssim=0.4, psnr=14),
+        cell("baseline", None, victims=[0.2, 0.2]),
+        # none: leaks both victims in both seeds; the strongest is chosen on seed 0, reported on seed 1
+        cell("attack", "none", "ig", victims=[0.88, 0.88], psnr=20, seed=0),
+        cell("attack", "none", "ig", victims=[0.92, 0.92], psnr=30, seed=1),
+        cell("attack", "none", "dlg", victims=[0.5, 0.5], psnr=15, round=2),
+        cell("utility", "none", accuracy=0.9, client_seconds=1.0, chance=0.1),
+        # noise: two attacks tie on SSIM (no leak); the higher PSNR wins, the other is listed as tied
+        cell("attack", "noise", "ig", victims=[0.4, 0.4], psnr=12),
+        cell("attack", "noise", "dlg", victims=[0.4, 0.4], psnr=14),
         cell("utility", "noise", accuracy=0.8, client_seconds=2.0),
         # prune: its strongest attack failed; the remaining one counts, the failure is reported
         cell("attack", "prune", "ig", status="failed"),
-        cell("attack", "prune", "dlg", ssim=0.4, psnr=13),
+        cell("attack", "prune", "dlg", victims=[0.4, 0.4], psnr=13),
         cell("utility", "prune", accuracy=0.8),
         # gan: a GAN attack's class-level SSIM is its score
         cell("attack", "gan", "hitaj", class_ssim=0.3),
         cell("utility", "gan", accuracy=0.7),
+        # stuck: the most private, but below chance + ½ (0.9 − chance) = 0.5: it does not train
+        cell("attack", "stuck", "ig", victims=[0.1, 0.1]),
+        cell("utility", "stuck", accuracy=0.3),
         # broken: every attack cell failed → unranked, last
         cell("attack", "broken", "ig", status="failed"),
         cell("utility", "broken", accuracy=0.95),
@@ -60,28 +63,33 @@ def fake_store() -> list[CellRecord]:
 
 def test_strongest_attack_ties_failures_and_seeds() -> None:
     rows = {r.defense: r for r in standings(fake_store())}
-    assert rows["none"].strongest.attack == "ig" and rows["none"].strongest.ssim == pytest.approx(0.9)
-    assert rows["none"].strongest.seeds == 2
+    none = rows["none"]
+    assert none.strongest.attack == "ig" and none.chosen_on == (0,) and none.cells == 2
+    assert none.strongest.ssim == pytest.approx(0.92) and none.strongest.seeds == 1  # seed 1 only
+    assert none.strongest.leak.leaked == (2,) and none.leaks
     assert rows["noise"].strongest.attack == "dlg" and rows["noise"].tied == ("ig@0",)
+    assert not rows["noise"].leaks and rows["noise"].chosen_on == ()  # one seed: nothing to split
     assert rows["prune"].strongest.attack == "dlg" and rows["prune"].failed == ("attack:ig@0",)
     assert rows["gan"].strongest.metric == "class_ssim" and rows["gan"].strongest.ssim == 0.3
     assert rows["broken"].strongest is None and rows["broken"].rank is None
     assert rows["noise"].adr == pytest.approx((0.9 - 0.8) / 0.9)
     assert rows["noise"].cost == pytest.approx(2.0) and rows["prune"].cost is None
+    assert rows["stuck"].floor == pytest.approx(0.5) and not rows["stuck"].trains and rows["gan"].trains
 
 
-def test_ranking_shares_ranks_on_exact_ties_and_puts_unranked_last() -> None:
+def test_ranking_ties_rows_without_a_leaked_victim_and_gates_rows_that_do_not_train() -> None:
     ordered = standings(fake_store())
-    assert [r.defense for r in ordered] == ["gan", "noise", "prune", "none", "broken"]
-    assert [r.rank for r in ordered] == [1, 2, 2, 4, None]  # noise and prune: same SSIM and accuracy
+    assert [r.defense for r in ordered] == ["noise", "prune", "gan", "none", "stuck", "broken"]
+    assert [r.rank for r in ordered] == [1, 1, 1, 4, None, None]
 
 
 def test_pareto_front() -> None:
     front = {r.defense: r.pareto for r in standings(fake_store())}
-    # gan is the most private; noise and prune tie (both on the front: neither dominates the other);
-    # none is the most accurate; broken has no attack score, so it is not placed
-    assert front == {"gan": True, "noise": True, "prune": True, "none": True, "broken": False}
-    extra = cell("attack", "worse", "ig", ssim=0.5)  # less private than noise and less accurate
+    # noise and prune: no leak at the best accuracy of those (both on the front); gan is as private
+    # and less accurate; none is the most accurate; stuck does not train; broken has no attack score
+    assert front == {"gan": False, "noise": True, "prune": True, "none": True, "stuck": False,
+                     "broken": False}  # fmt: skip
+    extra = cell("attack", "worse", "ig", victims=[0.7, 0.7])  # leaks, and less accurate than none
     rows = {r.defense: r for r in standings([*fake_store(), extra, cell("utility", "worse", accuracy=0.75)])}
     assert not rows["worse"].pareto
 
@@ -245,7 +253,7 @@ def test_leaderboard_dry_run_and_tune_end_to_end(tmp_path: Path, capsys: pytest.
 
 def _standing(defense: str, ssim: float | None, accuracy: float | None, model: str = "m") -> Standing:
     score = None if ssim is None else AttackScore("ig", 0, ssim, None, 1)
-    return Standing(model, defense, score, (), (), accuracy=accuracy)
+    return Standing(model, defense, score, (), (score,) if score else (), accuracy=accuracy)
 
 
 def test_pareto_front_and_ranks_by_hand() -> None:
@@ -286,13 +294,15 @@ def test_standings_average_seeds_and_tolerate_missing_utility() -> None:
     rows = {r.defense: r for r in standings(records)}
     assert set(rows) == {"none", "dp", "bare"}
     none, dp, bare = rows["none"], rows["dp"], rows["bare"]
-    assert none.strongest.ssim == pytest.approx(0.9) and none.strongest.psnr == pytest.approx(25)
+    # seed 0 chose ig, seed 1 reports it; utility stays a mean over every seed
+    assert none.strongest.ssim == pytest.approx(1.0) and none.strongest.psnr == pytest.approx(30)
     assert none.accuracy == pytest.approx(0.9) and dp.accuracy == pytest.approx(0.5)
     assert dp.epsilon == pytest.approx(2.0) and dp.adr == pytest.approx(4 / 9)
     assert dp.cost == pytest.approx(4.0 / 2.0) and dp.failed == ("utility:-@0",)
     assert dp.strongest.attack == "ig" and dp.strongest.ssim == pytest.approx(0.3)
     assert bare.accuracy is None and bare.adr is None and bare.epsilon is None and bare.cost is None
-    assert (dp.rank, bare.rank) == (1, 2)  # equal SSIM: the row with an accuracy first
+    assert (dp.rank, bare.rank) == (1, 1)  # neither leaks a victim: tied, the row with an accuracy first
+    assert list(rows) == ["dp", "bare", "none"]
 
 
 def test_frontier_labels_of_points_under_each_others_labels_are_listed_together() -> None:
@@ -330,3 +340,21 @@ def test_the_dry_run_adds_the_probed_fits_of_the_grids_that_left_kinds_out(monke
     printed = capsys.readouterr().out
     assert "probed: fit · dm: 2.0 min" in printed and "ignored" not in printed
     assert "leaderboard total: 14.2 min with 1 worker(s) (2 kind(s) not estimated, listed above)" in printed
+
+
+def test_a_cell_without_outcomes_on_both_halves_is_not_chosen_but_still_flags_the_row() -> None:
+    """ig leaks on seed 0 (a chosen-on seed) and failed on seed 1 (the reported one): it cannot be
+    held out, so dlg, which ran on both, is the strongest attack shown; the row still leaks, and its
+    seeds with a leak (1 of 2) say so."""
+    records = [
+        cell("baseline", None, victims=[0.2]),
+        cell("attack", "d", "ig", victims=[0.9], seed=0),
+        cell("attack", "d", "ig", seed=1, status="failed"),
+        cell("attack", "d", "dlg", victims=[0.3], seed=0),
+        cell("attack", "d", "dlg", victims=[0.3], seed=1),
+    ]
+    (row,) = standings(records)
+    assert row.leaks and row.strongest.attack == "dlg" and row.strongest.leak.seeds == (1,)
+    assert row.chosen_on == (0,) and row.failed == ("attack:ig@0",) and row.seeds_leaking == (1, 2)
+    only = standings([records[0], records[1]])[0]  # one cell, one seed: chosen and shown on it
+    assert only.strongest.attack == "ig" and only.chosen_on == ()

@@ -27,11 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 cell = leaderboard_cell  # kind, defense, attack, *, round, seed, status, scale, **metrics
 
 
-def seeds(defense, attack, values, **extra):
-    return [cell("attack", defense, attack, seed=i, ssim=v, psnr=10 + v, **extra)
-            for i, v in enumerate(values)]  # fmt: skip
-
-
 def test_intervals_are_t_intervals_over_seeds() -> None:
     found = estimate([0.4, 0.45, 0.5])
     # s = 0.05, s/√3 = 0.02887, t(0.975, 2) = 4.3027
@@ -41,41 +36,84 @@ def test_intervals_are_t_intervals_over_seeds() -> None:
     assert not estimate([0.40, 0.41, 0.42]).overlaps(estimate([0.50, 0.51, 0.52]))
 
 
-def test_no_measurable_leakage_ties_at_the_top_and_overlapping_intervals_tie() -> None:
-    """Baseline 0.30. 'flat' (0.31 ± wide) and 'under' (0.25) do not measurably beat it: both tie at
-    rank 1 whatever their SSIM order. 'a' (0.60 ± 0.01) and 'b' (0.62 ± 0.01) overlap: they share rank
-    3; 'c' (0.90, tight) is apart; 'none' leaks fully."""
+def victims_per_seed(defense, attack, per_seed, **extra):
+    """One attack cell per seed, each with its victims' SSIMs."""
+    return [cell("attack", defense, attack, seed=i, victims=v, psnr=10 + sum(v), **extra)
+            for i, v in enumerate(per_seed)]  # fmt: skip
+
+
+def test_no_measurable_leakage_ties_at_the_top_and_paired_tests_group_the_rest() -> None:
+    """Baseline 0.30 per victim; 6 seeds (chosen on 0, 2, 4; reported on 1, 3, 5). 'flat' and 'under'
+    leak no victim: both tie at rank 1 whatever their SSIMs. 'a' and 'b' leak one victim of two in every
+    seed: the paired test cannot tell them apart, rank 3; 'c' and 'none' leak both in every seed: shown
+    different from 'a' (Holm over the three compared), and tied with each other at rank 5."""
+    half, both = [0.9, 0.3], [0.95, 0.9]
     records = [
-        cell("baseline", None, ssim=0.30),
-        *seeds("flat", "ig", [0.20, 0.31, 0.42]), *seeds("under", "ig", [0.25, 0.25, 0.25]),
-        *seeds("a", "ig", [0.595, 0.60, 0.605]), *seeds("b", "ig", [0.615, 0.62, 0.625]),
-        *seeds("c", "ig", [0.899, 0.90, 0.901]), *seeds("none", "ig", [0.99, 1.0, 1.0]),
+        cell("baseline", None, victims=[0.30, 0.30]),
+        *victims_per_seed("flat", "ig", [[0.2, 0.5]] * 6),
+        *victims_per_seed("under", "ig", [[0.25, 0.25]] * 6),
+        *victims_per_seed("a", "ig", [half] * 6), *victims_per_seed("b", "ig", [[0.3, 0.8]] * 6),
+        *victims_per_seed("c", "ig", [both] * 6), *victims_per_seed("none", "ig", [[1.0, 1.0]] * 6),
     ]  # fmt: skip
     rows = {r.defense: r for r in standings(records)}
     assert not rows["flat"].leaks and not rows["under"].leaks and rows["a"].leaks
-    assert [rows[d].rank for d in ("flat", "under", "a", "b", "c", "none")] == [1, 1, 3, 3, 5, 6]
-    # s = 0.005 over 3 seeds: t(0.975, 2) · s / √3
-    assert rows["a"].strongest.half_width == pytest.approx(4.3027 * 0.005 / 3**0.5, abs=1e-5)
-    # a seed above the baseline is shown where the interval cannot tell: 'flat' has one at 0.42
-    assert score_text(rows["flat"].strongest).endswith("≈ mean image; worst seed 0.420")
+    assert [rows[d].rank for d in ("flat", "under", "a", "b", "c", "none")] == [1, 1, 3, 3, 5, 5]
+    assert rows["a"].chosen_on == (0, 2, 4) and rows["a"].strongest.leak.seeds == (1, 3, 5)
+    assert rows["a"].strongest.leak.rate == pytest.approx(0.5)
     assert score_text(rows["under"].strongest) == "0.250 ± 0.000 ≈ mean image"
-    assert "worst" not in score_text(rows["a"].strongest)
+    # a victim at SSIM 0.6 but not above its own reference does not leak
+    same = [cell("baseline", None, victims=[0.65]), cell("attack", "d", "ig", victims=[0.65])]
+    assert not standings(same)[0].leaks
 
 
-def test_a_measurable_attack_is_strongest_over_a_higher_one_at_its_own_baseline() -> None:
-    """GGL's 0.46 is its prior's draw for the label (0.45 ± 0): no leakage. IG's 0.40 beats the mean
-    image (0.30): IG is the strongest attack, not GGL."""
-    records = [cell("baseline", None, ssim=0.30), *seeds("d", "ig", [0.39, 0.40, 0.41]),
-               *seeds("d", "ggl", [0.45, 0.46, 0.47], prior_ssim=0.45)]  # fmt: skip
+def test_the_dcs2_pattern_is_caught_where_the_t_rule_tied_it_with_no_leakage() -> None:
+    """Two seeds of three fully leaked, one at the baseline (DCS² under the malicious server in wave
+    3): the seed-mean t-interval (0.818 ± 0.784) reached down to the baseline; the leak count does not."""
+    records = [cell("baseline", None, victims=[0.4, 0.4]),
+               *victims_per_seed("dcs2", "ig", [[1.0, 1.0], [1.0, 1.0], [0.4, 0.4]])]  # fmt: skip
     (row,) = standings(records)
+    assert row.leaks and row.rank == 1
+    whole = row.scores[0]
+    assert whole.leak.seeds_leaking == 2 and not whole.estimate.above(0.4)  # the old rule's verdict
+
+
+def test_a_leaking_attack_is_strongest_over_a_higher_one_at_its_own_prior() -> None:
+    """GGL's 0.66 and 0.67 are its prior's draws for the labels: no leakage. IG's 0.62 and 0.61 beat
+    the mean image (0.30): IG is the strongest attack, not GGL."""
+
+    def ggl(priors):
+        out = victims_per_seed("d", "ggl", [[0.66, 0.67]] * 2, prior_ssim=0.665 if priors else None)
+        if priors:
+            out = [replace(c, victims=[{"ssim": [0.66], "prior_ssim": [0.66]},
+                                       {"ssim": [0.67], "prior_ssim": [0.67]}]) for c in out]  # fmt: skip
+        return out
+
+    ig = victims_per_seed("d", "ig", [[0.62, 0.61]] * 2)
+    (row,) = standings([cell("baseline", None, victims=[0.30, 0.30]), *ig, *ggl(True)])
     assert row.leaks and row.strongest.attack == "ig"
-    ggl = next(s for s in row.scores if s.attack == "ggl")
-    assert ggl.reference == pytest.approx(0.45) and ggl.reference_kind == "prior draw"
-    assert not ggl.measurable
-    # without the prior's draw, GGL's 0.46 would be a leak above the mean image, and the strongest
-    plain = [cell("baseline", None, ssim=0.30), *seeds("d", "ig", [0.39, 0.40, 0.41]),
-             *seeds("d", "ggl", [0.45, 0.46, 0.47])]  # fmt: skip
-    assert standings(plain)[0].strongest.attack == "ggl"
+    found = next(s for s in row.scores if s.attack == "ggl")
+    assert found.reference == pytest.approx(0.665) and found.reference_kind == "prior draw"
+    assert not found.measurable
+    # without the prior's draw, GGL's victims leak above the mean image with the higher SSIM
+    assert (
+        standings([cell("baseline", None, victims=[0.30, 0.30]), *ig, *ggl(False)])[0].strongest.attack
+        == "ggl"
+    )
+
+
+def test_the_utility_gate_judges_each_model_against_its_own_undefended_accuracy() -> None:
+    """Floor = chance + ½ (undefended − chance): 0.1 + 0.45 · … per model. 'dp' at 0.40 trains on the
+    resnet (undefended 0.45: floor 0.275) and not on the mlp (0.97: floor 0.535)."""
+    records = [cell("baseline", None, victims=[0.3])]
+    for model, clean in (("resnet", 0.45), ("mlp", 0.97)):
+        for defense, accuracy, value in (("none", clean, 1.0), ("dp", 0.40, 0.2)):
+            attack = cell("attack", defense, "ig", victims=[value])
+            utility = cell("utility", defense, accuracy=accuracy, chance=0.1)
+            records += [replace(attack, model=model), replace(utility, model=model)]
+    rows = {(r.model, r.defense): r for r in standings(records)}
+    assert rows[("resnet", "dp")].floor == pytest.approx(0.275) and rows[("resnet", "dp")].rank == 1
+    assert rows[("mlp", "dp")].floor == pytest.approx(0.535) and rows[("mlp", "dp")].rank is None
+    assert not rows[("mlp", "dp")].pareto and rows[("mlp", "none")].rank == 1
 
 
 def imprint(defense, value, victims=(), **metrics):
@@ -108,18 +146,18 @@ def test_each_threat_model_has_its_own_ranking() -> None:
     # half the victims caught; the missed one leaks at 0.9 (the refused one's 0.3 is the mean-image guess)
     assert server["pruning"].strongest.undetected == pytest.approx(0.9)
     assert server["noise"].strongest.refused is None and server["noise"].strongest.undetected is None
-    assert [row[5] for row in tables[1].rows] == ["50% · 0.900", "—"]
+    assert [row[7] for row in tables[1].rows] == ["50% · 0.900", "—"]
     _, exported = records_from_json(export_json(records, {"name": "x"}))  # the export keeps what it needs
-    assert [row[5] for row in threat_tables(exported)[1].rows] == ["50% · 0.900", "—"]
+    assert [row[7] for row in threat_tables(exported)[1].rows] == ["50% · 0.900", "—"]
 
 
 def test_the_standard_preset_is_fair_and_realistic() -> None:
-    """3 seeds; utility after ≥ 20 rounds; every victim a sensitive sample with DCS² protecting the same
-    10 %; PRECODE and Anti-GAN train with Adam (their papers), the rest with SGD; the scenarios cover
-    secure aggregation, batch 1/16/64, FedAvg local steps, three model states and ResNet-18 at 32 px in
-    eval- and train-mode BatchNorm."""
+    """8 attack seeds (3 for utility); utility after ≥ 20 rounds; every victim a sensitive sample with
+    DCS² protecting the same 10 %; PRECODE and Anti-GAN train with Adam (their papers), the rest with
+    SGD; the scenarios cover secure aggregation, batch 1/16/64, FedAvg local steps, three model states
+    and ResNet-18 at 32 px in eval- and train-mode BatchNorm."""
     config = load_leaderboard("standard")
-    assert len(config.seeds) >= 3 and config.utility.rounds >= 20
+    assert len(config.seeds) >= 8 and len(config.utility_seeds) == 3 and config.utility.rounds >= 20
     assert config.victims.sensitive == 1 and config.metrics.sensitive.fraction == 0.1
     dcs2 = next(d for d in config.defenses if d.name == "dcs2")
     assert dcs2.entries[0]["params"]["fraction"] == 0.1
@@ -128,6 +166,8 @@ def test_the_standard_preset_is_fair_and_realistic() -> None:
     scenarios = {name: (c, about) for name, c, about in load_scenarios("standard")}
     secagg, about = scenarios["secure-aggregation"]
     assert secagg.fl.secure_aggregation and secagg.axes.clients == [1, 4] and about["ranked"]
+    # every ranked table attacks every model state of the main grid; the trained round is ranked too
+    assert set(config.attack.rounds) <= set(secagg.attack.rounds) and scenarios["model-state"][1]["ranked"]
     assert scenarios["batch"][0].axes.batch_size == [1, 16, 64]
     assert scenarios["local-steps"][0].attack.update.algorithm == "fedavg"
     assert scenarios["local-steps"][0].attack.update.local_epochs > 1
@@ -135,8 +175,9 @@ def test_the_standard_preset_is_fair_and_realistic() -> None:
     eval_, train = scenarios["resnet18-eval"][0], scenarios["resnet18-train"][0]
     assert eval_.models[0].name == train.models[0].name == "resnet18" and eval_.dataset.params["size"] == 32
     assert (eval_.attack.model_mode, train.attack.model_mode) == ("eval", "train")
-    # a scenario keeps the preset's seeds and attack budgets
-    assert scenarios["batch"][0].seeds == config.seeds
+    # a ranked scenario keeps the preset's seeds; a descriptive one runs 3; both keep the attack budgets
+    assert secagg.seeds == scenarios["model-state"][0].seeds == config.seeds
+    assert scenarios["batch"][0].seeds == [0, 1, 2]
     assert next(a for a in scenarios["batch"][0].attacks if a.name == "ig").params["iterations"] == 200
 
 
@@ -204,8 +245,8 @@ def test_the_source_hash_covers_computing_files_only(tmp_path: Path) -> None:
 def test_scenarios_keep_the_presets_params() -> None:
     text = (ROOT / "configs" / "leaderboard.yaml").read_text()
     data, about = scenario_data(text, "standard", "model-state")
-    assert data["name"] == "leaderboard-standard-model-state" and about["ranked"] is False
-    assert data["seeds"] == [0, 1, 2] and data["utility"]["rounds"] == 0
+    assert data["name"] == "leaderboard-standard-model-state" and about["ranked"] is True
+    assert data["seeds"] == list(range(8)) and data["utility"]["rounds"] == 0
 
 
 def test_the_fit_probe_scales_budgets_together_and_extrapolates_to_the_full_one() -> None:

@@ -77,16 +77,16 @@ def guards(defense: DefenseSetting) -> bool:
 
 def expand_grid(config: ExperimentConfig) -> list[Cell]:
     """Every cell of the config, in run order: the baseline (one per batch size of the scale axes), then
-    per seed, model and defense the utility cell, the detection cell (a setting with a client guard)
-    and the attack cells (round-major, then attack, then scale; a participant attack, which attacks no
-    victim batch, has no scale)."""
+    per seed, model and defense the utility cell (seeds of ``utility.seeds`` only), the detection cell
+    (a setting with a client guard) and the attack cells (round-major, then attack, then scale; a
+    participant attack, which attacks no victim batch, has no scale)."""
     scales = config.axes.scales()
     batches = list(dict.fromkeys(s.batch for s in scales))
     cells = [Cell("baseline", scale=Scale(b)) for b in batches] if scales else [Cell("baseline")]
     for seed in config.seeds:
         for model in config.models:
             for defense in config.defenses:
-                if config.utility.rounds > 0:
+                if config.utility.rounds > 0 and seed in config.utility_seeds:
                     cells.append(Cell("utility", model, defense, None, config.utility.rounds, seed))
                 if guards(defense):
                     honest_rounds = config.utility.rounds or max(config.attack.rounds) + 1

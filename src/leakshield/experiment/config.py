@@ -185,7 +185,16 @@ class ExperimentConfig(Section):
         repeated = sorted(seed for seed, n in Counter(self.seeds).items() if n > 1)
         if repeated:
             raise ValueError(f"seeds: repeated {repeated[:5]}; each seed is one repetition, list it once")
+        outside = sorted(set(self.utility.seeds or ()) - set(self.seeds))
+        if outside:
+            raise ValueError(f"utility.seeds: {outside} are not in seeds {self.seeds}; the utility seeds are "
+                             "a subset of the experiment's")  # fmt: skip
         return self
+
+    @property
+    def utility_seeds(self) -> list[int]:
+        """The seeds that measure utility (``utility.seeds``, else every seed)."""
+        return list(self.utility.seeds) if self.utility.seeds is not None else list(self.seeds)
 
     def check_components(self) -> None:
         """Validate every component against its registry and require unique labels."""

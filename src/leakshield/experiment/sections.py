@@ -52,9 +52,12 @@ class VictimSection(Section):
 
 
 class UtilitySection(Section):
-    """Full FL training under each defense to measure test accuracy (0 rounds disables it)."""
+    """Full FL training under each defense to measure test accuracy (0 rounds disables it). ``seeds``:
+    the experiment's seeds that measure it (default: every seed; fewer where training dominates the
+    cost and the attacks need more seeds than the accuracy does)."""
 
     rounds: pydantic.NonNegativeInt = 20
+    seeds: list[int] | None = pydantic.Field(default=None, min_length=1)
 
 
 class LPIPSSection(Section):

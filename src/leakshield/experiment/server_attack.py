@@ -109,7 +109,10 @@ def run_server_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
     defended = [o.trace.defended_x for o in observations]
     components = [o.trace.component_x for o in observations]
     output = world.score(reconstructions, list(victims), defended, extra, components)
-    output.metrics.update(prior_scores(world, reconstructions, list(victims)))
+    priors, prior_rows = prior_scores(world, reconstructions, list(victims))
+    output.metrics.update(priors)
+    for row, prior_row in zip(output.victims, prior_rows, strict=False):
+        row["prior_ssim"] = prior_row.get("ssim")
     if any(o.refused for o in observations) or trained[0].pipeline.guards:  # a guard's 0 is a result
         output.metrics["refused"] = sum(bool(o.refused) for o in observations) / len(observations)
     if world.config.fl.secure_aggregation:  # how many clients each attacked aggregate held
@@ -120,12 +123,18 @@ def run_server_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
 
 def prior_scores(
     world: ExperimentContext, reconstructions: list[Reconstruction], victims: list[ImageSet]
-) -> dict[str, float]:
+) -> tuple[dict[str, float], list[dict]]:
     """``prior_ssim`` / ``prior_psnr``: how close a prior-based attack's draw for the known labels,
-    made without the update, already is to the victims (scored as the reconstructions are); empty for
-    attacks without a prior. The leaderboard counts such an attack as leaking only above it."""
-    pairs = [(r.prior, v) for r, v in zip(reconstructions, victims, strict=True) if r.prior is not None]
-    if not pairs:
-        return {}
-    scored = world.score([Reconstruction(images=p) for p, _ in pairs], [v for _, v in pairs])
-    return {f"prior_{k}": scored.metrics[k] for k in ("ssim", "psnr") if k in scored.metrics}
+    made without the update, already is to the victims (scored as the reconstructions are), and each
+    victim's scores of that draw (empty for attacks without a prior, and when some victim has none).
+    The leaderboard counts such an attack as leaking a victim only above its draw."""
+    drawn = [i for i, r in enumerate(reconstructions) if r.prior is not None]
+    if not drawn:
+        return {}, []
+    scored = world.score([Reconstruction(images=reconstructions[i].prior) for i in drawn],  # type: ignore[arg-type]
+                         [victims[i] for i in drawn])  # fmt: skip
+    metrics = {f"prior_{k}": scored.metrics[k] for k in ("ssim", "psnr") if k in scored.metrics}
+    rows: list[dict] = [{} for _ in victims]
+    for i, row in zip(drawn, scored.victims, strict=True):
+        rows[i] = row
+    return metrics, rows

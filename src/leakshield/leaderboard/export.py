@@ -16,6 +16,7 @@ from typing import Any
 
 from leakshield.experiment.store import CellRecord
 from leakshield.leaderboard.front_door import compact_results
+from leakshield.leaderboard.power import power_sentence
 from leakshield.leaderboard.ranking import threats
 from leakshield.leaderboard.staleness import Staleness, stale_labels
 from leakshield.leaderboard.tables import STALE_MARK, Table, markdown, realism_table, threat_tables
@@ -66,13 +67,18 @@ def _cell_json(r: CellRecord) -> dict[str, Any]:
         "metrics": {k: v for k, v in r.metrics.items() if isinstance(v, int | float) or v is None},
         "attack_name": r.attack_name, "threat": r.threat, **({"scale": r.scale} if r.scale else {}),
         **({"environment": r.environment} if r.environment else {}),
-        **({"victims": _guarded_victims(r)} if "refused" in r.metrics else {}),
+        **({"victims": _victim_scores(r)} if r.kind in ("attack", "baseline") and r.victims else {}),
     }  # fmt: skip
 
 
-def _guarded_victims(r: CellRecord) -> list[dict[str, Any]]:
-    """A guarded cell's per-victim SSIMs and refusals (what 'SSIM if missed' is computed from)."""
-    return [{"ssim": v.get("ssim") or [], "refused": bool(v.get("refused"))} for v in r.victims]
+#: the per-victim scores an export keeps (what leaks are counted from; a guard's refusal for 'SSIM if
+#: missed')
+VICTIM_KEYS = ("ssim", "prior_ssim", "class", "class_ssim", "refused")
+
+
+def _victim_scores(r: CellRecord) -> list[dict[str, Any]]:
+    """Each victim's per-image SSIMs (and its prior draw's, its class-level score, its refusal)."""
+    return [{k: v[k] for k in VICTIM_KEYS if v.get(k) is not None} for v in r.victims]
 
 
 def export_json(
@@ -81,8 +87,8 @@ def export_json(
     scenarios: Sequence[Scenario] = (),
     provenance: dict[str, Any] | None = None,
 ) -> str:
-    """The run as JSON: ``facts``, every cell without its images and per-victim lists (a guarded cell
-    keeps each victim's SSIMs and refusal; its environment keeps its components' stamps), each realism
+    """The run as JSON: ``facts``, every cell without its images (each victim's scores kept: its SSIMs,
+    its prior draw's, a guard's refusal; its environment keeps its components' stamps), each realism
     scenario's description and cells, and ``provenance``: stamp → the component's modules and settings
     (:func:`leakshield.leaderboard.staleness.provenance_table`)."""
     data = {
@@ -132,15 +138,18 @@ def baseline_ssim(records: Sequence[CellRecord]) -> float | None:
 
 
 HOW_TO_READ = (
-    "A defense's privacy against an adversary is the SSIM of the strongest attack that adversary ran "
-    "against it (highest over attacks and model states; lower is more private), a mean over seeds with "
-    "its 95 % t-interval. Leakage counts only when the whole interval lies above the no-information "
-    "level: the public mean image's SSIM ({baseline}), or for a generative-prior attack (GGL) its "
-    'prior\'s own draw for the known labels; rows at that level read "no measurable leakage" and tie '
-    '(their highest seed is named when it lies above that level: "worst seed"). '
-    "Ranks tie where intervals overlap. Accuracy: test accuracy after {rounds} FedAvg rounds under the "
-    "defense, trained with its paper's optimizer at the learning rate tuned on the public split; ● marks "
-    "the privacy–utility Pareto front."
+    "A victim leaks when its reconstruction's SSIM is at least 0.6 and above that victim's own "
+    "no-information score: the public mean image's SSIM against it ({baseline} on average), or for a "
+    "generative-prior attack (GGL) its prior's own draw for the label. A defense's privacy against an "
+    'adversary is the share of victims the strongest attack that adversary ran leaks ("leaked victims", '
+    "with a 95 % interval that treats seeds, not victims, as the unit), chosen among its attack × round "
+    "cells on half of the seeds and reported on the other half. A row without a leaked victim in any cell "
+    'and seed reads "no measurable leakage"; those rows tie at rank 1. Leaking rows share a rank where a '
+    "paired test over the seeds, Holm-corrected, does not tell them from their group's first row. "
+    "Accuracy: test accuracy after {rounds} FedAvg rounds under the defense, trained with its paper's "
+    "optimizer at the learning rate tuned on the public split; a defense below chance + ½ (undefended − "
+    "chance) does not train at this budget and is not ranked; ● marks the privacy–utility Pareto front. "
+    "{power}"
 )
 
 
@@ -183,7 +192,15 @@ def reading_note(records: Sequence[CellRecord]) -> str:
     """How to read the tables, with the run's baseline and utility rounds."""
     rounds = next((r.round for r in records if r.kind == "utility"), None)
     baseline = baseline_ssim(records)
-    return HOW_TO_READ.format(baseline="—" if baseline is None else f"{baseline:.3f}", rounds=rounds or "—")
+    scored = [r for r in records if r.kind == "baseline" and r.status == "ok" and r.victims and not r.scale]
+    seeds = len({r.seed for r in records if r.kind == "attack" and r.status == "ok"})
+    victims = sum(len(v.get("ssim") or []) for v in scored[0].victims) if scored else 0
+    power = power_sentence(seeds, victims) if victims and seeds else (
+        "This export predates per-victim scores: each cell's images count at the cell's mean SSIM "
+        "(\"cell means\").")  # fmt: skip
+    return HOW_TO_READ.format(
+        baseline="—" if baseline is None else f"{baseline:.3f}", rounds=rounds or "—", power=power
+    )
 
 
 def results_markdown(

@@ -1,19 +1,20 @@
 """The leaderboard's ranking, one per threat model: a defense's privacy against an adversary is its
-privacy under the *strongest* attack that adversary can run (never the average), over every attack and
-attacked model state; defenses are ranked by that worst case, and the privacy–utility front is marked.
+privacy under the *strongest* attack that adversary can run, over every attack and attacked model state.
 
-Scores: an attack cell's SSIM (per image, matched, averaged over victims), or for the GAN attack of a
-malicious client, which reconstructs classes rather than images, its class-level SSIM (Anti-GAN Eq. 5).
-Each (attack, round, scale) is a mean over seeds with a 95 % t-interval (:mod:`.intervals`).
-
-Leakage is *measurable* only when the whole interval lies above the no-information level: the public
-mean image's SSIM (the baseline cells), or, for an attack that draws from a prior (GGL), the higher of
-that and its prior's own draw for the known labels (``prior_ssim``): a plausible digit of the right
-class is not leakage. Defenses without measurable leakage tie at the top. The strongest attack is the
-measurable one with the highest SSIM (ties: higher PSNR, then name; the attacks tied on SSIM are
-listed). Leaking defenses are ordered by it, and share a rank where their intervals overlap the rank's
-first (from one seed: where SSIM and accuracy are equal at 3 decimals). Failed cells never count as a
-defense's success: they are listed, and a defense whose attack cells all failed is unranked."""
+The unit is the seed (:mod:`.leak_rate`): a victim leaks when its SSIM is ≥ 0.6 and above its own
+no-information score (:mod:`.outcomes`); a cell's leak rate has an interval with seeds as clusters.
+A defense leaks *measurably* when some (attack, round, scale) cell of it leaked a victim in some seed;
+defenses without measurable leakage tie at the top. **The strongest attack is chosen fairly**: on half
+of the seeds (the first, third, … in seed order) by leak rate, then SSIM, and its numbers are reported
+on the other half, so the maximum over a row's K cells does not inflate what is shown (with one seed
+there is no other half: chosen and reported on the same seed, said in the table). Leaking defenses are
+ordered by the reported leak rate, then SSIM, and compared with the group's leader by a paired t-test
+over the reported seeds' leak rates, Holm-corrected over the rows compared; the rows before the first
+one shown different share the leader's rank, and the next group starts there (from one reported seed:
+exact ties only). **Utility gate**: a defense whose
+accuracy is below chance + ½ (undefended − chance) "does not train at this budget": it is shown, never
+ranked on privacy nor placed on the front. Failed cells never count as a defense's success: they are
+listed, and a defense whose attack cells all failed is unranked."""
 
 from __future__ import annotations
 
@@ -25,14 +26,34 @@ from dataclasses import dataclass, field
 
 from leakshield.experiment.store import CellRecord
 from leakshield.leaderboard.intervals import PRECISION, Estimate, estimate, level
+from leakshield.leaderboard.leak_rate import LeakRate, holm, leak_rate, paired_p_value
+from leakshield.leaderboard.outcomes import (
+    SeedOutcome,
+    baseline_images,
+    baselines,
+    cell_score,
+    finite,
+    for_scale,
+    outcome,
+)
 from leakshield.leaderboard.threats import threat_of
 
-__all__ = ["PRECISION", "AttackScore", "Standing", "level", "rank", "standings", "strongest", "threats"]
+__all__ = [
+    "PRECISION",
+    "AttackScore",
+    "Standing",
+    "baselines",
+    "level",
+    "rank",
+    "standings",
+    "strongest",
+    "threats",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class AttackScore:
-    """One attack on one model state (and scale) of one defense, over seeds."""
+    """One attack on one model state (and scale) of one defense, over the seeds of ``outcomes``."""
 
     attack: str
     round: int
@@ -42,9 +63,9 @@ class AttackScore:
     metric: str = "ssim"
     #: to whom it leaks (the stored threat model's practitioner wording)
     threat: str = ""
-    #: 95 % interval half-width over the seeds (None from one seed)
+    #: 95 % interval half-width of the mean SSIM over the seeds (None from one seed)
     half_width: float | None = None
-    #: the no-information level it must beat (None: none is defined for its metric)
+    #: the no-information level (mean over victims) it is shown against (None: none for its metric)
     reference: float | None = None
     #: what ``reference`` is: ``mean image`` or ``prior draw``
     reference_kind: str = "mean image"
@@ -57,25 +78,53 @@ class AttackScore:
     undetected: float | None = None
     #: the highest seed's value (None from one seed): a bimodal outcome the interval cannot resolve
     worst: float | None = None
+    #: each seed's cell: its score and leaked victims
+    outcomes: tuple[SeedOutcome, ...] = ()
 
     @property
     def estimate(self) -> Estimate:
         return Estimate(self.ssim, self.half_width, self.seeds)
 
     @property
+    def leak(self) -> LeakRate:
+        """Leaked victims per seed and the rate's interval (seeds as clusters)."""
+        o = self.outcomes
+        return leak_rate([x.seed for x in o], [x.leaked for x in o], [x.victims for x in o])
+
+    @property
     def measurable(self) -> bool:
-        """Whether this attack measurably beats its no-information level."""
+        """Whether some victim leaked in some seed of this score (scores without outcomes: the mean's
+        interval above the no-information level)."""
+        if self.outcomes:
+            return self.leak.measurable
         return self.reference is None or self.estimate.above(self.reference)
 
     @property
     def where(self) -> str:
         return f"{self.attack}@{self.round}" + (f" {self.scale}" if self.scale else "")
 
+    def on(self, seeds: Sequence[int]) -> AttackScore:
+        """This score recomputed on ``seeds`` only (its guard figures kept)."""
+        kept = tuple(o for o in self.outcomes if o.seed in set(seeds))
+        if not kept:  # no cell of those seeds succeeded: nothing to report there
+            return dataclasses.replace(self, outcomes=(), seeds=0, half_width=None, worst=None)
+        return dataclasses.replace(self, outcomes=kept, **_seed_statistics(kept))
+
+
+def _seed_statistics(outcomes: Sequence[SeedOutcome]) -> dict:
+    values = [o.score for o in outcomes]
+    stats = estimate(values)
+    psnrs = [o.psnr for o in outcomes if o.psnr is not None]
+    return {"ssim": stats.mean, "half_width": stats.half_width, "seeds": len(values),
+            "psnr": sum(psnrs) / len(psnrs) if psnrs else None,
+            "worst": max(values) if len(values) > 1 else None}  # fmt: skip
+
 
 @dataclass(frozen=True)
 class Standing:
-    """A defense's row: its strongest attack (None if none succeeded in running), the attacks tied
-    with it, every attack score, its utility, and the cells that failed."""
+    """A defense's row: its strongest attack reported on the held-out seeds (None if no attack cell
+    succeeded), the attacks tied with it where it was chosen, every attack score, its utility, and
+    the cells that failed."""
 
     model: str
     defense: str
@@ -94,61 +143,44 @@ class Standing:
     threat: str = ""
     #: 95 % interval half-width of the accuracy over seeds
     accuracy_half_width: float | None = None
+    #: the seeds the strongest attack was chosen on (empty: chosen and reported on the same seeds)
+    chosen_on: tuple[int, ...] = ()
+    #: the accuracy below which the defense does not train (None: no undefended accuracy to gate by)
+    floor: float | None = None
 
     @property
     def leaks(self) -> bool:
-        """Whether some attack measurably beats its no-information level."""
-        return self.strongest is not None and self.strongest.measurable
+        """Whether some attack cell leaked a victim in some seed (all seeds, every cell)."""
+        return any(s.measurable for s in self.scores)
 
+    @property
+    def trains(self) -> bool:
+        """Whether the accuracy reaches the floor (unknown accuracy or floor: not gated)."""
+        return self.floor is None or self.accuracy is None or self.accuracy >= self.floor
 
-def _finite(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+    @property
+    def seeds_leaking(self) -> tuple[int, int]:
+        """(seeds in which some attack cell leaked a victim, seeds with a successful attack cell)."""
+        seeds = {o.seed for s in self.scores for o in s.outcomes}
+        return len({o.seed for s in self.scores for o in s.outcomes if o.leaked}), len(seeds)
 
-
-def _score(record: CellRecord) -> tuple[float, str] | None:
-    for metric in ("ssim", "class_ssim"):
-        value = _finite(record.metrics.get(metric))
-        if value is not None:
-            return value, metric
-    return None
-
-
-def baselines(records: Sequence[CellRecord]) -> dict[str, float]:
-    """The no-information SSIM per scale label (``""`` without axes; a batch's baseline serves every
-    scale of that batch size)."""
-    found: dict[str, list[float]] = defaultdict(list)
-    for r in records:
-        value = _finite(r.metrics.get("ssim"))
-        if r.kind == "baseline" and r.status == "ok" and value is not None:
-            found[r.scale or ""].append(value)
-    return {k: sum(v) / len(v) for k, v in found.items()}
-
-
-def _reference(
-    base: dict[str, float], scale: str, metric: str, priors: list[float]
-) -> tuple[float | None, str]:
-    if metric != "ssim":
-        return None, ""
-    batch = next((part for part in scale.split() if part.startswith("batch=")), "")
-    mean_image = base.get(scale, base.get(batch, base.get("")))
-    if priors:
-        prior = sum(priors) / len(priors)
-        if mean_image is None or prior > mean_image:
-            return prior, "prior draw"
-    return mean_image, "mean image"
+    @property
+    def cells(self) -> int:
+        """K: the (attack, round, scale) cells the strongest attack was selected from."""
+        return len(self.scores)
 
 
 def undetected_ssim(cells: Sequence[CellRecord]) -> float | None:
     """Mean per-image SSIM over the victims of ``cells`` whose guard accepted the model (None when
     no guard ran or every victim refused): what an active attack leaks when it is not detected."""
-    refused = [_finite(c.metrics.get("refused")) for c in cells]
+    refused = [finite(c.metrics.get("refused")) for c in cells]
     if all(r is None for r in refused):
         return None
     if all(r == 0 for r in refused):  # nothing caught: every victim's images count
-        values = [float(c.metrics["ssim"]) for c in cells if _finite(c.metrics.get("ssim")) is not None]
+        values = [float(c.metrics["ssim"]) for c in cells if finite(c.metrics.get("ssim")) is not None]
     else:
         values = [v for c in cells for victim in c.victims if not victim.get("refused")
-                  for v in (victim.get("ssim") or []) if _finite(v) is not None]  # fmt: skip
+                  for v in (victim.get("ssim") or []) if finite(v) is not None]  # fmt: skip
     return _mean(values)
 
 
@@ -161,49 +193,69 @@ def attack_scores(
     for r in records:
         if r.kind != "attack" or r.status != "ok" or r.model is None or r.defense is None or r.attack is None:
             continue
-        if _score(r) is None or (threat is not None and threat_of(r) != threat):
+        if cell_score(r) is None or (threat is not None and threat_of(r) != threat):
             continue
         groups[(r.model, r.defense, r.attack, int(r.round or 0), r.scale or "")].append(r)
-    base = baselines(records)
+    per_image, means = baseline_images(records), baselines(records)
     out: dict[tuple[str, str], list[AttackScore]] = defaultdict(list)
     for (model, defense, attack, round_, scale), cells in sorted(groups.items()):
-        scored = [_score(c) for c in cells]
-        values = [s[0] for s in scored if s is not None]
-        metric = scored[0][1] if scored[0] is not None else "ssim"
-        psnrs = [p for p in (_finite(c.metrics.get("psnr")) for c in cells) if p is not None]
-        priors = [p for p in (_finite(c.metrics.get("prior_ssim")) for c in cells) if p is not None]
-        refused = [p for p in (_finite(c.metrics.get("refused")) for c in cells) if p is not None]
-        reference, kind = _reference(base, scale, metric, priors)
-        stats = estimate(values)
+        found = tuple(sorted((outcome(c, per_image, means) for c in cells), key=lambda o: o.seed))
+        metric = (cell_score(cells[0]) or (0.0, "ssim"))[1]
+        priors = [p for p in (finite(c.metrics.get("prior_ssim")) for c in cells) if p is not None]
+        refused = [p for p in (finite(c.metrics.get("refused")) for c in cells) if p is not None]
+        mean_image, prior = for_scale(means, scale), _mean(priors)
+        above = prior is not None and (mean_image is None or prior > mean_image)  # type: ignore[operator]
+        kind = "prior draw" if above else "mean image"
+        reference = None if metric != "ssim" else (prior if kind == "prior draw" else mean_image)
         out[(model, defense)].append(
             AttackScore(
-                attack=attack, round=round_, ssim=stats.mean, psnr=sum(psnrs) / len(psnrs) if psnrs else None,
-                seeds=len(values), metric=metric, threat=threat_of(cells[0]), half_width=stats.half_width,
+                attack=attack, round=round_, metric=metric, threat=threat_of(cells[0]),
                 reference=reference, reference_kind=kind, scale=scale,
                 refused=sum(refused) / len(refused) if refused else None, undetected=undetected_ssim(cells),
-                worst=max(values) if len(values) > 1 else None,
+                outcomes=found, **_seed_statistics(found),
             )
         )  # fmt: skip
     return out
 
 
-def strongest(scores: Sequence[AttackScore]) -> tuple[AttackScore | None, tuple[str, ...]]:
-    """The strongest of ``scores`` — measurable leaks first, then the highest SSIM, PSNR, name — and
-    the attacks tied with it on SSIM."""
+def split_seeds(scores: Sequence[AttackScore]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(seeds the strongest attack is chosen on, seeds it is reported on): alternate seeds in order;
+    with one seed, that seed for both."""
+    seeds = sorted({o.seed for s in scores for o in s.outcomes})
+    if len(seeds) < 2:
+        return tuple(seeds), tuple(seeds)
+    return tuple(seeds[0::2]), tuple(seeds[1::2])
+
+
+def _strength(s: AttackScore) -> tuple:
+    psnr = s.psnr if s.psnr is not None else -math.inf
+    rate = s.leak.rate if s.outcomes else 0.0
+    return (not s.measurable, -round(rate, 6), -level(s.ssim), -psnr, s.attack, s.round, s.scale)
+
+
+def strongest(
+    scores: Sequence[AttackScore],
+    fair: bool = True,
+    split: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
+) -> tuple[AttackScore | None, tuple[str, ...], tuple[int, ...]]:
+    """The strongest of ``scores`` — measurable leaks first, then the highest leak rate, SSIM, PSNR,
+    name — chosen on half of the seeds and returned on the other half (``fair``; ``split``: the
+    table's (chosen, reported) seeds, by default this row's), the attacks tied with it where it was
+    chosen, and the seeds it was chosen on (empty: chosen on the seeds it is reported on — one seed, or
+    no cell with outcomes on both halves)."""
     if not scores:
-        return None, ()
-
-    def key(s: AttackScore) -> tuple:
-        psnr = s.psnr if s.psnr is not None else -math.inf
-        return (not s.measurable, -level(s.ssim), -psnr, s.attack, s.round, s.scale)
-
-    best = min(scores, key=key)
-    same = [
-        s
-        for s in scores
-        if s is not best and level(s.ssim) == level(best.ssim) and s.measurable == best.measurable
-    ]
-    return best, tuple(sorted({s.where for s in same}))
+        return None, (), ()
+    chosen_on, reported = (split or split_seeds(scores)) if fair else ((), ())
+    both = [s for s in scores if s.on(chosen_on).outcomes and s.on(reported).outcomes]
+    if not chosen_on or chosen_on == reported or not both:
+        best = min(scores, key=_strength)
+        same = [s for s in scores if s is not best and _strength(s)[:3] == _strength(best)[:3]]
+        return best, tuple(sorted({s.where for s in same})), ()
+    pool = [s.on(chosen_on) for s in both]
+    best = min(pool, key=_strength)
+    same = [s for s in pool if s is not best and _strength(s)[:3] == _strength(best)[:3]]
+    shown = next(s for s in both if s.where == best.where).on(reported)
+    return shown, tuple(sorted({s.where for s in same})), chosen_on
 
 
 def threats(records: Sequence[CellRecord]) -> list[str]:
@@ -218,17 +270,18 @@ def _mean(values: list[float]) -> float | None:
 
 def standings(records: Sequence[CellRecord], threat: str | None = None) -> list[Standing]:
     """Every (model, defense) with its strongest attack (of ``threat`` when given), utility (seed means;
-    ADR against ``none``), ε, cost (client seconds per update relative to ``none``) and failed cells;
-    ranked, front marked."""
+    ADR against ``none``; the utility gate's floor), ε, cost (client seconds per update relative to
+    ``none``) and failed cells; ranked, front marked."""
     scores = attack_scores(records, threat)
+    split = split_seeds([s for found in scores.values() for s in found])  # one split for the table
     keys = sorted(
         {(r.model, r.defense) for r in records if r.kind in ("attack", "utility") and r.model and r.defense}
     )
     utility: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
         if r.kind == "utility" and r.status == "ok" and r.model and r.defense:
-            for name in ("accuracy", "epsilon", "client_seconds"):
-                value = _finite(r.metrics.get(name))
+            for name in ("accuracy", "epsilon", "client_seconds", "chance"):
+                value = finite(r.metrics.get(name))
                 if value is not None:
                     utility[(r.model, r.defense)][name].append(value)
     failed: dict[tuple[str, str], list[str]] = defaultdict(list)
@@ -243,32 +296,36 @@ def standings(records: Sequence[CellRecord], threat: str | None = None) -> list[
     rows = []
     for model, defense in keys:
         util = utility.get((model, defense), {})
-        clean = _mean(utility.get((model, "none"), {}).get("accuracy", []))
+        undefended = utility.get((model, "none"), {})
+        clean = _mean(undefended.get("accuracy", []))
         accuracies = util.get("accuracy", [])
         acc = estimate(accuracies) if accuracies else None
-        seconds, base_seconds = (
-            _mean(util.get("client_seconds", [])),
-            _mean(utility.get((model, "none"), {}).get("client_seconds", [])),
-        )
-        best, tied = strongest(scores.get((model, defense), []))
+        seconds = _mean(util.get("client_seconds", []))
+        base_seconds = _mean(undefended.get("client_seconds", []))
+        chance = _mean(undefended.get("chance", [])) or 0.0
+        best, tied, chosen_on = strongest(scores.get((model, defense), []), split=split)
         rows.append(
             Standing(
-                model=model, defense=defense, strongest=best, tied=tied,
+                model=model, defense=defense, strongest=best, tied=tied, chosen_on=chosen_on,
                 scores=tuple(scores.get((model, defense), [])),
                 accuracy=acc.mean if acc else None, accuracy_half_width=acc.half_width if acc else None,
                 adr=(clean - acc.mean) / clean if clean and acc is not None else None,
                 epsilon=_mean(util.get("epsilon", [])),
                 cost=seconds / base_seconds if seconds is not None and base_seconds else None,
                 failed=tuple(sorted(failed.get((model, defense), []))), threat=threat or "",
+                floor=None if clean is None else chance + 0.5 * (clean - chance),
             )
         )  # fmt: skip
     return rank(mark_pareto(rows))
 
 
-def _privacy(row: Standing) -> float:
-    """Lower is more private; every defense without measurable leakage is equally private."""
+def _privacy(row: Standing) -> tuple[float, float]:
+    """Lower is more private: (-1, -1) without measurable leakage, else (leak rate, SSIM) reported."""
     assert row.strongest is not None
-    return level(row.strongest.ssim) if row.leaks else -1.0
+    if not row.leaks:
+        return (-1.0, -1.0)
+    rate = row.strongest.leak.rate if row.strongest.outcomes else 1.0
+    return (round(rate, 6), level(row.strongest.ssim))
 
 
 def dominates(a: Standing, b: Standing) -> bool:
@@ -281,56 +338,60 @@ def dominates(a: Standing, b: Standing) -> bool:
 
 def mark_pareto(rows: list[Standing]) -> list[Standing]:
     """Mark the rows no other row of the same model dominates (identical points are both on the front);
-    rows without a strongest attack or an accuracy are off the front."""
+    rows without a strongest attack or an accuracy, and rows that do not train, are off the front."""
+    placed = [r for r in rows if r.strongest is not None and r.accuracy is not None and r.trains]
     out = []
     for row in rows:
-        placed = row.strongest is not None and row.accuracy is not None
-        beaten = any(dominates(o, row) for o in rows if o is not row and o.model == row.model)
-        out.append(dataclasses.replace(row, pareto=placed and not beaten))
+        beaten = any(dominates(o, row) for o in placed if o is not row and o.model == row.model)
+        out.append(dataclasses.replace(row, pareto=row in placed and not beaten))
     return out
 
 
-def _ties(leader: Standing, row: Standing) -> bool:
-    if not leader.leaks and not row.leaks:
-        return True
-    if leader.leaks != row.leaks:
-        return False
-    a, b = leader.strongest, row.strongest
-    assert a is not None and b is not None
-    if a.half_width is None and b.half_width is None:  # one seed: exact ties only
-        same_accuracy = level(leader.accuracy or -1.0) == level(row.accuracy or -1.0)
-        return level(a.ssim) == level(b.ssim) and same_accuracy
-    return a.estimate.overlaps(b.estimate)
+def _seed_rates(row: Standing, seeds: Sequence[int]) -> list[float]:
+    assert row.strongest is not None
+    rates = row.strongest.leak.per_seed()
+    return [rates[s] for s in seeds]
+
+
+def _differ(leader: Standing, rows: Sequence[Standing]) -> list[bool]:
+    """Which ``rows`` are shown less private than ``leader``: paired t-tests over their common reported
+    seeds, Holm-corrected; with fewer than two common seeds, any difference in privacy or accuracy."""
+    p_values = []
+    for row in rows:
+        assert leader.strongest is not None and row.strongest is not None
+        common = sorted(set(leader.strongest.leak.per_seed()) & set(row.strongest.leak.per_seed()))
+        if len(common) < 2:
+            accuracies = level(leader.accuracy or -1.0), level(row.accuracy or -1.0)
+            same = _privacy(leader) == _privacy(row) and accuracies[0] == accuracies[1]
+            p_values.append(1.0 if same else 0.0)
+        else:
+            p_values.append(paired_p_value(_seed_rates(row, common), _seed_rates(leader, common)))
+    return holm(p_values)
 
 
 def rank(rows: list[Standing]) -> list[Standing]:
-    """Order by model, then privacy (no measurable leakage first, then strongest SSIM ascending), ties by
-    accuracy (higher first) then name. A row shares the rank of its tie group's first row (see the
-    module docstring). Unranked rows go last."""
+    """Per model: rows without measurable leakage share rank 1; leaking rows follow by (reported leak
+    rate, SSIM, accuracy, name) in groups that share their first row's rank (see the module
+    docstring). Rows that do not train and rows without an attack score are unranked and last."""
 
     def key(row: Standing) -> tuple:
-        if row.strongest is None:
-            return (row.model, 1, 0.0, 0.0, row.defense)
-        return (
-            row.model,
-            0,
-            _privacy(row),
-            -(row.accuracy if row.accuracy is not None else -1.0),
-            row.defense,
-        )
+        return (*_privacy(row), -(row.accuracy if row.accuracy is not None else -1.0), row.defense)
 
     out: list[Standing] = []
-    leader: Standing | None = None
-    for row in sorted(rows, key=key):
-        if row.strongest is None:
-            out.append(row)
-            continue
-        position = 1 + sum(1 for o in out if o.model == row.model and o.rank is not None)
-        if leader is not None and leader.model == row.model and _ties(leader, row):
-            number = leader.rank
-        else:
-            number, leader = position, None
-        placed = dataclasses.replace(row, rank=number)
-        leader = leader or placed
-        out.append(placed)
+    for model in sorted({r.model for r in rows}):
+        mine = [r for r in rows if r.model == model]
+        ranked = sorted((r for r in mine if r.strongest is not None and r.trains), key=key)
+        clean = [dataclasses.replace(r, rank=1) for r in ranked if not r.leaks]
+        out += clean
+        waiting, position = [r for r in ranked if r.leaks], len(clean) + 1
+        while waiting:
+            leader, others = waiting[0], waiting[1:]
+            differs = _differ(leader, others)
+            run = next((i for i, d in enumerate(differs) if d), len(others))  # rows before the first apart
+            group = [leader, *others[:run]]
+            out += [dataclasses.replace(r, rank=position) for r in group]
+            position += len(group)
+            waiting = others[run:]
+        out += sorted((r for r in mine if r.strongest is not None and not r.trains), key=key)
+        out += [r for r in mine if r.strongest is None]
     return out

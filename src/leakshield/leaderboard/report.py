@@ -25,7 +25,7 @@ from leakshield.leaderboard.export import (
 )
 from leakshield.leaderboard.ranking import Standing, standings
 from leakshield.leaderboard.staleness import provenance_table
-from leakshield.leaderboard.tables import html_table
+from leakshield.leaderboard.tables import html_table, leak_text
 from leakshield.leaderboard.threats import cell_threat, threat_of
 from leakshield.report.html import CLASS_SSIM_CONVENTION, CONVENTIONS, _img, restore_missing_images
 
@@ -52,27 +52,37 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.+-]+", "_", text)
 
 
-#: how close (SSIM, accuracy) two points may be before their labels are listed together: a label of
-#: about ten characters at 8 pt spans some 0.1 of SSIM on the plot, so a point that close to the right
-#: of another would sit under its label
+#: how close (privacy, accuracy) two points may be before their labels are listed together: a label of
+#: about ten characters at 8 pt spans some 0.1 of the x axis, so a point that close to the right of
+#: another would sit under its label
 LABEL_ROOM = (0.1, 0.06)
+
+
+def privacy_x(row: Standing) -> float:
+    """A row's x on the frontier: the share of victims its strongest attack leaks on the held-out seeds
+    (its SSIM where the scores carry no per-seed outcomes)."""
+    best = row.strongest
+    assert best is not None
+    return best.leak.rate if best.outcomes else best.ssim
 
 
 def label_clusters(points: list[Standing]) -> list[list[Standing]]:
     """Points grouped for labelling, highest accuracy first: a point within :data:`LABEL_ROOM` of a
-    group's first point (SSIM) and last point (accuracy) joins it; a group's labels are listed right of
+    group's first point (x) and last point (accuracy) joins it; a group's labels are listed right of
     its first point instead of drawn over each other."""
     clusters: list[list[Standing]] = []
-    for row in sorted(points, key=lambda r: (-r.accuracy, r.strongest.ssim)):  # type: ignore[union-attr,operator]
-        x, y = row.strongest.ssim, row.accuracy  # type: ignore[union-attr]
-        home = next((c for c in clusters if abs(c[0].strongest.ssim - x) < LABEL_ROOM[0]  # type: ignore[union-attr]
+    for row in sorted(points, key=lambda r: (-r.accuracy, privacy_x(r))):  # type: ignore[operator]
+        x, y = privacy_x(row), row.accuracy
+        home = next((c for c in clusters if abs(privacy_x(c[0]) - x) < LABEL_ROOM[0]
                      and abs(c[-1].accuracy - y) < LABEL_ROOM[1]), None)  # type: ignore[operator]  # fmt: skip
         home.append(row) if home is not None else clusters.append([row])
     return clusters
 
 
 def frontier_png(rows: list[Standing], baseline: float | None) -> bytes | None:
-    """Strongest-attack SSIM against accuracy per defense, the Pareto front joined, the baseline drawn."""
+    """Leaked share under the strongest attack against accuracy per defense (triangles: rows that leak
+    measurably; hollow: rows that do not train), the Pareto front joined; ``baseline`` drawn where x is
+    SSIM (scores without outcomes)."""
     points = [r for r in rows if r.strongest is not None and r.accuracy is not None]
     if not points:
         return None
@@ -81,30 +91,37 @@ def frontier_png(rows: list[Standing], baseline: float | None) -> bytes | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    by_ssim = not any(r.strongest.outcomes for r in points)  # type: ignore[union-attr]
     fig, ax = plt.subplots(figsize=(7.5, 5), dpi=110)
-    for row in points:
-        x, y = row.strongest.ssim, row.accuracy  # type: ignore[union-attr]
-        ax.scatter(x, y, color="#c0392b" if row.pareto else "#34495e", s=36, zorder=3)
+    for row in points:  # a triangle: a leak somewhere (some cell, some seed), whatever the held-out rate
+        color = "#c0392b" if row.pareto else "#34495e"
+        ax.scatter(privacy_x(row), row.accuracy, s=36, zorder=3, color=color if row.trains else "none",
+                   edgecolors=color, marker="^" if row.leaks and not by_ssim else "o")  # fmt: skip
+    if not by_ssim:
+        ax.scatter([], [], marker="o", color="#34495e", label="no measurable leakage")
+        ax.scatter([], [], marker="^", color="#34495e", label="a victim leaked in some cell and seed")
     for cluster in label_clusters(points):
         top = cluster[0]
         for k, row in enumerate(cluster):
             label_y = top.accuracy - 0.03 * k  # type: ignore[operator]
-            point = (row.strongest.ssim, row.accuracy)  # type: ignore[union-attr]
-            text = (top.strongest.ssim + 0.015, label_y)  # type: ignore[union-attr]
-            ax.annotate(row.defense, point, xytext=text, fontsize=8, va="center")
-    front = sorted((r for r in points if r.pareto), key=lambda r: r.strongest.ssim)  # type: ignore[union-attr]
+            text = (privacy_x(top) + 0.015, label_y)
+            name = row.defense + ("" if row.trains else " (does not train)")
+            ax.annotate(name, (privacy_x(row), row.accuracy), xytext=text, fontsize=8, va="center")
+    front = sorted((r for r in points if r.pareto), key=privacy_x)
     if len(front) > 1:
-        ax.step([r.strongest.ssim for r in front], [r.accuracy for r in front], where="post",  # type: ignore[union-attr]
+        ax.step([privacy_x(r) for r in front], [r.accuracy for r in front], where="post",
                 color="#c0392b", lw=1.2, label="Pareto front")  # fmt: skip
-    if baseline is not None:
+    if baseline is not None and by_ssim:
         ax.axvline(
             baseline, color="#7f8c8d", ls="--", lw=1, label=f"no-information baseline ({baseline:.3f})"
         )
-    ax.set_xlim(right=max(r.strongest.ssim for r in points) + 0.2)  # type: ignore[union-attr]  # room for the labels right of the points
-    ax.set_xlabel("SSIM under the strongest attack (lower: more private)")
+    ax.set_xlim(right=max(privacy_x(r) for r in points) + 0.25)  # room for the labels right of the points
+    leaked = "share of victims the strongest attack leaks, held-out seeds (lower: more private)"
+    ax.set_xlabel("SSIM under the strongest attack (lower: more private)" if by_ssim else leaked)
     ax.set_ylabel("test accuracy after FL training under the defense")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower left", fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
@@ -155,11 +172,14 @@ def _defense_page(run_dir: Path, row: Standing, records: list[CellRecord], name:
              f"</head><body><p><a href='../leaderboard.html'>← {html.escape(name)}</a></p>"
              f"<h1>{html.escape(row.model)} · {html.escape(row.defense)}</h1>"]  # fmt: skip
     parts.append(
-        "<table><tr><th>attack</th><th>round</th><th>threat model</th><th>SSIM</th><th>PSNR</th></tr>"
+        "<table><tr><th>attack</th><th>round</th><th>threat model</th><th>leaked victims (all seeds)</th>"
+        "<th>seeds with a leak</th><th>SSIM</th><th>PSNR</th></tr>"
     )
     for s in sorted(row.scores, key=lambda s: (-s.ssim, s.attack, s.round)):
         psnr = "—" if s.psnr is None else f"{s.psnr:.2f}"
-        parts.append(f"<tr><td>{html.escape(s.attack)}</td><td>{s.round}</td><td>{s.threat}</td>"
+        seeds = s.leak.seeds_text() if s.outcomes else "—"
+        parts.append(f"<tr><td>{html.escape(s.where.split('@')[0])}</td><td>{html.escape(s.where.split('@')[1])}"
+                     f"</td><td>{s.threat}</td><td>{html.escape(leak_text(s))}</td><td>{seeds}</td>"
                      f"<td>{s.ssim:.3f}{'' if s.metric == 'ssim' else ' (class)'}</td>"
                      f"<td>{psnr}</td></tr>")  # fmt: skip
     parts.append("</table><h2>Reconstructions</h2><p>Rows: true images, defended inputs (when the defense "

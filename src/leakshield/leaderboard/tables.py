@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from leakshield.experiment.store import CellRecord
 from leakshield.leaderboard.intervals import level
+from leakshield.leaderboard.leak_rate import clopper_pearson
 from leakshield.leaderboard.ranking import AttackScore, Standing, attack_scores, standings, strongest, threats
 from leakshield.leaderboard.threats import cell_threat, threat_of
 
@@ -46,6 +47,8 @@ def score_text(score: AttackScore | None) -> str:
     text = _with_interval(score.ssim, score.half_width) + ("" if score.metric == "ssim" else " (class)")
     if score.measurable:
         return text
+    if score.reference is None:  # a class-level score: leaks at SSIM ≥ 0.6
+        return f"{text} < 0.6"
     text = f"{text} ≈ {score.reference_kind}"
     worst, reference = score.worst, score.reference
     if worst is not None and reference is not None and level(worst) > level(reference):
@@ -75,27 +78,66 @@ def caught_text(best: AttackScore | None) -> str:
     return f"{best.refused:.0%} · {missed}"
 
 
+#: the rank column's text for a row below the utility gate
+DOES_NOT_TRAIN = "does not train"
+
+
+def leak_text(score: AttackScore | None) -> str:
+    """``3/8 = 0.38 [0.09, 0.76]`` (leaked victims of all, the rate, its interval), ``—`` without
+    per-seed outcomes; ``(cell means)`` where an old export had no per-victim scores."""
+    if score is None or not score.outcomes:
+        return "—"
+    means = "" if all(o.per_victim for o in score.outcomes) else " (cell means)"
+    return score.leak.text() + means
+
+
+def _attack_text(row: Standing) -> str:
+    best = row.strongest
+    if best is None:
+        text = "no attack cell succeeded"
+    elif not row.leaks:
+        text = f"no measurable leakage (highest: {best.where})"
+    else:
+        text = best.where + (f" (tied: {', '.join(row.tied)})" if row.tied else "")
+    if best is not None and row.cells > 1:
+        text += f" · best of {row.cells}"
+    if best is not None and not row.chosen_on and len({o.seed for o in best.outcomes}) > 1:
+        text += " · not held out"
+    if row.failed:
+        text += f" — {len(row.failed)} failed cell(s)"
+    return text
+
+
+def _seeds_text(row: Standing) -> str:
+    """``2 of 8 [0.03, 0.65]``: the seeds in which some attack cell of the row leaked a victim (every
+    seed, every cell: what "no measurable leakage" is judged on), with a Clopper–Pearson interval."""
+    leaking, seeds = row.seeds_leaking
+    if not seeds:
+        return "—"
+    low, high = clopper_pearson(leaking, seeds)
+    return f"{leaking} of {seeds} [{low:.2f}, {high:.2f}]"
+
+
 def ranking_rows(rows: Sequence[Standing], *, active: bool) -> tuple[list[str], list[list[str]]]:
     """Header and rows of one threat model's ranking (``active``: add the client guards' catch rate)."""
-    header = ["rank", "model · defense", "strongest attack (round)", "SSIM ↓ (95 % CI)", "PSNR",
-              "accuracy (95 % CI)", "ADR", "ε", "cost", "front"]  # fmt: skip
+    header = ["rank", "model · defense", "strongest attack (round)", "leaked victims ↓ (95 % CI)",
+              "seeds with a leak", "SSIM (95 % CI)", "PSNR", "accuracy (95 % CI)", "ADR", "ε", "cost",
+              "front"]  # fmt: skip
     if active:
-        header.insert(5, "caught by guard · SSIM if missed")
+        header.insert(7, "caught by guard · SSIM if missed")
     body = []
     for row in rows:
         best = row.strongest
-        if best is None:
-            attack = "no attack cell succeeded"
-        elif not row.leaks:
-            attack = f"no measurable leakage (highest: {best.where})"
+        if row.rank is not None:
+            rank = str(row.rank)
         else:
-            attack = best.where + (f" (tied: {', '.join(row.tied)})" if row.tied else "")
-        if row.failed:
-            attack += f" — {len(row.failed)} failed cell(s)"
+            rank = DOES_NOT_TRAIN if best is not None and not row.trains else "—"
         cells = [
-            str(row.rank) if row.rank is not None else "—",
+            rank,
             f"{row.model} · {row.defense}",
-            attack,
+            _attack_text(row),
+            leak_text(best),
+            _seeds_text(row),
             score_text(best),
             _num(best.psnr if best else None, ".2f"),
             _with_interval(row.accuracy, row.accuracy_half_width),
@@ -105,24 +147,52 @@ def ranking_rows(rows: Sequence[Standing], *, active: bool) -> tuple[list[str], 
             "●" if row.pareto else "",
         ]
         if active:
-            cells.insert(5, caught_text(best))
+            cells.insert(7, caught_text(best))
         body.append(cells)
     return header, body
 
 
+def selection_note(rows: Sequence[Standing]) -> str:
+    """How the table's strongest attacks were chosen, and where its numbers come from."""
+    split = [r for r in rows if r.chosen_on and r.strongest]
+    if split:
+        reported = sorted({o.seed for r in split for o in r.strongest.outcomes})  # type: ignore[union-attr]
+        listed = ", ".join(map(str, split[0].chosen_on)), ", ".join(map(str, reported))
+        where = (f"chosen among a row's K attack × round cells (\"best of K\") on seeds {listed[0]}, "
+                 f"its numbers measured on seeds {listed[1]} (\"not held out\": no cell of the row ran "
+                 "on both halves, so it is chosen and measured on the same seeds)")  # fmt: skip
+    else:
+        where = ("chosen among a row's K cells and measured on the same seed: with one seed the maximum "
+                 "is biased upward by K")  # fmt: skip
+    return (f"Strongest attack: {where}. Leaked victims: SSIM ≥ 0.6 and above the victim's own "
+            "no-information score, with a 95 % interval that treats seeds as clusters. Seeds with a "
+            "leak: seeds in which any of the row's cells leaked a victim, of all seeds. Ranks: rows "
+            "without a leaked victim in any cell and seed tie at 1; the others are compared with their "
+            "group's first row by a paired t-test over the reported seeds, Holm-corrected. "
+            "\"does not train\": accuracy below chance + ½ (undefended − chance); not ranked, not on "
+            "the front.")  # fmt: skip
+
+
+def _coordinates(r: CellRecord) -> tuple:
+    return (r.model, r.defense, r.attack, r.round, r.scale or "", r.seed)
+
+
 def threat_tables(records: Sequence[CellRecord], ranked: Sequence[CellRecord] = ()) -> list[Table]:
     """One ranking per threat model over ``records`` (the main grid) and ``ranked`` (the attack cells
-    of scenarios that join the rankings; their utility comes from the main grid)."""
-    everything = [*records, *(r for r in ranked if r.kind == "attack")]
+    of scenarios that join the rankings; their utility comes from the main grid; a scenario cell that
+    repeats a main-grid cell — same model, defense, attack, round, scale and seed — is left out)."""
+    own = {_coordinates(r) for r in records if r.kind == "attack"}
+    everything = [*records, *(r for r in ranked if r.kind == "attack" and _coordinates(r) not in own)]
     tables = []
     for threat in threats(everything):
         rows = [r for r in standings(everything, threat) if r.strongest is not None]
         active = threat.startswith("malicious server")
         header, body = ranking_rows(rows, active=active)
-        note = ("Caught by guard: the share of victims whose client guard refused the tampered model "
+        guard = (" Caught by guard: the share of victims whose client guard refused the tampered model "
                 "(their reconstruction is then the no-information guess, which the SSIM column counts); "
                 "SSIM if missed: the mean SSIM of the victims no guard refused — what the attack leaks "
                 "when it goes undetected." if active else "")  # fmt: skip
+        note = selection_note(rows) + guard
         tables.append(Table(f"{threat[0].upper()}{threat[1:]} (catalogue {letters(everything, threat)})",
                             header, body, note))  # fmt: skip
     return tables
@@ -141,8 +211,11 @@ def realism_table(title: str, records: Sequence[CellRecord]) -> Table:
             by_column[(s.round, s.scale)].append(s)
         cells = [f"{model} · {defense}"]
         for column in columns:
-            best, _ = strongest(by_column.get(column, []))
-            cells.append(score_text(best) + (f" ({best.attack})" if best is not None else ""))
+            best, _, _ = strongest(by_column.get(column, []), fair=False)
+            leaked = (
+                f"; leaked {sum(best.leak.leaked)}/{sum(best.leak.victims)}" if best and best.outcomes else ""
+            )
+            cells.append(score_text(best) + (f" ({best.attack}{leaked})" if best is not None else ""))
         body.append(cells)
     return Table(title, header, body)
 

@@ -48,7 +48,8 @@ def tuning_config(config: ExperimentConfig) -> ExperimentConfig:
             entry = {k: v for k, v in raw.items() if k != "training"}
             entry.update(label=f"{setting.display}{SEP}{training['local_lr']:g}", training=training)
             defenses.append(entry)
-    data.update(name=f"{config.name}-tuning", seeds=config.seeds[:1], defenses=defenses)
+    data.update(name=f"{config.name}-tuning", seeds=config.utility_seeds[:1], defenses=defenses)
+    data["utility"] = {**data.get("utility", {}), "seeds": None}
     first = data["attacks"][0]
     data["attacks"] = [{**first, "against": []}]  # utility cells only
     data.pop("axes", None)

@@ -1,0 +1,174 @@
+"""Leakage counted per victim, with seeds as the unit of repetition.
+
+A victim (one private image) is *leaked* when its reconstruction's SSIM is at least :data:`LEAK_SSIM`
+(PRECODE's success threshold, Scheliga et al. 2022, §5) **and** above that victim's own
+no-information score (the public mean image's SSIM against it; for an attack with a generative prior,
+also the prior's draw for its label). The leak rate is the share of leaked victims; victims of one seed
+share a model and fail together, so its 95 % interval is Clopper–Pearson at the *effective* sample size
+n / deff, with Kish's design effect deff = 1 + (m̄ − 1) ρ and ρ the one-way ANOVA intraclass
+correlation of the per-seed counts (Fleiss, *Statistical Methods for Rates and Proportions*, §15).
+Where ρ is undefined (no leaked victim, or every victim leaked) it is taken as 1: the seeds alone are
+the sample, the conservative reading. Leakage is *measurable* when the interval excludes 0, i.e. when
+some victim leaked; the seed-level count ("k of S seeds with a leaked victim") has its own
+Clopper–Pearson interval. Rows are compared by a paired t-test over the shared seeds, Holm-corrected.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+#: SSIM at or above which a reconstruction counts as leaking its victim
+LEAK_SSIM = 0.6
+#: two-sided level of every interval and test here
+ALPHA = 0.05
+
+#: an interval rule: (leaked per seed, victims per seed) → (low, high) of the leak rate
+IntervalRule = Callable[[Sequence[int], Sequence[int]], tuple[float, float]]
+
+
+def victim_leaked(ssim: float, reference: float | None) -> bool:
+    """Whether a reconstruction with ``ssim`` leaks a victim whose no-information score is ``reference``
+    (None: no reference is defined, as for class-level scores)."""
+    if not math.isfinite(ssim) or ssim < LEAK_SSIM:
+        return False
+    return reference is None or round(ssim, 3) > round(reference, 3)
+
+
+def clopper_pearson(leaked: float, n: float, alpha: float = ALPHA) -> tuple[float, float]:
+    """The exact binomial interval of ``leaked`` of ``n`` (real-valued counts allowed: an effective size)."""
+    from scipy.stats import beta
+
+    if n <= 0:
+        return 0.0, 1.0
+    low = 0.0 if leaked <= 0 else float(beta.ppf(alpha / 2, leaked, n - leaked + 1))
+    high = 1.0 if leaked >= n else float(beta.ppf(1 - alpha / 2, leaked + 1, n - leaked))
+    return low, high
+
+
+def intraclass_correlation(leaked: Sequence[int], victims: Sequence[int]) -> float | None:
+    """ρ of binary outcomes clustered by seed (ANOVA estimator, clipped to [0, 1]); None where it is
+    undefined: one seed, or no variation within and between seeds."""
+    seeds, n = len(victims), sum(victims)
+    if seeds < 2 or n <= seeds:
+        return None
+    p = sum(leaked) / n
+    between = sum(m * (y / m - p) ** 2 for y, m in zip(leaked, victims, strict=True) if m) / (seeds - 1)
+    within = sum(y * (1 - y / m) for y, m in zip(leaked, victims, strict=True) if m) / (n - seeds)
+    size = (n - sum(m * m for m in victims) / n) / (seeds - 1)
+    denominator = between + (size - 1) * within
+    if denominator <= 0:
+        return None
+    return min(1.0, max(0.0, (between - within) / denominator))
+
+
+def design_effect(leaked: Sequence[int], victims: Sequence[int]) -> float:
+    """Kish's 1 + (m̄ − 1) ρ (ρ = 1 where undefined: every seed counts once)."""
+    if not victims or sum(victims) == 0:
+        return 1.0
+    rho = intraclass_correlation(leaked, victims)
+    mean_size = sum(victims) / len(victims)
+    return 1.0 + (mean_size - 1.0) * (1.0 if rho is None else rho)
+
+
+def clustered_interval(leaked: Sequence[int], victims: Sequence[int]) -> tuple[float, float]:
+    """The leak rate's 95 % interval with seeds as clusters (Clopper–Pearson at n / deff)."""
+    n = sum(victims)
+    if n == 0:
+        return 0.0, 1.0
+    n_eff = n / design_effect(leaked, victims)
+    return clopper_pearson(sum(leaked) / n * n_eff, n_eff)
+
+
+def wald_interval(leaked: Sequence[int], victims: Sequence[int]) -> tuple[float, float]:
+    """The textbook p ± 1.96 √(p(1−p)/n), victims taken as independent: 0 of n gives [0, 0]. Not used by
+    the leaderboard; the power check shows why (:mod:`leakshield.leaderboard.power`)."""
+    n = sum(victims)
+    if n == 0:
+        return 0.0, 1.0
+    p = sum(leaked) / n
+    half = 1.959964 * math.sqrt(p * (1 - p) / n)
+    return max(0.0, p - half), min(1.0, p + half)
+
+
+@dataclass(frozen=True)
+class LeakRate:
+    """Leaked victims per seed, and the rate's interval."""
+
+    seeds: tuple[int, ...]
+    leaked: tuple[int, ...]
+    victims: tuple[int, ...]
+    low: float
+    high: float
+
+    @property
+    def rate(self) -> float:
+        total = sum(self.victims)
+        return sum(self.leaked) / total if total else 0.0
+
+    @property
+    def seeds_leaking(self) -> int:
+        """How many seeds have a leaked victim."""
+        return sum(1 for y in self.leaked if y > 0)
+
+    @property
+    def measurable(self) -> bool:
+        """Whether the interval excludes 0 (with the leaderboard's interval: some victim leaked)."""
+        return self.low > 0
+
+    def per_seed(self) -> dict[int, float]:
+        """Seed → its share of leaked victims."""
+        return {s: y / m for s, y, m in zip(self.seeds, self.leaked, self.victims, strict=True) if m}
+
+    def seeds_interval(self) -> tuple[float, float]:
+        """Clopper–Pearson interval of the share of seeds with a leaked victim."""
+        return clopper_pearson(self.seeds_leaking, len(self.seeds))
+
+    def text(self) -> str:
+        """``3/16 = 0.19 [0.04, 0.46]``."""
+        return f"{sum(self.leaked)}/{sum(self.victims)} = {self.rate:.2f} [{self.low:.2f}, {self.high:.2f}]"
+
+    def seeds_text(self) -> str:
+        """``2 of 8 [0.03, 0.65]``."""
+        low, high = self.seeds_interval()
+        return f"{self.seeds_leaking} of {len(self.seeds)} [{low:.2f}, {high:.2f}]"
+
+
+def leak_rate(
+    seeds: Sequence[int],
+    leaked: Sequence[int],
+    victims: Sequence[int],
+    interval: IntervalRule = clustered_interval,
+) -> LeakRate:
+    """The leak rate of per-seed counts, with ``interval``'s bounds."""
+    low, high = interval(leaked, victims)
+    return LeakRate(tuple(seeds), tuple(leaked), tuple(victims), low, high)
+
+
+def paired_p_value(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided paired t-test of ``a`` against ``b`` (the same seeds, in order): the seeds are the unit.
+    Identical differences give 1 (all zero) or 0 (all equal and non-zero); fewer than two pairs, 1."""
+    from scipy.stats import t
+
+    differences = [x - y for x, y in zip(a, b, strict=True)]
+    n = len(differences)
+    if n < 2:
+        return 1.0
+    mean = sum(differences) / n
+    variance = sum((d - mean) ** 2 for d in differences) / (n - 1)
+    if variance <= 1e-24:
+        return 1.0 if abs(mean) <= 1e-12 else 0.0
+    statistic = mean / math.sqrt(variance / n)
+    return float(2 * t.sf(abs(statistic), n - 1))
+
+
+def holm(p_values: Sequence[float], alpha: float = ALPHA) -> list[bool]:
+    """Holm's step-down rejections of ``p_values`` (family-wise error ≤ ``alpha``), in input order."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    rejected = [False] * len(p_values)
+    for step, i in enumerate(order):
+        if p_values[i] > alpha / (len(p_values) - step):
+            break
+        rejected[i] = True
+    return rejected
