@@ -78,6 +78,7 @@ def test_utility_accuracies_are_measured_on_the_test_and_the_training_split(run)
     assert utility.metrics["accuracy"] == accuracy(net, data.test, normalize=data.info.normalize)
     assert utility.metrics["accuracy_train"] == accuracy(net, data.train, normalize=data.info.normalize)
     assert utility.metrics["accuracy"] != utility.metrics["accuracy_train"]  # the splits tell apart
+    assert utility.metrics["chance"] == 1 / data.info.num_classes  # the leaderboard's utility gate
 
 
 def test_accuracy_attacked_is_the_test_accuracy_after_the_attackers_rounds(run):

@@ -283,3 +283,7 @@ def test_a_grid_runs_ggl_with_its_fitted_prior(tmp_path):
     assert all(0 <= r.metrics["ssim"] <= 1 for r in records)
     # each GGL cell also scores its prior's draw for the known labels (the leaderboard's baseline)
     assert all(-1 <= r.metrics["prior_ssim"] <= 1 and "prior_psnr" in r.metrics for r in records)
+    # … and each victim's own draw, which the leaderboard judges that victim against
+    for r in records:
+        draws = [v for row in r.victims for v in row["prior_ssim"]]
+        assert len(draws) == 2 and sum(draws) / 2 == pytest.approx(r.metrics["prior_ssim"], abs=1e-6)

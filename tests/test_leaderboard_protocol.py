@@ -288,3 +288,30 @@ def test_an_aggregate_of_one_client_is_a_single_update() -> None:
     one = replace(cell("attack", "none", "ig", ssim=0.9, aggregate_clients=1.0), threat=aggregated)
     four = replace(cell("attack", "none", "ig", ssim=0.9, aggregate_clients=4.0), threat=aggregated)
     assert threat_of(one) == HONEST and threat_of(four) == f"{HONEST} under secure aggregation"
+
+
+def test_utility_runs_on_its_own_seeds_and_they_must_be_the_experiments() -> None:
+    from leakshield.errors import ConfigError
+    from leakshield.experiment.cells import expand_grid
+    from leakshield.experiment.config import parse_config
+
+    config = load_leaderboard("standard")
+    cells = expand_grid(config)
+    utility = {c.seed for c in cells if c.kind == "utility"}
+    attacked = {c.seed for c in cells if c.kind == "attack"}
+    assert utility == {0, 1, 2} and attacked == set(range(8))
+    data = config.model_dump(mode="json")
+    data["utility"]["seeds"] = [0, 9]
+    with pytest.raises((ConfigError, ValueError), match=r"utility.seeds: \[9\] are not in seeds"):
+        parse_config(data, source="test")
+
+
+def test_a_ranked_scenario_cell_that_repeats_a_main_grid_cell_counts_once() -> None:
+    """The model-state scenario reruns rounds 0 and 2 of the main grid: those cells are dropped from the
+    ranking (counted twice, a seed would weigh double); its round 20 joins."""
+    main = [cell("baseline", None, victims=[0.3]), cell("attack", "d", "ig", victims=[0.9]),
+            cell("utility", "d", accuracy=0.9)]  # fmt: skip
+    scenario = [cell("attack", "d", "ig", victims=[0.9]), cell("attack", "d", "ig", round=20, victims=[0.2])]
+    (table,) = threat_tables(main, scenario)
+    (row,) = table.rows
+    assert row[2].startswith("ig@0 · best of 2") and row[3] == "1/1 = 1.00 [0.03, 1.00]"

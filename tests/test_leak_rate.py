@@ -176,3 +176,16 @@ def test_the_standard_presets_learning_rate_sweep_still_builds() -> None:
     """--tune runs one seed: the preset's utility seeds must not outlive its seeds."""
     config = tuning_config(load_leaderboard("standard"))
     assert config.seeds == [0] and config.utility_seeds == [0]
+
+
+def test_an_export_keeps_what_leaks_are_counted_from() -> None:
+    """Every attack and baseline cell keeps its victims' SSIMs (and prior draws) through the export, so
+    a rerender from it counts the same leaks as the run."""
+    from leakshield.leaderboard.export import export_json, records_from_json
+
+    draws = [{"ssim": [0.7], "prior_ssim": [0.8], "labels": [3]}, {"ssim": [0.7], "prior_ssim": [0.6]}]
+    records = [cell("baseline", None, victims=[0.3, 0.3]),
+               replace(cell("attack", "d", "ggl", ssim=0.7, prior_ssim=0.7), victims=draws)]  # fmt: skip
+    _, back = records_from_json(export_json(records, {"name": "x"}))
+    assert back[1].victims == [{"ssim": [0.7], "prior_ssim": [0.8]}, {"ssim": [0.7], "prior_ssim": [0.6]}]
+    assert _outcome(back) == _outcome(records) and _outcome(back)[0].leaked == 1
