@@ -14,7 +14,7 @@ from leakshield.leaderboard.export import export_json, records_from_json
 from leakshield.leaderboard.intervals import estimate
 from leakshield.leaderboard.presets import leaderboard_data, load_leaderboard, load_scenarios, scenario_data
 from leakshield.leaderboard.ranking import standings, threats
-from leakshield.leaderboard.tables import score_text, threat_tables
+from leakshield.leaderboard.tables import ranked_records, score_text, threat_tables
 from leakshield.leaderboard.threats import HONEST, MALICIOUS_SERVER, threat_of
 from leakshield.leaderboard.tuning import candidates, selection, training_section, tuning_config
 from leakshield.provenance import tree_hash
@@ -315,3 +315,7 @@ def test_a_ranked_scenario_cell_that_repeats_a_main_grid_cell_counts_once() -> N
     (table,) = threat_tables(main, scenario)
     (row,) = table.rows
     assert row[2].startswith("ig@0 · best of 2") and row[3] == "1/1 = 1.00 [0.03, 1.00]"
+    # the report's frontier and defense pages read the same cells: a leak at round 20 alone flags the row
+    late = [cell("attack", "d", "ig", round=20, victims=[0.9])]
+    quiet = [*main[:1], cell("attack", "d", "ig", victims=[0.2]), main[2]]
+    assert not standings(quiet)[0].leaks and standings(ranked_records(quiet, late))[0].leaks

@@ -32,8 +32,8 @@ from helpers import leaderboard_cell as cell
 
 REPETITIONS = 1000
 #: the interval's coverage may fall this far below its nominal 95 % (Monte Carlo spread at 1,000
-#: repetitions is about 0.007; the clustered interval measured 0.973–0.995 on these models, Wald's
-#: 0.558 and 0.737: benchmarks/leak_rule_power.py)
+#: repetitions is about 0.007; at 8 seeds × 2 victims and 2,000 repetitions the clustered interval
+#: measured 0.983–0.995 on these models, Wald's 0.558 and 0.737: benchmarks/leak_rule_power.py)
 COVERAGE_FLOOR = 0.93
 
 
@@ -104,7 +104,18 @@ def test_the_rule_has_its_stated_power_at_the_standard_presets_sample_sizes() ->
     # the stated rates (docs/leaderboard.md): a seed failing one time in three is caught ≥ 95 % of the
     # time, a 5 % victim leak about half the time; the no-information level almost never
     assert failing >= 0.95 and 0.5 <= leaky < 0.6 and flat < 0.01
-    assert f"probability {leaky:.2f}" in power_sentence(seeds, victims)
+
+
+def test_the_results_page_states_the_power_of_its_own_export() -> None:
+    """With per-victim scores the reading note gives the power at the export's seeds × victims; an
+    export without them says its leaks come from cell means."""
+    from leakshield.leaderboard.export import reading_note
+
+    records = [cell("baseline", None, victims=[0.3, 0.3]),
+               *(cell("attack", "d", "ig", seed=s, victims=[0.9, 0.2]) for s in range(8))]  # fmt: skip
+    assert power_sentence(8, 2) in reading_note(records)
+    old = [cell("baseline", None, ssim=0.3), cell("attack", "d", "ig", ssim=0.9)]
+    assert "cell means" in reading_note(old) and "Power at" not in reading_note(old)
 
 
 def test_a_naive_interval_fails_the_power_check() -> None:

@@ -355,15 +355,13 @@ def _seed_rates(row: Standing, seeds: Sequence[int]) -> list[float]:
 
 def _differ(leader: Standing, rows: Sequence[Standing]) -> list[bool]:
     """Which ``rows`` are shown less private than ``leader``: paired t-tests over their common reported
-    seeds, Holm-corrected; with fewer than two common seeds, any difference in privacy or accuracy."""
+    seeds, Holm-corrected; with fewer than two common seeds, any difference in privacy."""
     p_values = []
     for row in rows:
         assert leader.strongest is not None and row.strongest is not None
         common = sorted(set(leader.strongest.leak.per_seed()) & set(row.strongest.leak.per_seed()))
-        if len(common) < 2:
-            accuracies = level(leader.accuracy or -1.0), level(row.accuracy or -1.0)
-            same = _privacy(leader) == _privacy(row) and accuracies[0] == accuracies[1]
-            p_values.append(1.0 if same else 0.0)
+        if len(common) < 2:  # nothing to test: exact ties in privacy only
+            p_values.append(1.0 if _privacy(leader) == _privacy(row) else 0.0)
         else:
             p_values.append(paired_p_value(_seed_rates(row, common), _seed_rates(leader, common)))
     return holm(p_values)

@@ -25,7 +25,7 @@ from leakshield.leaderboard.export import (
 )
 from leakshield.leaderboard.ranking import Standing, standings
 from leakshield.leaderboard.staleness import provenance_table
-from leakshield.leaderboard.tables import html_table, leak_text
+from leakshield.leaderboard.tables import html_table, leak_text, ranked_records
 from leakshield.leaderboard.threats import cell_threat, threat_of
 from leakshield.report.html import CLASS_SSIM_CONVENTION, CONVENTIONS, _img, restore_missing_images
 
@@ -218,20 +218,21 @@ def build_leaderboard(
     records = store.records()
     restore_missing_images(run_dir, records)
     found = load_scenarios_of(run_dir, scenarios or [])
-    rows = standings(records)
+    ranked = ranked_records(records, [r for s in found if s.ranked for r in s.records])
+    rows = standings(ranked)
     tables = results_tables(records, found)
     baseline = baseline_ssim(records)
     every = [*records, *(r for s in found for r in s.records)]
     facts = run_facts(every, config.name, preset, config.fingerprint())
     honest = _honest(records)
-    plot = frontier_png(standings(records, honest) if honest else rows, baseline)
+    plot = frontier_png(standings(ranked, honest) if honest else rows, baseline)
     pages = []
     links = {}
     for row in rows:
         page = f"leaderboard/{slug(row.model + '__' + row.defense)}.html"
         path = run_dir / page
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, _defense_page(run_dir, row, records, config.name).encode())
+        atomic_write_bytes(path, _defense_page(run_dir, row, ranked, config.name).encode())
         pages.append(path)
         links[f"{row.model} · {row.defense}"] = page
     failed = [r for r in every if r.status != "ok"]

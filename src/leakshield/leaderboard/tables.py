@@ -162,27 +162,38 @@ def selection_note(rows: Sequence[Standing]) -> str:
                  f"its numbers measured on seeds {listed[1]} (\"not held out\": no cell of the row ran "
                  "on both halves, so it is chosen and measured on the same seeds)")  # fmt: skip
     else:
-        where = ("chosen among a row's K cells and measured on the same seed: with one seed the maximum "
-                 "is biased upward by K")  # fmt: skip
+        where = ("chosen among a row's K cells and measured on the same seeds (one seed, or no cell on "
+                 "both halves of them): the maximum is biased upward by K")  # fmt: skip
     return (f"Strongest attack: {where}. Leaked victims: SSIM ≥ 0.6 and above the victim's own "
             "no-information score, with a 95 % interval that treats seeds as clusters. Seeds with a "
             "leak: seeds in which any of the row's cells leaked a victim, of all seeds. Ranks: rows "
             "without a leaked victim in any cell and seed tie at 1; the others are compared with their "
             "group's first row by a paired t-test over the reported seeds, Holm-corrected. "
-            "\"does not train\": accuracy below chance + ½ (undefended − chance); not ranked, not on "
-            "the front.")  # fmt: skip
+            f"\"does not train\": accuracy below chance + ½ (undefended − chance){_floors(rows)}; not "
+            "ranked, not on the front.")  # fmt: skip
+
+
+def _floors(rows: Sequence[Standing]) -> str:
+    """`` (here 0.530 for lenet)``: the gate's floor per model, as the ranking computed it."""
+    found = {r.model: r.floor for r in rows if r.floor is not None}
+    return " (here " + ", ".join(f"{f:.3f} for {m}" for m, f in sorted(found.items())) + ")" if found else ""
 
 
 def _coordinates(r: CellRecord) -> tuple:
     return (r.model, r.defense, r.attack, r.round, r.scale or "", r.seed)
 
 
+def ranked_records(records: Sequence[CellRecord], ranked: Sequence[CellRecord] = ()) -> list[CellRecord]:
+    """The cells the rankings read: ``records`` (the main grid) and the attack cells of the scenarios
+    that join the rankings (``ranked``; their utility comes from the main grid), a scenario cell that
+    repeats a successful main-grid cell — same model, defense, attack, round, scale and seed — left out."""
+    own = {_coordinates(r) for r in records if r.kind == "attack" and r.status == "ok"}
+    return [*records, *(r for r in ranked if r.kind == "attack" and _coordinates(r) not in own)]
+
+
 def threat_tables(records: Sequence[CellRecord], ranked: Sequence[CellRecord] = ()) -> list[Table]:
-    """One ranking per threat model over ``records`` (the main grid) and ``ranked`` (the attack cells
-    of scenarios that join the rankings; their utility comes from the main grid; a scenario cell that
-    repeats a main-grid cell — same model, defense, attack, round, scale and seed — is left out)."""
-    own = {_coordinates(r) for r in records if r.kind == "attack"}
-    everything = [*records, *(r for r in ranked if r.kind == "attack" and _coordinates(r) not in own)]
+    """One ranking per threat model over :func:`ranked_records`."""
+    everything = ranked_records(records, ranked)
     tables = []
     for threat in threats(everything):
         rows = [r for r in standings(everything, threat) if r.strongest is not None]
@@ -212,9 +223,10 @@ def realism_table(title: str, records: Sequence[CellRecord]) -> Table:
         cells = [f"{model} · {defense}"]
         for column in columns:
             best, _, _ = strongest(by_column.get(column, []), fair=False)
-            leaked = (
-                f"; leaked {sum(best.leak.leaked)}/{sum(best.leak.victims)}" if best and best.outcomes else ""
-            )
+            leaked = ""
+            if best is not None and best.outcomes:
+                means = "" if all(o.per_victim for o in best.outcomes) else ", cell means"
+                leaked = f"; leaked {sum(best.leak.leaked)}/{sum(best.leak.victims)}{means}"
             cells.append(score_text(best) + (f" ({best.attack}{leaked})" if best is not None else ""))
         body.append(cells)
     return Table(title, header, body)
