@@ -187,7 +187,7 @@ CLAIMS: dict[str, tuple[dict, Claim]] = {
     "mixup": ({}, _inputs_replaced),
     "instahide": ({}, _signed_mixtures),
     "ats": ({"policies": "3"}, _shifted_border),
-    "augmentation": ({}, _crop_or_flip),
+    "augmentation": ({"padding_pixels": 4}, _crop_or_flip),
     "loda": ({"steps": 5, "epochs": 1}, _inputs_replaced),
     "antigan": (GAN, _inputs_replaced),
     "dcs2": ({"sensitive": "all", "steps": 3}, _sensitive_concealed),

@@ -291,12 +291,14 @@ def test_augmentation_crops_and_flips():
     x = torch.rand(6, 1, 8, 8, generator=gen())
     identity = create_defense("augmentation", {"padding": 0, "flip": False})
     assert torch.equal(identity.data_hook(x, torch.zeros(6), client_context())[0], x)
-    flip_only = create_defense("augmentation", {"padding": 0}).data_hook(x, torch.zeros(6), client_context())[
-        0
-    ]
+    flip_only = create_defense("augmentation", {"padding": 0, "flip": True}).data_hook(
+        x, torch.zeros(6), client_context()
+    )[0]
     for a, b in zip(flip_only, x, strict=True):
         assert torch.equal(a, b) or torch.equal(a, b.flip(-1))
-    cropped = create_defense("augmentation").data_hook(x, torch.zeros(6), client_context())[0]
+    cropped = create_defense("augmentation", {"padding_pixels": 4}).data_hook(
+        x, torch.zeros(6), client_context()
+    )[0]
     assert cropped.shape == x.shape and not torch.equal(cropped, x)
     # each image is a window of the zero-padded image (maybe flipped), at offsets spread over 0..2p
     padded = torch.nn.functional.pad(x, (4, 4, 4, 4))
@@ -341,3 +343,28 @@ def test_mixing_pool_defaults_to_the_data_the_client_holds(digits3, monkeypatch)
     compute_update(model, batch, LocalTraining(), pipeline, info=digits3.info, generator=gen())
     compute_update(model, batch, LocalTraining(), pipeline, info=digits3.info, generator=gen(), pool=pool)
     assert seen[0] is batch and seen[1] is pool
+
+
+def test_augmentation_pads_a_fraction_of_the_side_and_flips_where_the_dataset_allows() -> None:
+    """1/8 of the side: 2 px at 16 px, 4 px at 32 (the paper's), 28 at 224; no flip on digits (a
+    mirrored 2 is no digit), a flip on CIFAR-like data; pixel padding beyond half the side refused."""
+    from leakshield.data import load_dataset
+    from leakshield.data.types import DatasetInfo
+    from leakshield.errors import ConfigError
+
+    params = create_defense("augmentation").params
+    assert [params.pixels(side) for side in (16, 32, 224)] == [2, 4, 28]
+    assert not load_dataset("digits", {"size": 16}).info.mirror_keeps_class
+    x = torch.rand(64, 1, 16, 16, generator=gen())
+    digits = DatasetInfo("digits", (1, 16, 16), 10, (0.0,), (1.0,), mirror_keeps_class=False)
+    objects = DatasetInfo("objects", (1, 16, 16), 10, (0.0,), (1.0,))
+    only_flip = create_defense("augmentation", {"padding": 0})
+    kept = only_flip.data_hook(x, torch.zeros(64), client_context(info=digits))[0]
+    flipped = only_flip.data_hook(x, torch.zeros(64), client_context(info=objects))[0]
+    assert torch.equal(kept, x) and not torch.equal(flipped, x)
+    # shifted by at most 2 px at 16 px: some image is moved, none by more than 2 rows of zeros
+    moved = create_defense("augmentation", {"flip": False}).data_hook(x, torch.zeros(64), client_context())[0]
+    assert not torch.equal(moved, x)
+    assert all(int((img.abs().sum(-1) == 0).sum()) <= 2 for img in moved[:, 0])
+    with pytest.raises(ConfigError, match="padding_pixels 9 exceeds half the image side"):
+        create_defense("augmentation", {"padding_pixels": 9}).data_hook(x, torch.zeros(64), client_context())

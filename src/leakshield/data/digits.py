@@ -34,4 +34,5 @@ def load_digits_dataset(params: DatasetParams, root: Path | None = None) -> RawD
         test=None,
         num_classes=10,
         class_names=tuple(str(d) for d in range(10)),
+        mirror_keeps_class=False,  # a mirrored 2 or 7 is no digit
     )

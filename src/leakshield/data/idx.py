@@ -56,6 +56,7 @@ def load_idx_dataset(
     subfolders: tuple[str, ...],
     source: str,
     class_names: tuple[str, ...],
+    mirror_keeps_class: bool = True,
 ) -> RawDataset:
     files = locate(name, root, IDX_FILES, subfolders=subfolders, source=source, suffixes=("", ".gz"))
     train_x, train_y, test_x, test_y = (read_idx(p) for p in files)
@@ -64,6 +65,7 @@ def load_idx_dataset(
         test=ImageSet(to_float_images(test_x), torch.from_numpy(test_y.astype(np.int64))),
         num_classes=10,
         class_names=class_names,
+        mirror_keeps_class=mirror_keeps_class,
     )
 
 
@@ -80,6 +82,7 @@ def load_mnist(params: DatasetParams, root: Path | None = None) -> RawDataset:
         ("MNIST/raw", "mnist", "raw"),
         "the MNIST site (train/t10k images and labels)",
         tuple(str(d) for d in range(10)),
+        mirror_keeps_class=False,  # a mirrored 2 or 7 is no digit
     )
 
 

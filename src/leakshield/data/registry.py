@@ -51,6 +51,8 @@ class RawDataset:
     test: ImageSet | None
     num_classes: int
     class_names: tuple[str, ...] = ()
+    #: whether a horizontally mirrored image still shows its class (False for digits)
+    mirror_keeps_class: bool = True
 
 
 DATASETS: Registry[RawDataset] = Registry("dataset")
@@ -120,6 +122,7 @@ def load_dataset(
         mean=tuple(round(float(m), 6) for m in mean),
         std=tuple(round(float(s), 6) for s in std),
         class_names=raw.class_names,
+        mirror_keeps_class=raw.mirror_keeps_class,
     )
     return DatasetSplits(train=train, test=test, public=public, info=info)
 

@@ -73,4 +73,5 @@ def load_svhn(params: SvhnParams, root: Path | None = None) -> RawDataset:
         test=read_svhn_mat(files[1]),
         num_classes=10,
         class_names=tuple(str(d) for d in range(10)),
+        mirror_keeps_class=False,  # house numbers: a mirrored digit is no digit
     )

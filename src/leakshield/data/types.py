@@ -12,7 +12,8 @@ class DatasetInfo:
     """Public facts about a dataset (an attacker may know all of them).
 
     ``mean``/``std`` are per-channel statistics of the training split in [0, 1] pixel space; models see
-    ``(x - mean) / std``. ``data_range`` is the range of the un-normalized pixels.
+    ``(x - mean) / std``. ``data_range`` is the range of the un-normalized pixels. ``mirror_keeps_class``:
+    whether a horizontal flip keeps an image's class.
     """
 
     name: str
@@ -22,6 +23,9 @@ class DatasetInfo:
     std: tuple[float, ...]
     data_range: tuple[float, float] = (0.0, 1.0)
     class_names: tuple[str, ...] = ()
+    #: whether a horizontally mirrored image still shows its class (objects, faces: yes; digits: no);
+    #: an augmentation that flips reads it (a stated per-dataset choice)
+    mirror_keeps_class: bool = True
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
         """Map [0, 1] pixels to the model's normalized input space."""
