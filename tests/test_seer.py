@@ -130,6 +130,10 @@ def test_the_disaggregator_is_linear_so_an_aggregate_decodes_the_sum_of_its_code
 def test_seer_refuses_before_it_is_fitted(digits):
     with pytest.raises(ConfigError, match="not been fitted"):
         create_attack("seer").prepare_model(small_mlp(digits), ServerKnowledge(digits.info, digits.public))
+    # a shift in pixels is checked against the image it moves (16 px here: at most 8)
+    data = FitData(digits.info, digits.public, small_mlp(digits), 0, torch.device("cpu"))
+    with pytest.raises(ConfigError, match="shift 9 px is more than half the 16-px image side; use at most 8"):
+        create_attack("seer", {"shift": 9}).fit(data)
 
 
 def test_the_model_sent_keeps_the_honest_architecture(digits, fitted):

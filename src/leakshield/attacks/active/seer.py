@@ -55,8 +55,9 @@ class SeerParams(Params):
     trained for; one of them is above the property's threshold on average. entries: gradient entries
     the secret decoder reads. latent: width of the linear disaggregator's output. hidden: width of the
     reconstructor's hidden layer. steps: training steps of the model and decoder on the public split.
-    lr: Adam's step size for that training. shift: largest random translation (pixels) of the public
-    images in training, an augmentation against memorizing a small public split (0: none). seed: the
+    lr: Adam's step size for that training. shift: largest random translation (pixels; at most half the
+    image side, checked at the fit) of the public images in training, an augmentation against
+    memorizing a small public split (0: none). seed: the
     secret entries, the decoder's initialization and the training batches."""
 
     prop: Literal["bright", "dark"] = "bright"
@@ -110,6 +111,11 @@ class SeerAttack(Attack):
         if data.model is None:
             raise ConfigError("seer: its fit trains the model it will send; none was given")
         p = self.params
+        side = min(data.info.shape[1:])
+        if p.shift > side // 2:
+            most = side // 2
+            raise ConfigError(f"seer: shift {p.shift} px is more than half the {side}-px image side; use "
+                              f"at most {most}")  # fmt: skip
         model = copy.deepcopy(data.model).to(data.device)
         decoder = _decoder(p, model, data.info.shape).to(data.device)
         threshold = property_threshold(data.data, p.prop, p.aggregate_size)
