@@ -366,5 +366,7 @@ def test_augmentation_pads_a_fraction_of_the_side_and_flips_where_the_dataset_al
     moved = create_defense("augmentation", {"flip": False}).data_hook(x, torch.zeros(64), client_context())[0]
     assert not torch.equal(moved, x)
     assert all(int((img.abs().sum(-1) == 0).sum()) <= 2 for img in moved[:, 0])
+    with pytest.raises(ConfigError, match="padding counts pixels no more: write padding_pixels: 4"):
+        create_defense("augmentation", {"padding": 4})  # a config from before the fraction
     with pytest.raises(ConfigError, match="padding_pixels 9 exceeds half the image side"):
         create_defense("augmentation", {"padding_pixels": 9}).data_hook(x, torch.zeros(64), client_context())

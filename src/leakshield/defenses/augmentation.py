@@ -24,9 +24,20 @@ class AugmentationParams(Params):
     overriding it (at most half the side). flip: flip each image horizontally with probability 1/2
     (None: where the dataset's mirror keeps the class — not on digits)."""
 
-    padding: float = pydantic.Field(default=0.125, ge=0.0, le=0.5)
+    padding: float = pydantic.Field(default=0.125, ge=0.0)
     padding_pixels: int | None = pydantic.Field(default=None, ge=0)
     flip: bool | None = None
+
+    @pydantic.field_validator("padding")
+    @classmethod
+    def _a_fraction(cls, value: float) -> float:
+        if value > 0.5:  # a config written when padding counted pixels (0.2: padding: 4)
+            given = f"{value:g}"
+            raise ValueError(
+                f"{given} is not a fraction of the image side (at most 0.5); padding counts pixels no "
+                f"more: write padding_pixels: {given}, or padding: 0.125"
+            )
+        return value
 
     def pixels(self, side: int) -> int:
         """The padding in pixels for images of ``side`` pixels (one-line error where it exceeds half)."""
