@@ -121,18 +121,20 @@ class LeakRate:
         """Seed → its share of leaked victims."""
         return {s: y / m for s, y, m in zip(self.seeds, self.leaked, self.victims, strict=True) if m}
 
-    def seeds_interval(self) -> tuple[float, float]:
-        """Clopper–Pearson interval of the share of seeds with a leaked victim."""
-        return clopper_pearson(self.seeds_leaking, len(self.seeds))
-
     def text(self) -> str:
         """``3/16 = 0.19 [0.04, 0.46]``."""
         return f"{sum(self.leaked)}/{sum(self.victims)} = {self.rate:.2f} [{self.low:.2f}, {self.high:.2f}]"
 
     def seeds_text(self) -> str:
         """``2 of 8 [0.03, 0.65]``."""
-        low, high = self.seeds_interval()
-        return f"{self.seeds_leaking} of {len(self.seeds)} [{low:.2f}, {high:.2f}]"
+        return seeds_text(self.seeds_leaking, len(self.seeds))
+
+
+def seeds_text(leaking: int, seeds: int) -> str:
+    """``2 of 8 [0.03, 0.65]``: ``leaking`` of ``seeds`` seeds with a leaked victim, and the share's
+    Clopper–Pearson interval."""
+    low, high = clopper_pearson(leaking, seeds)
+    return f"{leaking} of {seeds} [{low:.2f}, {high:.2f}]"
 
 
 def leak_rate(

@@ -19,6 +19,7 @@ listed, and a defense whose attack cells all failed is unranked."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -38,17 +39,8 @@ from leakshield.leaderboard.outcomes import (
 )
 from leakshield.leaderboard.threats import threat_of
 
-__all__ = [
-    "PRECISION",
-    "AttackScore",
-    "Standing",
-    "baselines",
-    "level",
-    "rank",
-    "standings",
-    "strongest",
-    "threats",
-]  # fmt: skip
+__all__ = ["PRECISION", "AttackScore", "Standing", "baselines", "level", "rank", "standings", "strongest",
+           "threats"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -85,11 +77,17 @@ class AttackScore:
     def estimate(self) -> Estimate:
         return Estimate(self.ssim, self.half_width, self.seeds)
 
-    @property
+    @functools.cached_property
     def leak(self) -> LeakRate:
-        """Leaked victims per seed and the rate's interval (seeds as clusters)."""
+        """Leaked victims per seed and the rate's interval (seeds as clusters), computed once."""
         o = self.outcomes
         return leak_rate([x.seed for x in o], [x.leaked for x in o], [x.victims for x in o])
+
+    @property
+    def from_cell_means(self) -> bool:
+        """Whether some seed's leaks were counted from the cell's mean (an export without per-victim
+        scores) rather than from each victim."""
+        return not all(o.per_victim for o in self.outcomes)
 
     @property
     def measurable(self) -> bool:
@@ -246,16 +244,18 @@ def strongest(
     if not scores:
         return None, (), ()
     chosen_on, reported = (split or split_seeds(scores)) if fair else ((), ())
-    both = [s for s in scores if s.on(chosen_on).outcomes and s.on(reported).outcomes]
-    if not chosen_on or chosen_on == reported or not both:
-        best = min(scores, key=_strength)
-        same = [s for s in scores if s is not best and _strength(s)[:3] == _strength(best)[:3]]
-        return best, tuple(sorted({s.where for s in same})), ()
-    pool = [s.on(chosen_on) for s in both]
+
+    def ran_on(score: AttackScore, seeds: Sequence[int]) -> bool:
+        return any(o.seed in seeds for o in score.outcomes)
+
+    both = [s for s in scores if ran_on(s, chosen_on) and ran_on(s, reported)]
+    held_out = bool(chosen_on) and chosen_on != reported and bool(both)
+    pool = [s.on(chosen_on) for s in both] if held_out else list(scores)
     best = min(pool, key=_strength)
-    same = [s for s in pool if s is not best and _strength(s)[:3] == _strength(best)[:3]]
-    shown = next(s for s in both if s.where == best.where).on(reported)
-    return shown, tuple(sorted({s.where for s in same})), chosen_on
+    tied = tuple(sorted({s.where for s in pool if s is not best and _strength(s)[:3] == _strength(best)[:3]}))
+    if not held_out:
+        return best, tied, ()
+    return next(s for s in both if s.where == best.where).on(reported), tied, chosen_on
 
 
 def threats(records: Sequence[CellRecord]) -> list[str]:

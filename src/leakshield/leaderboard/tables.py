@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from leakshield.experiment.store import CellRecord
 from leakshield.leaderboard.intervals import level
-from leakshield.leaderboard.leak_rate import clopper_pearson
+from leakshield.leaderboard.leak_rate import seeds_text
 from leakshield.leaderboard.ranking import AttackScore, Standing, attack_scores, standings, strongest, threats
 from leakshield.leaderboard.threats import cell_threat, threat_of
 
@@ -87,8 +87,7 @@ def leak_text(score: AttackScore | None) -> str:
     per-seed outcomes; ``(cell means)`` where an old export had no per-victim scores."""
     if score is None or not score.outcomes:
         return "—"
-    means = "" if all(o.per_victim for o in score.outcomes) else " (cell means)"
-    return score.leak.text() + means
+    return score.leak.text() + (" (cell means)" if score.from_cell_means else "")
 
 
 def _attack_text(row: Standing) -> str:
@@ -112,10 +111,7 @@ def _seeds_text(row: Standing) -> str:
     """``2 of 8 [0.03, 0.65]``: the seeds in which some attack cell of the row leaked a victim (every
     seed, every cell: what "no measurable leakage" is judged on), with a Clopper–Pearson interval."""
     leaking, seeds = row.seeds_leaking
-    if not seeds:
-        return "—"
-    low, high = clopper_pearson(leaking, seeds)
-    return f"{leaking} of {seeds} [{low:.2f}, {high:.2f}]"
+    return seeds_text(leaking, seeds) if seeds else "—"
 
 
 def ranking_rows(rows: Sequence[Standing], *, active: bool) -> tuple[list[str], list[list[str]]]:
@@ -225,7 +221,7 @@ def realism_table(title: str, records: Sequence[CellRecord]) -> Table:
             best, _, _ = strongest(by_column.get(column, []), fair=False)
             leaked = ""
             if best is not None and best.outcomes:
-                means = "" if all(o.per_victim for o in best.outcomes) else ", cell means"
+                means = ", cell means" if best.from_cell_means else ""
                 leaked = f"; leaked {sum(best.leak.leaked)}/{sum(best.leak.victims)}{means}"
             cells.append(score_text(best) + (f" ({best.attack}{leaked})" if best is not None else ""))
         body.append(cells)
