@@ -126,7 +126,8 @@ def prior_scores(
 ) -> tuple[dict[str, float], list[dict]]:
     """``prior_ssim`` / ``prior_psnr``: how close a prior-based attack's draw for the known labels,
     made without the update, already is to the victims (scored as the reconstructions are), and each
-    victim's scores of that draw (empty for attacks without a prior, and when some victim has none).
+    victim's scores of that draw, in victim order (an empty row for a victim without a draw; no rows for
+    an attack without a prior).
     The leaderboard counts such an attack as leaking a victim only above its draw."""
     drawn = [i for i, r in enumerate(reconstructions) if r.prior is not None]
     if not drawn:
