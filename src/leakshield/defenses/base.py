@@ -109,6 +109,8 @@ class Defense(Fittable):
     replaces_gradient: ClassVar[bool] = False
     #: None, or the data a one-off :meth:`fit` sees: ``public`` (public split) or ``client`` (one client)
     fit_scope: ClassVar[FitScope | None] = None
+    #: whether the fit only measures (its budget's convergence) and the defense runs without the artifact
+    fit_measures_only: ClassVar[bool] = False
     #: whether :meth:`inspect` judges received models (a client guard)
     guards: ClassVar[bool] = False
     #: whether its guard compares the model received with the previous round's (``context.previous``)

@@ -22,14 +22,16 @@ margin and ridge of the reference's GEM solver (v* = max(margin, −⟨g_c, g⟩
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import pydantic
 import torch
 from torch import nn
 
-from leakshield.data.types import ImageSet
+from leakshield.artifacts import Artifact, FitData, FitScope
+from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.defenses.base import DEFENSES, ClientContext, Defense
+from leakshield.defenses.convergence import METADATA_KEY, Convergence
 from leakshield.errors import ConfigError
 from leakshield.gradients import parameter_gradients
 from leakshield.loss import cross_entropy, training_loss
@@ -130,6 +132,8 @@ class DCS2(Defense):
 
     params: DCS2Params
     replaces_gradient = True
+    fit_scope: ClassVar[FitScope | None] = "client"
+    fit_measures_only: ClassVar[bool] = True
 
     def sensitive_samples(self, batch: ImageSet, dataset: ImageSet) -> torch.Tensor:
         """Which samples of ``batch`` (of a client's ``dataset``) are sensitive under the rule."""
@@ -175,23 +179,70 @@ class DCS2(Defense):
     ) -> Concealment:
         """Concealed samples for ``xs`` (see :class:`ConcealedSampleSynthesizer`); public starts come from
         the context's public split, the valid range from its dataset facts."""
-        info, public = context.info, context.public
-        if self.params.init != "noise" and public is None:
-            raise ConfigError(
-                f"dcs2.init: {self.params.init!r} starts from public samples: the client's context has no "
-                "public split (the experiment runner provides it); use init: noise"
-            )
-        normalized = (
-            ImageSet(info.normalize(public.x).to(xs.device), public.y.to(xs.device)) if public else None
-        )
-        bounds = (
-            info.normalized_bounds(torch.zeros(1, *info.shape, device=xs.device))
-            if self.params.boxed
-            else None
-        )
-        synthesizer = ConcealedSampleSynthesizer(self.params, normalized, bounds)
+        synthesizer = _synthesizer(self.params, context.info, context.public, xs.device)
         xc, yc = synthesizer(model, xs, ys)
         return Concealment(xc, yc, synthesizer.stats)
+
+    def fit(self, data: FitData) -> Artifact:
+        """Nothing the defense uses (the synthesis runs per minibatch): the fit measures whether the
+        synthesis budget converges (:func:`synthesis_convergence`), kept in the artifact's metadata."""
+        criterion = synthesis_convergence(self.params, data)
+        return Artifact({}, {METADATA_KEY: criterion} if criterion else {})
+
+
+#: sensitive samples of a client on which the synthesis is compared with the paper's budget
+PROBE_SAMPLES = 2
+#: the synthesis budget of the reference code's default (500 Adam steps; the paper states none)
+PAPER_STEPS = 500
+
+
+def _synthesizer(
+    params: DCS2Params, info: DatasetInfo, public: ImageSet | None, device: torch.device
+) -> ConcealedSampleSynthesizer:
+    """The synthesizer with normalized public starts and, when ``boxed``, the valid range."""
+    if params.init != "noise" and public is None:
+        raise ConfigError(
+            f"dcs2.init: {params.init!r} starts from public samples: the client's context has no public "
+            "split (the experiment runner provides it); use init: noise"
+        )
+    normalized = ImageSet(info.normalize(public.x).to(device), public.y.to(device)) if public else None
+    bounds = info.normalized_bounds(torch.zeros(1, *info.shape, device=device)) if params.boxed else None
+    return ConcealedSampleSynthesizer(params, normalized, bounds)
+
+
+def synthesis_convergence(params: DCS2Params, data: FitData) -> dict | None:
+    """The synthesis's convergence (``reference`` kind): Eq. 9's objective reached with ``steps`` against
+    the reference code's 500, for the client's first sensitive samples under the cell's untrained
+    model, from the same seeded starts (None without a model or a sensitive sample)."""
+    if data.model is None or not len(data.data):
+        return None
+    flags = SensitiveSamples(params).mask(data.data, data.data)
+    xs, ys = data.data.x[flags][:PROBE_SAMPLES], data.data.y[flags][:PROBE_SAMPLES]
+    if not len(xs):
+        return None
+    model = data.model.to(data.device).train()
+    xs, ys = data.info.normalize(xs.to(data.device)), ys.to(data.device)
+
+    def synthesis(steps: int) -> dict[str, float]:
+        synthesizer = _synthesizer(params.model_copy(update={"steps": steps}), data.info, data.public,
+                                   data.device)  # fmt: skip
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(data.seed)
+            synthesizer(model, xs, ys)
+        return synthesizer.stats
+
+    run = synthesis(params.steps)
+    reference = run if params.steps >= PAPER_STEPS else synthesis(PAPER_STEPS)
+    return Convergence(
+        defense="dcs2",
+        objective=f"the synthesis's Eq. 9 objective, {len(xs)} sensitive samples",
+        kind="reference",
+        steps=params.steps,
+        compare_steps=PAPER_STEPS,
+        start=run["loss_start"],
+        value=run["loss"],
+        compare=reference["loss"],
+    ).as_json()
 
 
 class ConcealedSampleSynthesizer:
@@ -238,7 +289,7 @@ class ConcealedSampleSynthesizer:
         sched = ig_step_schedule(opt, p.steps)
         target_norm = torch.sqrt(sum(t.pow(2).sum() for t in target))
         logit_norm = target_logits.norm().clamp_min(1e-12)
-        steps_run, distance = 0, 0.0
+        steps_run, distance, first = 0, 0.0, None
         for _ in range(p.steps):
             logits = model(xc)
             grads = torch.autograd.grad(training_loss(model, logits, yc), params, create_graph=True)
@@ -248,6 +299,7 @@ class ConcealedSampleSynthesizer:
             dist = (xc - xs).flatten(1).norm(dim=1).mean()
             latent = (logits - target_logits).norm() / logit_norm
             loss = (1 - cosine) + torch.exp(-p.lambda_x * dist) + p.lambda_z * (latent - p.epsilon)
+            first = float(loss.detach()) if first is None else first
             (xc.grad,) = torch.autograd.grad(loss, [xc])
             opt.step()
             if p.boxed and self.bounds is not None:
@@ -264,6 +316,8 @@ class ConcealedSampleSynthesizer:
             "steps": float(steps_run),
             "distance": distance,
             "cosine": float(cosine.detach()),
+            "loss_start": float(first if first is not None else "nan"),
+            "loss": float(loss.detach()),  # Eq. 9 at the last step's iterate
         }
         return xc.detach(), yc
 

@@ -188,7 +188,7 @@ def timed(run: Callable[[], object]) -> float:
 
 def _needs_fit(cell: Cell) -> bool:
     pipeline = DefensePipeline.from_config(cell.defense.entries)
-    return any(d.fit_scope is not None for d in pipeline.defenses)
+    return any(d.fit_scope is not None and not d.fit_measures_only for d in pipeline.defenses)
 
 
 def _round_time(context: ExperimentContext, cell: Cell) -> float | None:

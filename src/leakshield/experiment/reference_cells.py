@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from leakshield.attacks.base import Reconstruction
 from leakshield.data import ImageSet
+from leakshield.defenses.convergence import fit_convergence, worst
 from leakshield.experiment.cells import Cell
 from leakshield.experiment.protocols import CellOutput, register_protocol
 from leakshield.experiment.world import ExperimentContext
@@ -35,6 +36,13 @@ def run_utility(world: ExperimentContext, cell: Cell) -> CellOutput:
         "chance": 1.0 / world.info.num_classes,  # the leaderboard's utility gate starts from it
         **trained.pipeline.privacy_spent(trained.client_steps),
     }
+    criteria = fit_convergence([d.artifact for d in trained.pipeline.defenses if d.artifact is not None]
+                               + list(trained.pipeline.client_artifacts.values()))  # fmt: skip
+    if criteria:  # fitted defenses: did their budget converge (leaderboard: "under budget")
+        missed = worst(criteria)
+        metrics["fit_converged"] = float(missed is None)
+        if missed is not None:
+            metrics["under_budget"] = missed.text()
     seconds, updates = trained.client_time
     if updates:  # a measurement (wall time), for the leaderboard's cost column
         metrics["client_seconds"] = seconds / updates

@@ -64,11 +64,19 @@ def _cell_json(r: CellRecord) -> dict[str, Any]:
         "key": r.key, "kind": r.kind, "model": r.model, "defense": r.defense, "attack": r.attack,
         "round": r.round, "seed": r.seed, "status": r.status, "error": r.error,
         "seconds": round(r.seconds, 2), "finished": round(r.finished, 1),
-        "metrics": {k: v for k, v in r.metrics.items() if isinstance(v, int | float) or v is None},
+        "metrics": {k: v for k, v in r.metrics.items() if _kept(k, v)},
         "attack_name": r.attack_name, "threat": r.threat, **({"scale": r.scale} if r.scale else {}),
         **({"environment": r.environment} if r.environment else {}),
         **({"victims": _victim_scores(r)} if r.kind in ("attack", "baseline") and r.victims else {}),
     }  # fmt: skip
+
+
+#: text metrics an export keeps (a fitted defense's gap to its convergence criterion)
+TEXTS = ("under_budget",)
+
+
+def _kept(name: str, value: Any) -> bool:
+    return isinstance(value, int | float) or value is None or name in TEXTS
 
 
 #: the per-victim scores an export keeps (what leaks are counted from; a guard's refusal for 'SSIM if

@@ -145,6 +145,8 @@ class Standing:
     chosen_on: tuple[int, ...] = ()
     #: the accuracy below which the defense does not train (None: no undefended accuracy to gate by)
     floor: float | None = None
+    #: a fitted defense's gap to its convergence criterion (None: met, or nothing fitted)
+    under_budget: str | None = None
 
     @property
     def leaks(self) -> bool:
@@ -278,12 +280,14 @@ def standings(records: Sequence[CellRecord], threat: str | None = None) -> list[
         {(r.model, r.defense) for r in records if r.kind in ("attack", "utility") and r.model and r.defense}
     )
     utility: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    budget: dict[tuple[str, str], str | None] = {}
     for r in records:
         if r.kind == "utility" and r.status == "ok" and r.model and r.defense:
             for name in ("accuracy", "epsilon", "client_seconds", "chance"):
                 value = finite(r.metrics.get(name))
                 if value is not None:
                     utility[(r.model, r.defense)][name].append(value)
+            budget[(r.model, r.defense)] = budget.get((r.model, r.defense)) or r.metrics.get("under_budget")
     failed: dict[tuple[str, str], list[str]] = defaultdict(list)
     for r in records:
         if (
@@ -314,6 +318,7 @@ def standings(records: Sequence[CellRecord], threat: str | None = None) -> list[
                 cost=seconds / base_seconds if seconds is not None and base_seconds else None,
                 failed=tuple(sorted(failed.get((model, defense), []))), threat=threat or "",
                 floor=None if clean is None else chance + 0.5 * (clean - chance),
+                under_budget=budget.get((model, defense)),
             )
         )  # fmt: skip
     return rank(mark_pareto(rows))

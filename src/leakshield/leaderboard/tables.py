@@ -80,6 +80,8 @@ def caught_text(best: AttackScore | None) -> str:
 
 #: the rank column's text for a row below the utility gate
 DOES_NOT_TRAIN = "does not train"
+#: the mark of a row whose fitted defense missed its convergence criterion at the preset's budget
+UNDER_BUDGET = "under budget"
 
 
 def leak_text(score: AttackScore | None) -> str:
@@ -130,7 +132,7 @@ def ranking_rows(rows: Sequence[Standing], *, active: bool) -> tuple[list[str], 
             rank = DOES_NOT_TRAIN if best is not None and not row.trains else "—"
         cells = [
             rank,
-            f"{row.model} · {row.defense}",
+            f"{row.model} · {row.defense}" + (f" ({UNDER_BUDGET})" if row.under_budget else ""),
             _attack_text(row),
             leak_text(best),
             _seeds_text(row),
@@ -166,7 +168,17 @@ def selection_note(rows: Sequence[Standing]) -> str:
             "without a leaked victim in any cell and seed tie at 1; the others are compared with their "
             "group's first row by a paired t-test over the reported seeds, Holm-corrected. "
             f"\"does not train\": accuracy below chance + ½ (undefended − chance){_floors(rows)}; not "
-            "ranked, not on the front.")  # fmt: skip
+            f"ranked, not on the front.{_budgets(rows)}")  # fmt: skip
+
+
+def _budgets(rows: Sequence[Standing]) -> str:
+    """`` "under budget": …``: each fitted defense whose budget missed its convergence criterion, with the
+    measured gap (the row is ranked as measured: a longer fit may change it)."""
+    found = sorted({r.under_budget for r in rows if r.under_budget})
+    if not found:
+        return ""
+    return (f" \"{UNDER_BUDGET}\": the fitted defense missed its convergence criterion at this budget "
+            f"(ranked as measured; a longer fit may move it): {'; '.join(found)}.")  # fmt: skip
 
 
 def _floors(rows: Sequence[Standing]) -> str:

@@ -14,6 +14,7 @@ reuses stages 1 and 2) compute it once. The data stage swaps each minibatch imag
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 import pydantic
@@ -25,6 +26,7 @@ from leakshield.data.lookup import swap_in
 from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.defenses.antigan.obfuscation import revised_mixup, window_variance_loss
 from leakshield.defenses.base import DEFENSES, ClientContext, Defense
+from leakshield.defenses.convergence import METADATA_KEY, Convergence, tail_step
 from leakshield.defenses.loda.extractor import ExtractorParams, fitted_extractor
 from leakshield.errors import ConfigError
 from leakshield.generative import ConditionalDiscriminator, ConditionalGenerator, GANSchedule, GANState
@@ -146,20 +148,42 @@ class AntiGan(Defense):
             return window_variance_loss(x, p.variance, p.window, p.reduction)
 
         common = {"batch_size": p.batch_size, "lr": p.lr, "checkpoint_every": p.checkpoint_every}
-        train_cgan(state, private, GANSchedule(steps=p.cgan_steps, **common), features=features,
-                   seed=data.seed, checkpoints=store("cgan", STAGE1_FIELDS), progress=data.progress,
-                   desc="Anti-GAN stage 1 (CGAN on C(x))")  # fmt: skip
+        labels = torch.unique(private.y).repeat_interleave(MATCH_SAMPLES)
+
+        def obfuscated() -> float:  # stage 2's own objective, L_obf on fixed latents
+            generated = generate_like(G, labels, torch.Generator().manual_seed(data.seed))
+            return window_variance_loss(generated, p.variance, p.window, p.reduction).item()
+
+        stages = [(p.cgan_steps, None, 0.0, store("cgan", STAGE1_FIELDS), "Anti-GAN stage 1 (CGAN on C(x))",
+                   "stage 1, the class-mean distance in C(x)",
+                   lambda: feature_match(G, features, private, data.seed))]  # fmt: skip
         if p.finetune_steps:
-            train_cgan(state, private, GANSchedule(steps=p.cgan_steps + p.finetune_steps, **common),
-                       features=features, extra_loss=obfuscation,
-                       extra_weight=p.weight, seed=data.seed, checkpoints=store("finetune", STAGE2_FIELDS),
-                       progress=data.progress, desc="Anti-GAN stage 2 (λ·L_obf)")  # fmt: skip
+            stages.append((p.cgan_steps + p.finetune_steps, obfuscation, p.weight,
+                           store("finetune", STAGE2_FIELDS), "Anti-GAN stage 2 (λ·L_obf)",
+                           "stage 2, L_obf of Eq. 2", obfuscated))  # fmt: skip
+        criteria, begin = [], 0
+        for end, extra, weight, checkpoints, desc, objective, probe in stages:
+            # each stage is stopped once at its tail step to probe the generator there (the training is
+            # seeded per step: the pieces equal one uninterrupted run)
+            tail = begin + tail_step(end - begin)
+            start, compare = probe(), None
+            for stop in (tail, end) if tail < end else (end,):
+                train_cgan(state, private, GANSchedule(steps=stop, **common), features=features,
+                           extra_loss=extra, extra_weight=weight, seed=data.seed, checkpoints=checkpoints,
+                           progress=data.progress, desc=desc)  # fmt: skip
+                compare = probe() if stop == tail else compare
+            compare = start if compare is None else compare
+            criteria.append(Convergence(defense="antigan", objective=objective, kind="plateau",
+                                        steps=end - begin, compare_steps=tail - begin, start=start,
+                                        value=probe(), compare=compare))  # fmt: skip
+            begin = end
         generated = generate_like(G, private.y, torch.Generator().manual_seed(data.seed))
         mixed = revised_mixup(private.x, generated, p.mix)
         tensors = {"mixed": mixed.cpu(), "generated": generated.cpu()}
         tensors.update({f"G.{k}": v.detach().cpu() for k, v in G.state_dict().items()})
         obf = window_variance_loss(generated, p.variance, p.window, p.reduction).item()
-        return Artifact(tensors, {"images": len(private), "losses": state.losses, "obfuscation_loss": obf})
+        return Artifact(tensors, {"images": len(private), "losses": state.losses, "obfuscation_loss": obf,
+                                  METADATA_KEY: [c.as_json() for c in criteria]})  # fmt: skip
 
     def data_hook(
         self, x: torch.Tensor, y: torch.Tensor, context: ClientContext
@@ -179,6 +203,33 @@ class AntiGan(Defense):
         seed = int(hashlib.sha256(x.detach().cpu().numpy().tobytes()).hexdigest()[:8], 16)
         generated = generate_like(G.to(x.device), y, torch.Generator().manual_seed(seed))
         return revised_mixup(x, generated, p.mix)
+
+
+#: latents per class on which :func:`feature_match` compares the generator with the real class
+MATCH_SAMPLES = 32
+
+
+def feature_match(
+    G: ConditionalGenerator,  # noqa: N803  (the paper's name)
+    features: Callable[[torch.Tensor], torch.Tensor],
+    data: ImageSet,
+    seed: int,
+) -> float:
+    """How far the generator is from the client's classes where its discriminator looks: per class the
+    client holds, ‖mean C(G(z|y)) − mean C(x_y)‖ / ‖mean C(x_y)‖ over fixed latents, averaged over the
+    classes (Anti-GAN's convergence criterion; lower is better)."""
+    classes = torch.unique(data.y)
+    labels = classes.repeat_interleave(MATCH_SAMPLES)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        fake = features(generate_like(G, labels, gen).to(data.x.device)).flatten(1)
+        real = features(data.x).flatten(1)
+        gaps = []
+        for index, c in enumerate(classes):
+            mean_real = real[data.y == c].mean(0)
+            mean_fake = fake[index * MATCH_SAMPLES : (index + 1) * MATCH_SAMPLES].mean(0)
+            gaps.append(float((mean_fake - mean_real).norm() / mean_real.norm().clamp_min(1e-12)))
+    return sum(gaps) / len(gaps)
 
 
 def generate_like(

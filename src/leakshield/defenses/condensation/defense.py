@@ -37,9 +37,12 @@ from leakshield.defenses.condensation.matching import (
     MatchingSetup,
     SyntheticSet,
     distribution_matching_iteration,
+    distribution_probe,
     gradient_matching_iteration,
+    gradient_probe,
 )
 from leakshield.defenses.condensation.synthetic import Checkpoints, real_start, resumable
+from leakshield.defenses.convergence import METADATA_KEY, Convergence, tail_step
 from leakshield.errors import ConfigError
 from leakshield.generative import ConditionalGenerator
 from leakshield.registry import Params
@@ -203,9 +206,26 @@ class MatchedSet(CondensedData):
             last["loss"] = self.iterate(setup, real, syn, step)
             return last
 
-        resumable(p.iterations, syn.state(), advance, self.checkpoints(data, p.checkpoint_every),
-                  desc=f"{self.name} condensation", progress=data.progress)  # fmt: skip
-        return ImageSet(syn.x, syn.y), {"images": len(syn.x), "loss": last.get("loss", float("nan"))}
+        # stopped once at the tail step to probe the set there (every iteration is seeded by its number:
+        # the pieces equal one uninterrupted run)
+        tail, probe = tail_step(p.iterations), lambda: self.probe(setup, real, syn)
+        start = probe()
+        compare, done = start, 0
+        for stop in (tail, p.iterations) if tail < p.iterations else (p.iterations,):
+            resumable(stop, syn.state(), advance, self.checkpoints(data, p.checkpoint_every),
+                      desc=f"{self.name} condensation", progress=data.progress, start=done)  # fmt: skip
+            compare, done = probe() if stop == tail else compare, stop
+        criterion = Convergence(defense=self.name, objective=f"its {self.objective} on fixed networks",
+                                kind="plateau", steps=p.iterations, compare_steps=tail, start=start,
+                                value=probe(), compare=compare)  # fmt: skip
+        return ImageSet(syn.x, syn.y), {"images": len(syn.x), "loss": last.get("loss", float("nan")),
+                                        METADATA_KEY: criterion.as_json()}  # fmt: skip
+
+    #: what :meth:`probe` measures (the convergence criterion's objective)
+    objective: ClassVar[str] = "gradient-matching distance"
+
+    def probe(self, setup: MatchingSetup, real: ImageSet, syn: SyntheticSet) -> float:
+        return gradient_probe(setup, real, syn)
 
     def iterate(self, setup: MatchingSetup, real: ImageSet, syn: SyntheticSet, step: int) -> float:
         p = self.params
@@ -254,8 +274,13 @@ class DistributionMatching(MatchedSet):
     params: DistributionMatchingParams
     augment: ClassVar[bool] = True
 
+    objective: ClassVar[str] = "embedding distance"
+
     def iterate(self, setup: MatchingSetup, real: ImageSet, syn: SyntheticSet, step: int) -> float:
         return distribution_matching_iteration(setup, real, syn, step, lr_images=self.params.lr_images)
+
+    def probe(self, setup: MatchingSetup, real: ImageSet, syn: SyntheticSet) -> float:
+        return distribution_probe(setup, real, syn)
 
 
 @DEFENSES.register(

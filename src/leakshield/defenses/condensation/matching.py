@@ -149,3 +149,41 @@ def _class_means(features: torch.Tensor, y: torch.Tensor, classes: dict[int, tor
     order = torch.tensor(list(classes), device=y.device)
     onehot = (y.view(1, -1) == order.view(-1, 1)).to(features.dtype)
     return (onehot @ features) / onehot.sum(1, keepdim=True)
+
+
+#: fixed random networks on which a synthetic set's matching objective is probed (its convergence)
+PROBE_NETWORKS = 4
+
+
+def probe_networks(setup: MatchingSetup, device: torch.device) -> list[nn.Module]:
+    """:data:`PROBE_NETWORKS` fixed initializations, seeded apart from every iteration's network."""
+    return [setup.network(-1 - k, device) for k in range(PROBE_NETWORKS)]
+
+
+def distribution_probe(setup: MatchingSetup, real: ImageSet, syn: SyntheticSet) -> float:
+    """DM's objective (Eq. 4) on the probe networks, all of the client's real images, no augmentation:
+    the squared distance of the class means' embeddings, summed over classes, averaged over networks."""
+    classes = class_indices(syn.y)
+    total = 0.0
+    with torch.no_grad():
+        for net in probe_networks(setup, syn.x.device):
+            mean_real = _class_means(net.embed(setup.info.normalize(real.x)), real.y, classes)
+            mean_syn = _class_means(net.embed(setup.info.normalize(syn.x)), syn.y, classes)
+            total += float(((mean_real - mean_syn) ** 2).sum())
+    return total / PROBE_NETWORKS
+
+
+def gradient_probe(setup: MatchingSetup, real: ImageSet, syn: SyntheticSet) -> float:
+    """DC's objective (Eq. 10) on the probe networks, all of the client's real images of each class, no
+    augmentation: the layer distance of the synthetic and real gradients, averaged over classes and
+    networks."""
+    real_idx, syn_idx = class_indices(real.y), class_indices(syn.y)
+    total = 0.0
+    for net in probe_networks(setup, syn.x.device):
+        params = list(net.parameters())
+        for c, idx in syn_idx.items():
+            rows, norm = real_idx[c], setup.info.normalize
+            g_real = torch.autograd.grad(F.cross_entropy(net(norm(real.x[rows])), real.y[rows]), params)
+            g_syn = torch.autograd.grad(F.cross_entropy(net(norm(syn.x[idx])), syn.y[idx]), params)
+            total += float(layer_distance(list(g_syn), list(g_real))) / len(syn_idx)
+    return total / PROBE_NETWORKS

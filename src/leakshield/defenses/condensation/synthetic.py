@@ -70,13 +70,14 @@ def resumable(
     *,
     desc: str,
     progress: bool,
+    start: int = 0,
 ) -> None:
     """Run ``advance(step)`` for step = start … steps − 1, ``state`` (tensors updated in place by
-    ``advance``) restored from the latest checkpoint first and saved every ``checkpoints.every`` steps.
-    ``advance`` draws its randomness from the step number, so a resumed loop equals an uninterrupted one."""
-    start = 0
+    ``advance``, at step ``start`` when called) restored first from the latest checkpoint past ``start``
+    and saved every ``checkpoints.every`` steps. ``advance`` draws its randomness from the step number,
+    so a resumed loop equals an uninterrupted one."""
     found = checkpoints.latest(steps)
-    if found is not None:
+    if found is not None and found[0] > start:
         start, tensors = found
         with torch.no_grad():
             for name, value in state.items():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Callable
 from typing import ClassVar
 
 import pydantic
@@ -24,8 +25,9 @@ from leakshield.data.lookup import swap_in
 from leakshield.data.registry import list_datasets, load_dataset
 from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.defenses.base import DEFENSES, ClientContext, Defense
+from leakshield.defenses.convergence import METADATA_KEY, Convergence
 from leakshield.defenses.loda.calibration import calibrated_c
-from leakshield.defenses.loda.encoder import obscure
+from leakshield.defenses.loda.encoder import eq4_objective, obscure
 from leakshield.defenses.loda.extractor import ExtractorParams, feature_map, fitted_extractor
 from leakshield.errors import ConfigError
 
@@ -109,7 +111,11 @@ class Loda(Defense):
 
             artifact = data.cache.get_or_fit(key, encode) if data.cache is not None else encode()
             chunks.append(artifact.tensors["obscured"])
-        return Artifact({"obscured": torch.cat(chunks)}, {"images": len(private), "c": c})
+        obscured = torch.cat(chunks)
+        probe = slice(0, PROBE_IMAGES)
+        criterion = encoder_convergence(p, g, private[probe], starts[probe], obscured[probe].to(data.device),
+                                        data.info, c)  # fmt: skip
+        return Artifact({"obscured": obscured}, {"images": len(private), "c": c, METADATA_KEY: criterion})
 
     def data_hook(
         self, x: torch.Tensor, y: torch.Tensor, context: ClientContext
@@ -132,6 +138,39 @@ class Loda(Defense):
         starts = pool.x[picks].to(images.device)
         c = loda_c(p, context.info, context.public, context.seed, context.cache, images.device)
         return obscure(feature_map(net, p), images, starts, context.info, c=c, steps=p.steps, lr=p.step_size)
+
+
+#: private images of a client on which the encoder's objective is compared with the paper's budget
+PROBE_IMAGES = 8
+#: the paper's encoder budget T (Sec. 5.1)
+PAPER_STEPS = 500
+
+
+def encoder_convergence(
+    params: LodaParams,
+    g: Callable[[torch.Tensor], torch.Tensor],
+    private: torch.Tensor,
+    starts: torch.Tensor,
+    obscured: torch.Tensor,
+    info: DatasetInfo,
+    c: float,
+) -> dict:
+    """The encoder's convergence (``reference`` kind): Eq. 4's objective of the run's obscured images
+    against the same images encoded with the paper's T = 500 steps (a probe of a few images)."""
+    if params.steps >= PAPER_STEPS:
+        reference = obscured
+    else:
+        reference = obscure(g, private, starts, info, c=c, steps=PAPER_STEPS, lr=params.step_size)
+    return Convergence(
+        defense="loda",
+        objective=f"the encoder's Eq. 4 objective, {len(private)} images",
+        kind="reference",
+        steps=params.steps,
+        compare_steps=PAPER_STEPS,
+        start=eq4_objective(g, starts, private, info, c),
+        value=eq4_objective(g, obscured, private, info, c),
+        compare=eq4_objective(g, reference, private, info, c),
+    ).as_json()
 
 
 def loda_c(

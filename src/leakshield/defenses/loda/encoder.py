@@ -37,6 +37,20 @@ def obscure(
     return x.detach()
 
 
+def eq4_objective(
+    g: Callable[[torch.Tensor], torch.Tensor],
+    obscured: torch.Tensor,
+    private: torch.Tensor,
+    info: DatasetInfo,
+    c: float,
+) -> float:
+    """Eq. 4's objective ‖g(x′) − g(x*)‖² − c·‖x′ − x*‖², averaged over the images (lower is better)."""
+    with torch.no_grad():
+        feature = ((g(info.normalize(obscured)) - g(info.normalize(private))) ** 2).sum(dim=1)
+        pixel = ((obscured - private) ** 2).flatten(1).sum(dim=1)
+        return float((feature - c * pixel).mean())
+
+
 def obscure_one_by_one(
     g: Callable[[torch.Tensor], torch.Tensor],
     private: torch.Tensor,

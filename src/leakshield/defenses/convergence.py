@@ -1,0 +1,104 @@
+"""Whether a fitted defense's budget reached convergence: a criterion of each defense's own, stored in its
+fitted artifact and carried to the utility cell, so a leaderboard row trained on an under-budget fit
+says so with the measured gap instead of passing a half-fitted defense off as the paper's.
+
+Two kinds of criterion, both on an objective where lower is better:
+
+- ``reference``: the objective at the run's budget against its value at the paper's budget, measured on
+  a small probe where the paper's budget is cheap (LODA's encoder, DCS²'s synthesis). The budget meets
+  it when it buys at least :data:`REACHED` of the paper budget's improvement over the start.
+- ``plateau``: where the paper's budget costs as much as the fit itself (Anti-GAN's CGAN, DM's synthetic
+  set), the objective on a fixed probe at the start, at 1 − :data:`TAIL` of the budget and at its end;
+  the budget meets it when its last fifth bought at most :data:`FLAT` of the whole improvement.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+#: ``reference``: the share of the paper budget's improvement a run must reach
+REACHED = 0.9
+#: ``plateau``: the final share of the steps whose improvement is measured
+TAIL = 0.2
+#: ``plateau``: the most of the improvement those last steps may still buy
+FLAT = 0.1
+#: the key under which a fitted artifact's metadata holds its :class:`Convergence` (or a list, one per
+#: stage of a fit)
+METADATA_KEY = "convergence"
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """One fit's criterion. ``objective``: what was measured (lower is better); ``steps``: the run's
+    budget; ``start`` / ``value``: the objective before the fit and after it; ``compare``: the objective
+    at ``reference_steps`` (kind ``reference``) or after ``compare_steps`` = (1 − TAIL)·steps (kind
+    ``plateau``)."""
+
+    defense: str
+    objective: str
+    kind: Literal["reference", "plateau"]
+    steps: int
+    compare_steps: int
+    start: float
+    value: float
+    compare: float
+
+    @property
+    def measure(self) -> float:
+        """``reference``: the share of the paper budget's improvement reached (1 where the paper's budget
+        improves nothing); ``plateau``: the share of the whole improvement bought by the last steps, in
+        absolute value (a GAN may also worsen late); inf where the fit improved nothing."""
+        if self.kind == "reference":
+            gain = self.start - self.compare
+            return 1.0 if gain <= 0 else (self.start - self.value) / gain
+        gain = self.start - self.value
+        return math.inf if gain <= 0 else abs(self.compare - self.value) / gain
+
+    @property
+    def met(self) -> bool:
+        if self.kind == "reference":
+            return self.steps >= self.compare_steps or self.measure >= REACHED
+        return self.measure <= FLAT
+
+    def text(self) -> str:
+        """One line: the defense, the objective and the measured gap against the criterion."""
+        what = f"{self.defense} ({self.objective})"
+        if self.kind == "reference":
+            return (f"{what}: {self.steps} steps bought {self.measure:.0%} of the improvement "
+                    f"{self.compare_steps} steps buy (needs ≥ {REACHED:.0%})")  # fmt: skip
+        if math.isinf(self.measure):
+            return f"{what}: no improvement over {self.steps} steps"
+        return (f"{what}: the last {self.steps - self.compare_steps} of {self.steps} steps still moved "
+                f"it by {self.measure:.0%} of its whole improvement (needs ≤ {FLAT:.0%})")  # fmt: skip
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Convergence:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+
+def tail_step(steps: int) -> int:
+    """The step after which a ``plateau`` criterion measures the rest: (1 − TAIL)·steps, at least 1."""
+    return max(1, min(steps - 1, round((1 - TAIL) * steps))) if steps > 1 else steps
+
+
+def fit_convergence(artifacts: Iterable[Any]) -> list[Convergence]:
+    """The criteria stored in fitted artifacts' metadata (artifacts without one are skipped)."""
+    found = []
+    for artifact in artifacts:
+        data = getattr(artifact, "metadata", {}).get(METADATA_KEY) or []
+        found += [Convergence.from_json(d) for d in (data if isinstance(data, list) else [data])]
+    return found
+
+
+def worst(criteria: Iterable[Convergence]) -> Convergence | None:
+    """The criterion furthest from being met (None when every one is met or there is none)."""
+    missed = [c for c in criteria if not c.met]
+    if not missed:
+        return None
+    return min(missed, key=lambda c: c.measure if c.kind == "reference" else -c.measure)
