@@ -2,11 +2,13 @@
 fitted artifact and carried to the utility cell, so a leaderboard row trained on an under-budget fit
 says so with the measured gap instead of passing a half-fitted defense off as the paper's.
 
-Two kinds of criterion, both on an objective where lower is better:
+Three kinds of criterion, each on an objective where lower is better:
 
 - ``reference``: the objective at the run's budget against its value at the paper's budget, measured on
   a small probe where the paper's budget is cheap (LODA's encoder, DCS²'s synthesis). The budget meets
   it when it buys at least :data:`REACHED` of the paper budget's improvement over the start.
+- ``floor``: the objective against the level real data reach (Anti-GAN's generator against the public
+  images of the same classes); met at :data:`REACHED` of the way from the start to that level.
 - ``plateau``: where the paper's budget costs as much as the fit itself (Anti-GAN's CGAN, DM's synthetic
   set), the objective on a fixed probe at the start, at 1 − :data:`TAIL` of the budget and at its end;
   the budget meets it when its last fifth bought at most :data:`FLAT` of the whole improvement.
@@ -35,23 +37,24 @@ class Convergence:
     """One fit's criterion. ``objective``: what was measured (lower is better); ``steps``: the run's
     budget; ``start`` / ``value``: the objective before the fit and after it; ``compare``: the objective
     at ``reference_steps`` (kind ``reference``) or after ``compare_steps`` = (1 − TAIL)·steps (kind
-    ``plateau``)."""
+    ``plateau``), or the level of real data (kind ``floor``, described by ``target``)."""
 
     defense: str
     objective: str
-    kind: Literal["reference", "plateau"]
+    kind: Literal["reference", "floor", "plateau"]
     steps: int
     compare_steps: int
     start: float
     value: float
     compare: float
+    target: str = ""
 
     @property
     def measure(self) -> float:
         """``reference``: the share of the paper budget's improvement reached (1 where the paper's budget
         improves nothing); ``plateau``: the share of the whole improvement bought by the last steps, in
         absolute value (a GAN may also worsen late); inf where the fit improved nothing."""
-        if self.kind == "reference":
+        if self.kind in ("reference", "floor"):
             gain = self.start - self.compare
             return 1.0 if gain <= 0 else (self.start - self.value) / gain
         gain = self.start - self.value
@@ -61,6 +64,8 @@ class Convergence:
     def met(self) -> bool:
         if self.kind == "reference":
             return self.steps >= self.compare_steps or self.measure >= REACHED
+        if self.kind == "floor":
+            return self.measure >= REACHED
         return self.measure <= FLAT
 
     def text(self) -> str:
@@ -69,6 +74,9 @@ class Convergence:
         if self.kind == "reference":
             return (f"{what}: {self.steps} steps bought {self.measure:.0%} of the improvement "
                     f"{self.compare_steps} steps buy (needs ≥ {REACHED:.0%})")  # fmt: skip
+        if self.kind == "floor":
+            return (f"{what}: {self.steps} steps went {self.measure:.0%} of the way from its start to "
+                    f"{self.target} (needs ≥ {REACHED:.0%})")  # fmt: skip
         if math.isinf(self.measure):
             return f"{what}: no improvement over {self.steps} steps"
         return (f"{what}: the last {self.steps - self.compare_steps} of {self.steps} steps still moved "
@@ -79,7 +87,7 @@ class Convergence:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Convergence:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
 def tail_step(steps: int) -> int:
@@ -101,4 +109,4 @@ def worst(criteria: Iterable[Convergence]) -> Convergence | None:
     missed = [c for c in criteria if not c.met]
     if not missed:
         return None
-    return min(missed, key=lambda c: c.measure if c.kind == "reference" else -c.measure)
+    return min(missed, key=lambda c: -c.measure if c.kind == "plateau" else c.measure)

@@ -162,6 +162,7 @@ class AntiGan(Defense):
                            store("finetune", STAGE2_FIELDS), "Anti-GAN stage 2 (λ·L_obf)",
                            "stage 2, L_obf of Eq. 2", obfuscated))  # fmt: skip
         criteria, begin = [], 0
+        floor = public_match(features, data.public.to(device), private)
         for end, extra, weight, checkpoints, desc, objective, probe in stages:
             # each stage is stopped once at its tail step to probe the generator there (the training is
             # seeded per step: the pieces equal one uninterrupted run)
@@ -172,10 +173,16 @@ class AntiGan(Defense):
                            extra_loss=extra, extra_weight=weight, seed=data.seed, checkpoints=checkpoints,
                            progress=data.progress, desc=desc)  # fmt: skip
                 compare = probe() if stop == tail else compare
-            compare = start if compare is None else compare
-            criteria.append(Convergence(defense="antigan", objective=objective, kind="plateau",
-                                        steps=end - begin, compare_steps=tail - begin, start=start,
-                                        value=probe(), compare=compare))  # fmt: skip
+            if extra is None:  # stage 1 against the public images of the client's classes
+                criteria.append(Convergence(defense="antigan", objective=objective, kind="floor",
+                                            steps=end - begin, compare_steps=end - begin, start=start,
+                                            value=probe(), compare=floor,
+                                            target="the public images of its classes"))  # fmt: skip
+            else:
+                compare = start if compare is None else compare
+                criteria.append(Convergence(defense="antigan", objective=objective, kind="plateau",
+                                            steps=end - begin, compare_steps=tail - begin, start=start,
+                                            value=probe(), compare=compare))  # fmt: skip
             begin = end
         generated = generate_like(G, private.y, torch.Generator().manual_seed(data.seed))
         mixed = revised_mixup(private.x, generated, p.mix)
@@ -215,20 +222,33 @@ def feature_match(
     data: ImageSet,
     seed: int,
 ) -> float:
-    """How far the generator is from the client's classes where its discriminator looks: per class the
-    client holds, ‖mean C(G(z|y)) − mean C(x_y)‖ / ‖mean C(x_y)‖ over fixed latents, averaged over the
-    classes (Anti-GAN's convergence criterion; lower is better)."""
-    classes = torch.unique(data.y)
-    labels = classes.repeat_interleave(MATCH_SAMPLES)
-    gen = torch.Generator().manual_seed(seed)
+    """How far the generator is from the client's classes where its discriminator looks: the
+    :func:`class_mean_distance` of its samples on fixed latents (Anti-GAN's convergence criterion)."""
+    labels = torch.unique(data.y).repeat_interleave(MATCH_SAMPLES)
+    generated = generate_like(G, labels, torch.Generator().manual_seed(seed)).to(data.x.device)
+    return class_mean_distance(features, ImageSet(generated, labels.to(data.x.device)), data)
+
+
+def public_match(features: Callable[[torch.Tensor], torch.Tensor], public: ImageSet, data: ImageSet) -> float:
+    """The level real images reach: the :func:`class_mean_distance` of the public split's images of the
+    client's classes (classes the public split lacks are left out)."""
+    held = torch.isin(public.y, torch.unique(data.y))
+    return class_mean_distance(features, ImageSet(public.x[held], public.y[held]), data)
+
+
+def class_mean_distance(
+    features: Callable[[torch.Tensor], torch.Tensor], images: ImageSet, data: ImageSet
+) -> float:
+    """Per class of ``images``: ‖mean C(images_y) − mean C(data_y)‖ / ‖mean C(data_y)‖, averaged over the
+    classes (lower is better)."""
     with torch.no_grad():
-        fake = features(generate_like(G, labels, gen).to(data.x.device)).flatten(1)
-        real = features(data.x).flatten(1)
+        mine, real = features(images.x).flatten(1), features(data.x).flatten(1)
         gaps = []
-        for index, c in enumerate(classes):
+        for c in torch.unique(images.y):
             mean_real = real[data.y == c].mean(0)
-            mean_fake = fake[index * MATCH_SAMPLES : (index + 1) * MATCH_SAMPLES].mean(0)
-            gaps.append(float((mean_fake - mean_real).norm() / mean_real.norm().clamp_min(1e-12)))
+            gaps.append(
+                float((mine[images.y == c].mean(0) - mean_real).norm() / mean_real.norm().clamp_min(1e-12))
+            )
     return sum(gaps) / len(gaps)
 
 
