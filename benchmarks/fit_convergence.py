@@ -8,6 +8,8 @@ on the preset's own clients (digits, 16 px, the Dirichlet partition), seed by se
 images per class) is left out unless ``--with-full-dm`` (hours on 2 cores).
 
     python benchmarks/fit_convergence.py --presets quick standard full --clients 0 --seeds 0 1
+    python benchmarks/fit_convergence.py --presets standard --only loda dcs2 \
+        --set loda.steps=50 --set loda.epochs=3 --set dcs2.steps=50      # the wave-3 budgets
 """
 
 from __future__ import annotations
@@ -35,7 +37,15 @@ def main() -> None:
     parser.add_argument("--clients", nargs="+", type=int, default=[0])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--with-full-dm", action="store_true")
+    parser.add_argument("--only", nargs="+", choices=sorted(FITTED), help="these defenses only")
+    parser.add_argument("--set", action="append", default=[], metavar="DEFENSE.PARAM=INT",
+                        help="override a preset's parameter, e.g. loda.steps=50")  # fmt: skip
     args = parser.parse_args()
+    overrides: dict[str, dict[str, int]] = {}
+    for item in args.set:
+        target, value = item.split("=", 1)
+        name, param = target.split(".", 1)
+        overrides.setdefault(name, {})[param] = int(value)
     torch.set_num_threads(2)
     print("| preset | defense | budget | seed · client | criterion | measured | met | fit s |")
     print("|---|---|---|---|---|---|---|---|")
@@ -48,7 +58,9 @@ def main() -> None:
                 entry["name"] == "dm" and preset == "full" and not args.with_full_dm
             ):
                 continue  # DM's paper budget: hours
-            defense = create_defense(entry["name"], entry["params"])
+            if args.only and entry["name"] not in args.only:
+                continue
+            defense = create_defense(entry["name"], {**entry["params"], **overrides.get(entry["name"], {})})
             fields = defense.params.model_dump()
             budget = ", ".join(f"{k} {fields[k]}" for k in FITTED[entry["name"]])
             for seed in args.seeds:

@@ -14,12 +14,21 @@ from leakshield.data import load_dataset
 from leakshield.data.types import ImageSet
 from leakshield.defenses import create_defense
 from leakshield.defenses.antigan import defense as antigan_module
-from leakshield.defenses.antigan.defense import class_mean_distance, public_match
+from leakshield.defenses.antigan.defense import class_moment_distance, public_match
 from leakshield.defenses.condensation import defense as condensation_module
-from leakshield.defenses.convergence import FLAT, REACHED, Convergence, fit_convergence, tail_step, worst
+from leakshield.defenses.convergence import (
+    FLAT,
+    REACHED,
+    Convergence,
+    fit_convergence,
+    plateau,
+    tail_steps,
+    worst,
+)
 from leakshield.defenses.dcs2 import DCS2Params, synthesis_convergence
 from leakshield.experiment import ExperimentRunner, parse_config
 from leakshield.experiment.store import ResultStore
+from leakshield.leaderboard.export import export_json, records_from_json
 from leakshield.leaderboard.ranking import standings
 from leakshield.leaderboard.tables import UNDER_BUDGET, ranking_rows, selection_note
 from leakshield.models import create_model
@@ -52,8 +61,13 @@ def test_a_plateau_criterion_is_the_share_its_last_steps_still_moved() -> None:
     assert not _plateau(10.0, 2.0, 1.0).met  # worsened late by 12.5 %: oscillating, not converged
     assert math.isinf(_plateau(10.0, 11.0, 10.5).measure) and not _plateau(10.0, 11.0, 10.5).met
     assert "no improvement" in _plateau(10.0, 11.0, 10.5).text()
-    assert "the last 20 of 100 steps still moved it by 12%" in _plateau(10.0, 2.0, 3.0).text()
-    assert [tail_step(n) for n in (1, 2, 5, 100)] == [1, 1, 4, 80]
+    assert "its last 20 of 100 steps still moved it by 12%" in _plateau(10.0, 2.0, 3.0).text()
+    assert [tail_steps(n) for n in (1, 2, 5, 10, 100)] == [[], [], [4], [8, 9], [80, 90]]
+    # the tail probe furthest from the end is compared: an oscillation back to the end value is seen
+    back = plateau("d", "f", 100, 10.0, 2.0, {80: 2.05, 90: 3.0})
+    assert (back.compare_steps, back.compare) == (90, 3.0) and not back.met
+    assert plateau("d", "f", 100, 10.0, 2.0, {80: 2.05, 90: 2.1}).met
+    assert not plateau("d", "f", 1, 10.0, 2.0, {}).met  # a budget without a tail never passes
 
 
 def test_a_floor_criterion_is_the_way_from_the_start_to_real_datas_level() -> None:
@@ -63,16 +77,21 @@ def test_a_floor_criterion_is_the_way_from_the_start_to_real_datas_level() -> No
     assert replace(floor, value=0.25).met and replace(floor, value=0.1).measure > 1
 
 
-def test_class_mean_distances_are_zero_for_the_data_itself_and_grow_with_a_shift() -> None:
+def test_class_moment_distances_see_a_shift_and_a_collapse() -> None:
     data = ImageSet(torch.rand(12, 1, 8, 8), torch.tensor([0, 1, 2] * 4))
     flat = lambda x: x  # noqa: E731
-    assert class_mean_distance(flat, data, data) == 0.0
-    assert (
-        public_match(flat, ImageSet(torch.cat([data.x, data.x]), torch.cat([data.y, data.y + 5])), data)
-        == 0.0
-    )
-    shifted = [class_mean_distance(flat, ImageSet(data.x + s, data.y), data) for s in (0.1, 0.2)]
+    assert class_moment_distance(flat, data, data) == 0.0
+    public = ImageSet(torch.cat([data.x, data.x]), torch.cat([data.y, data.y + 5]))
+    assert public_match(flat, public, data) == pytest.approx(0.0, abs=1e-6)  # its classes' images: its own
+    shifted = [class_moment_distance(flat, ImageSet(data.x + s, data.y), data) for s in (0.1, 0.2)]
     assert 0 < shifted[0] < shifted[1]
+    means = torch.stack([data.x[data.y == c].mean(0) for c in range(3)])
+    collapsed = ImageSet(means.repeat(4, 1, 1, 1), torch.tensor([0, 1, 2] * 4))  # each class's mean image
+    spread = [float(data.x[data.y == c].std(0, correction=0).norm() / data.x[data.y == c].mean(0).norm())
+              for c in range(3)]  # fmt: skip
+    # the means match, the spread is gone: the distance is the data's relative spread
+    assert class_moment_distance(flat, collapsed, data) == pytest.approx(sum(spread) / 3, rel=1e-5)
+    assert sum(spread) / 3 > 0.3
 
 
 def test_the_worst_missed_criterion_is_reported_from_artifacts_and_lists() -> None:
@@ -130,9 +149,10 @@ def test_anti_gans_stages_are_each_probed_and_the_pieces_equal_one_run(digits, t
     assert (first.kind, second.kind) == ("floor", "plateau") and "stage 1" in first.objective
     # 10 steps of a GAN are far from the public images of its classes (a plateau could not tell)
     assert first.compare < first.value and not first.met
-    monkeypatch.setattr(antigan_module, "tail_step", lambda steps: steps)  # one piece per stage
+    monkeypatch.setattr(antigan_module, "tail_steps", lambda steps: [])  # one piece per stage
     whole = _fit("antigan", params, digits, tmp_path / "whole")
     assert torch.equal(split.tensors["mixed"], whole.tensors["mixed"])
+    assert split.metadata["losses"] == whole.metadata["losses"]  # averaged as one run
     assert fit_convergence([whole])[0].value == first.value
 
 
@@ -142,9 +162,9 @@ def test_condensation_is_probed_on_fixed_networks_and_the_pieces_equal_one_run(
     params = {"ipc": 2, "iterations": 5, "width": 8, "depth": 2, "batch_real": 8, "lr_images": 0.1}
     split = _fit("dm", params, digits, tmp_path / "split")
     (found,) = fit_convergence([split])
-    assert (found.steps, found.compare_steps, found.kind) == (5, 4, "plateau")
+    assert found.steps == 5 and found.compare_steps == 4 and found.kind == "plateau"
     assert found.value < found.start  # DM's objective on the probe networks falls from the real start
-    monkeypatch.setattr(condensation_module, "tail_step", lambda steps: steps)
+    monkeypatch.setattr(condensation_module, "tail_steps", lambda steps: [])
     whole = _fit("dm", params, digits, tmp_path / "whole")
     assert torch.equal(split.tensors["x"], whole.tensors["x"])
 
@@ -155,17 +175,27 @@ def test_a_preset_whose_loda_budget_misses_the_criterion_is_labelled(tmp_path) -
                          "iterations": 1}], victims={"count": 1, "batch_size": 1, "seed": 0})  # fmt: skip
     ExperimentRunner(parse_config(config), tmp_path / "run", device="cpu", progress=False,
                      cache_dir=tmp_path / "cache").run()  # fmt: skip
-    (utility,) = [
-        r for r in ResultStore(tmp_path / "run" / "results.sqlite").records() if r.kind == "utility"
-    ]
+    records = ResultStore(tmp_path / "run" / "results.sqlite").records()
+    (utility,) = [r for r in records if r.kind == "utility"]
     assert utility.metrics["fit_converged"] == 0.0
     assert utility.metrics["under_budget"].startswith("loda (the encoder's Eq. 4 objective")
     gap = utility.metrics["under_budget"]
+    (row,) = standings(records)  # the run's own records, as the leaderboard reads them
+    _, (cells,) = ranking_rows([row], active=False)
+    assert (
+        cells[1] == "lenet · loda" and cells[7].endswith(f"({UNDER_BUDGET})") and gap in selection_note([row])
+    )
+    # a seed of three that missed labels the row, after the export's round trip
     met = leaderboard_cell("utility", "met", accuracy=0.9, fit_converged=1.0)
     attack = [leaderboard_cell("attack", d, "ig", victims=[0.2]) for d in ("loda", "met")]
-    rows = standings([*attack, met, leaderboard_cell("utility", "loda", accuracy=0.9, under_budget=gap)])
+    loda = [leaderboard_cell("utility", "loda", accuracy=0.9, seed=s, fit_converged=1.0) for s in (0, 1)]
+    loda.append(
+        leaderboard_cell("utility", "loda", accuracy=0.9, seed=2, fit_converged=0.0, under_budget=gap)
+    )
+    _, back = records_from_json(export_json([*attack, met, *loda], {"name": "x"}))
+    rows = standings(back)
     _, body = ranking_rows(rows, active=False)
-    labels = {row[1] for row in body}
-    assert labels == {f"m · loda ({UNDER_BUDGET})", "m · met"}
+    accuracy = {row[1]: row[7] for row in body}
+    assert accuracy["m · loda"].endswith(f"({UNDER_BUDGET})") and UNDER_BUDGET not in accuracy["m · met"]
     assert gap in selection_note(rows)
     assert f'"{UNDER_BUDGET}"' not in selection_note([r for r in rows if r.defense == "met"])

@@ -9,9 +9,10 @@ Three kinds of criterion, each on an objective where lower is better:
   it when it buys at least :data:`REACHED` of the paper budget's improvement over the start.
 - ``floor``: the objective against the level real data reach (Anti-GAN's generator against the public
   images of the same classes); met at :data:`REACHED` of the way from the start to that level.
-- ``plateau``: where the paper's budget costs as much as the fit itself (Anti-GAN's CGAN, DM's synthetic
-  set), the objective on a fixed probe at the start, at 1 − :data:`TAIL` of the budget and at its end;
-  the budget meets it when its last fifth bought at most :data:`FLAT` of the whole improvement.
+- ``plateau``: where the paper's budget costs as much as the fit itself (Anti-GAN's second stage, DM's
+  synthetic set), the objective on a fixed probe at the start, at 80 % and 90 % of the budget
+  (:func:`tail_steps`) and at its end; the budget meets it when neither tail probe is further from the
+  end than :data:`FLAT` of the whole improvement.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from typing import Any, Literal
 
 #: ``reference``: the share of the paper budget's improvement a run must reach
 REACHED = 0.9
-#: ``plateau``: the final share of the steps whose improvement is measured
-TAIL = 0.2
+#: ``plateau``: the points of the budget (shares of its steps) probed before its end
+TAIL = (0.8, 0.9)
 #: ``plateau``: the most of the improvement those last steps may still buy
 FLAT = 0.1
 #: the key under which a fitted artifact's metadata holds its :class:`Convergence` (or a list, one per
@@ -36,8 +37,9 @@ METADATA_KEY = "convergence"
 class Convergence:
     """One fit's criterion. ``objective``: what was measured (lower is better); ``steps``: the run's
     budget; ``start`` / ``value``: the objective before the fit and after it; ``compare``: the objective
-    at ``reference_steps`` (kind ``reference``) or after ``compare_steps`` = (1 − TAIL)·steps (kind
-    ``plateau``), or the level of real data (kind ``floor``, described by ``target``)."""
+    at the paper's budget ``compare_steps`` (kind ``reference``), the level of real data (kind
+    ``floor``, described by ``target``), or at the tail probe ``compare_steps`` furthest from ``value``
+    (kind ``plateau``; the start where the budget is too short for a tail probe)."""
 
     defense: str
     objective: str
@@ -79,7 +81,7 @@ class Convergence:
                     f"{self.target} (needs ≥ {REACHED:.0%})")  # fmt: skip
         if math.isinf(self.measure):
             return f"{what}: no improvement over {self.steps} steps"
-        return (f"{what}: the last {self.steps - self.compare_steps} of {self.steps} steps still moved "
+        return (f"{what}: its last {self.steps - self.compare_steps} of {self.steps} steps still moved "
                 f"it by {self.measure:.0%} of its whole improvement (needs ≤ {FLAT:.0%})")  # fmt: skip
 
     def as_json(self) -> dict[str, Any]:
@@ -90,9 +92,20 @@ class Convergence:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
-def tail_step(steps: int) -> int:
-    """The step after which a ``plateau`` criterion measures the rest: (1 − TAIL)·steps, at least 1."""
-    return max(1, min(steps - 1, round((1 - TAIL) * steps))) if steps > 1 else steps
+def tail_steps(steps: int) -> list[int]:
+    """The steps at which a ``plateau`` criterion probes the tail (80 % and 90 % of ``steps``, those
+    strictly inside it; none for a budget too short to have a tail)."""
+    return sorted({round(share * steps) for share in TAIL} - {0, steps})
+
+
+def plateau(
+    defense: str, objective: str, steps: int, start: float, value: float, tail: dict[int, float]
+) -> Convergence:
+    """A ``plateau`` criterion from the tail probes (step → objective): the one furthest from ``value``
+    (none: the start, so a budget without a tail never passes)."""
+    at = max(tail, key=lambda step: abs(tail[step] - value)) if tail else 0
+    compare = tail[at] if tail else start
+    return Convergence(defense, objective, "plateau", steps, at, start, value, compare)
 
 
 def fit_convergence(artifacts: Iterable[Any]) -> list[Convergence]:
@@ -109,4 +122,11 @@ def worst(criteria: Iterable[Convergence]) -> Convergence | None:
     missed = [c for c in criteria if not c.met]
     if not missed:
         return None
-    return min(missed, key=lambda c: -c.measure if c.kind == "plateau" else c.measure)
+    return min(missed, key=_share_of_threshold)
+
+
+def _share_of_threshold(c: Convergence) -> float:
+    """How far a criterion is from its threshold, on one scale (1: at it; lower: further)."""
+    if c.kind == "plateau":
+        return 0.0 if math.isinf(c.measure) else FLAT / max(c.measure, 1e-12)
+    return c.measure / REACHED

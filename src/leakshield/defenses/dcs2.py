@@ -22,7 +22,7 @@ margin and ridge of the reference's GEM solver (v* = max(margin, −⟨g_c, g⟩
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import pydantic
 import torch
@@ -210,7 +210,7 @@ def _synthesizer(
     return ConcealedSampleSynthesizer(params, normalized, bounds)
 
 
-def synthesis_convergence(params: DCS2Params, data: FitData) -> dict | None:
+def synthesis_convergence(params: DCS2Params, data: FitData) -> dict[str, Any] | None:
     """The synthesis's convergence (``reference`` kind): Eq. 9's objective reached with ``steps`` against
     the reference code's 500, for the client's first sensitive samples under the cell's untrained
     model, from the same seeded starts (None without a model or a sensitive sample)."""
@@ -226,8 +226,8 @@ def synthesis_convergence(params: DCS2Params, data: FitData) -> dict | None:
     def synthesis(steps: int) -> dict[str, float]:
         synthesizer = _synthesizer(params.model_copy(update={"steps": steps}), data.info, data.public,
                                    data.device)  # fmt: skip
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(data.seed)
+        with torch.random.fork_rng(devices=[data.device] if data.device.type == "cuda" else []):
+            torch.manual_seed(data.seed)  # the same starts for both budgets; the caller's RNG untouched
             synthesizer(model, xs, ys)
         return synthesizer.stats
 

@@ -90,7 +90,10 @@ class LeakshieldTrainer:
     def federation(self, client_id: int, seed: int) -> Federation:
         """The federation as client ``client_id`` builds it (fitting its own artifacts only; one
         federation serves every client of this process when no defense fits per client)."""
-        per_client = any(d.fit_scope == "client" for d in DefensePipeline.from_config(self._entries).defenses)
+        per_client = any(
+            d.fit_scope == "client" and not d.fit_measures_only
+            for d in DefensePipeline.from_config(self._entries).defenses
+        )  # a fit that only measures (DCS²'s budget) is the leaderboard's, not a client's
         key = (client_id if per_client else NO_CLIENT, seed)
         if key not in self._federations:
             self._federations[key] = Federation.build(

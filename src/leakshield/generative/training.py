@@ -49,6 +49,9 @@ class GANState:
     d_opt: torch.optim.Adam
     step: int = 0
     losses: dict[str, float] = field(default_factory=dict)
+    #: per loss term, (sum, steps) since the last checkpoint boundary: the next ``losses`` average them,
+    #: across calls on this state (a training stopped and continued averages as one run)
+    pending: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     @classmethod
     def create(
@@ -70,7 +73,8 @@ class GANState:
         return {k: v.detach().cpu().clone() for k, v in out.items()}
 
     def load(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Restore from :meth:`tensors`."""
+        """Restore from :meth:`tensors` (the loss averages start afresh)."""
+        self.pending = {}
         device = self.generator.embed.weight.device
         self.generator.load_state_dict({k[2:]: v for k, v in tensors.items() if k.startswith("G.")})
         self.discriminator.load_state_dict({k[2:]: v for k, v in tensors.items() if k.startswith("D.")})
@@ -175,7 +179,6 @@ def train_cgan(
             group["lr"], group["betas"] = schedule.lr, schedule.betas
     G.train()
     D.train()
-    sums: dict[str, float] = {}
     bar = tqdm(range(state.step, schedule.steps), desc=desc, disable=not progress, leave=False)
     for step in bar:
         gen = step_generator(seed, step)
@@ -204,11 +207,12 @@ def train_cgan(
         state.g_opt.step()
         state.step = step + 1
         for k, v in terms.items():
-            sums[k] = sums.get(k, 0.0) + v
+            total_so_far, steps_so_far = state.pending.get(k, (0.0, 0))
+            state.pending[k] = (total_so_far + v, steps_so_far + 1)
         if state.step % every == 0 or state.step == schedule.steps:
-            count = (state.step - 1) % every + 1
-            state.losses = {k: v / count for k, v in sums.items()}
-            sums = {}
+            state.losses = {k: total / steps for k, (total, steps) in state.pending.items()}
+            if state.step % every == 0:
+                state.pending = {}
             bar.set_postfix({k: f"{v:.3f}" for k, v in state.losses.items()})
             if checkpoints is not None:
                 checkpoints.save(state)

@@ -80,7 +80,8 @@ def caught_text(best: AttackScore | None) -> str:
 
 #: the rank column's text for a row below the utility gate
 DOES_NOT_TRAIN = "does not train"
-#: the mark of a row whose fitted defense missed its convergence criterion at the preset's budget
+#: the mark of a row whose fitted defense missed its convergence criterion at the preset's budget (in its
+#: accuracy cell: the row's name stays its key for stale marks and links)
 UNDER_BUDGET = "under budget"
 
 
@@ -132,13 +133,14 @@ def ranking_rows(rows: Sequence[Standing], *, active: bool) -> tuple[list[str], 
             rank = DOES_NOT_TRAIN if best is not None and not row.trains else "—"
         cells = [
             rank,
-            f"{row.model} · {row.defense}" + (f" ({UNDER_BUDGET})" if row.under_budget else ""),
+            f"{row.model} · {row.defense}",
             _attack_text(row),
             leak_text(best),
             _seeds_text(row),
             score_text(best),
             _num(best.psnr if best else None, ".2f"),
-            _with_interval(row.accuracy, row.accuracy_half_width),
+            _with_interval(row.accuracy, row.accuracy_half_width)
+            + (f" ({UNDER_BUDGET})" if row.under_budget else ""),
             _num(row.adr, ".3f"),
             _num(row.epsilon, ".2f"),
             "—" if row.cost is None else f"{row.cost:.2f}×",

@@ -26,7 +26,7 @@ from leakshield.data.lookup import swap_in
 from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.defenses.antigan.obfuscation import revised_mixup, window_variance_loss
 from leakshield.defenses.base import DEFENSES, ClientContext, Defense
-from leakshield.defenses.convergence import METADATA_KEY, Convergence, tail_step
+from leakshield.defenses.convergence import METADATA_KEY, Convergence, plateau, tail_steps
 from leakshield.defenses.loda.extractor import ExtractorParams, fitted_extractor
 from leakshield.errors import ConfigError
 from leakshield.generative import ConditionalDiscriminator, ConditionalGenerator, GANSchedule, GANState
@@ -155,34 +155,32 @@ class AntiGan(Defense):
             return window_variance_loss(generated, p.variance, p.window, p.reduction).item()
 
         stages = [(p.cgan_steps, None, 0.0, store("cgan", STAGE1_FIELDS), "Anti-GAN stage 1 (CGAN on C(x))",
-                   "stage 1, the class-mean distance in C(x)",
+                   "stage 1, its class moments' distance in C(x)",
                    lambda: feature_match(G, features, private, data.seed))]  # fmt: skip
         if p.finetune_steps:
             stages.append((p.cgan_steps + p.finetune_steps, obfuscation, p.weight,
                            store("finetune", STAGE2_FIELDS), "Anti-GAN stage 2 (λ·L_obf)",
                            "stage 2, L_obf of Eq. 2", obfuscated))  # fmt: skip
         criteria, begin = [], 0
-        floor = public_match(features, data.public.to(device), private)
+        floor = public_match(features, data.public.to(device), private, data.seed)
         for end, extra, weight, checkpoints, desc, objective, probe in stages:
-            # each stage is stopped once at its tail step to probe the generator there (the training is
-            # seeded per step: the pieces equal one uninterrupted run)
-            tail = begin + tail_step(end - begin)
-            start, compare = probe(), None
-            for stop in (tail, end) if tail < end else (end,):
+            # stage 2 is stopped at its tail steps to probe the generator there (the training is seeded
+            # per step: the pieces equal one uninterrupted run)
+            start, tail = probe(), {}
+            stops = [begin + t for t in tail_steps(end - begin)] if extra is not None else []
+            for stop in [*stops, end]:
                 train_cgan(state, private, GANSchedule(steps=stop, **common), features=features,
                            extra_loss=extra, extra_weight=weight, seed=data.seed, checkpoints=checkpoints,
                            progress=data.progress, desc=desc)  # fmt: skip
-                compare = probe() if stop == tail else compare
+                if stop < end:
+                    tail[stop - begin] = probe()
             if extra is None:  # stage 1 against the public images of the client's classes
                 criteria.append(Convergence(defense="antigan", objective=objective, kind="floor",
                                             steps=end - begin, compare_steps=end - begin, start=start,
                                             value=probe(), compare=floor,
                                             target="the public images of its classes"))  # fmt: skip
             else:
-                compare = start if compare is None else compare
-                criteria.append(Convergence(defense="antigan", objective=objective, kind="plateau",
-                                            steps=end - begin, compare_steps=tail - begin, start=start,
-                                            value=probe(), compare=compare))  # fmt: skip
+                criteria.append(plateau("antigan", objective, end - begin, start, probe(), tail))
             begin = end
         generated = generate_like(G, private.y, torch.Generator().manual_seed(data.seed))
         mixed = revised_mixup(private.x, generated, p.mix)
@@ -223,32 +221,41 @@ def feature_match(
     seed: int,
 ) -> float:
     """How far the generator is from the client's classes where its discriminator looks: the
-    :func:`class_mean_distance` of its samples on fixed latents (Anti-GAN's convergence criterion)."""
+    :func:`class_moment_distance` of :data:`MATCH_SAMPLES` samples per class on fixed latents (Anti-GAN's
+    convergence criterion)."""
     labels = torch.unique(data.y).repeat_interleave(MATCH_SAMPLES)
     generated = generate_like(G, labels, torch.Generator().manual_seed(seed)).to(data.x.device)
-    return class_mean_distance(features, ImageSet(generated, labels.to(data.x.device)), data)
+    return class_moment_distance(features, ImageSet(generated, labels.to(data.x.device)), data)
 
 
-def public_match(features: Callable[[torch.Tensor], torch.Tensor], public: ImageSet, data: ImageSet) -> float:
-    """The level real images reach: the :func:`class_mean_distance` of the public split's images of the
-    client's classes (classes the public split lacks are left out)."""
-    held = torch.isin(public.y, torch.unique(data.y))
-    return class_mean_distance(features, ImageSet(public.x[held], public.y[held]), data)
+def public_match(
+    features: Callable[[torch.Tensor], torch.Tensor], public: ImageSet, data: ImageSet, seed: int = 0
+) -> float:
+    """The level real images reach: the :func:`class_moment_distance` of up to :data:`MATCH_SAMPLES`
+    public images per class the client holds (as many as the generator is judged on, drawn with
+    ``seed``; classes the public split lacks are left out)."""
+    gen = torch.Generator().manual_seed(seed)
+    picks = []
+    for c in torch.unique(data.y):
+        rows = (public.y == c).nonzero().flatten()
+        picks.append(rows[torch.randperm(len(rows), generator=gen)[:MATCH_SAMPLES].to(rows.device)])
+    chosen = torch.cat(picks)
+    return class_moment_distance(features, ImageSet(public.x[chosen], public.y[chosen]), data)
 
 
-def class_mean_distance(
+def class_moment_distance(
     features: Callable[[torch.Tensor], torch.Tensor], images: ImageSet, data: ImageSet
 ) -> float:
-    """Per class of ``images``: ‖mean C(images_y) − mean C(data_y)‖ / ‖mean C(data_y)‖, averaged over the
-    classes (lower is better)."""
+    """Per class of ``images``: (‖mean C(images_y) − mean C(data_y)‖ + ‖std C(images_y) − std C(data_y)‖)
+    / ‖mean C(data_y)‖, the standard deviations per feature (a generator that collapses onto its class
+    mean does not pass), averaged over the classes (lower is better)."""
     with torch.no_grad():
         mine, real = features(images.x).flatten(1), features(data.x).flatten(1)
         gaps = []
         for c in torch.unique(images.y):
-            mean_real = real[data.y == c].mean(0)
-            gaps.append(
-                float((mine[images.y == c].mean(0) - mean_real).norm() / mean_real.norm().clamp_min(1e-12))
-            )
+            a, b = mine[images.y == c], real[data.y == c]
+            spread = (a.std(0, correction=0) - b.std(0, correction=0)).norm()
+            gaps.append(float(((a.mean(0) - b.mean(0)).norm() + spread) / b.mean(0).norm().clamp_min(1e-12)))
     return sum(gaps) / len(gaps)
 
 

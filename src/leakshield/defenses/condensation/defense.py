@@ -42,7 +42,7 @@ from leakshield.defenses.condensation.matching import (
     gradient_probe,
 )
 from leakshield.defenses.condensation.synthetic import Checkpoints, real_start, resumable
-from leakshield.defenses.convergence import METADATA_KEY, Convergence, tail_step
+from leakshield.defenses.convergence import METADATA_KEY, plateau, tail_steps
 from leakshield.errors import ConfigError
 from leakshield.generative import ConditionalGenerator
 from leakshield.registry import Params
@@ -206,18 +206,18 @@ class MatchedSet(CondensedData):
             last["loss"] = self.iterate(setup, real, syn, step)
             return last
 
-        # stopped once at the tail step to probe the set there (every iteration is seeded by its number:
-        # the pieces equal one uninterrupted run)
-        tail, probe = tail_step(p.iterations), lambda: self.probe(setup, real, syn)
-        start = probe()
-        compare, done = start, 0
-        for stop in (tail, p.iterations) if tail < p.iterations else (p.iterations,):
+        # stopped at its tail steps to probe the set there (every iteration is seeded by its number: the
+        # pieces equal one uninterrupted run)
+        probe = lambda: self.probe(setup, real, syn)  # noqa: E731
+        start, tail, done = probe(), {}, 0
+        for stop in [*tail_steps(p.iterations), p.iterations]:
             resumable(stop, syn.state(), advance, self.checkpoints(data, p.checkpoint_every),
                       desc=f"{self.name} condensation", progress=data.progress, start=done)  # fmt: skip
-            compare, done = probe() if stop == tail else compare, stop
-        criterion = Convergence(defense=self.name, objective=f"its {self.objective} on fixed networks",
-                                kind="plateau", steps=p.iterations, compare_steps=tail, start=start,
-                                value=probe(), compare=compare)  # fmt: skip
+            if stop < p.iterations:
+                tail[stop] = probe()
+            done = stop
+        objective = f"its {self.objective} on fixed networks"
+        criterion = plateau(self.name, objective, p.iterations, start, probe(), tail)
         return ImageSet(syn.x, syn.y), {"images": len(syn.x), "loss": last.get("loss", float("nan")),
                                         METADATA_KEY: criterion.as_json()}  # fmt: skip
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pydantic
 import torch
@@ -154,7 +154,7 @@ def encoder_convergence(
     obscured: torch.Tensor,
     info: DatasetInfo,
     c: float,
-) -> dict:
+) -> dict[str, Any]:
     """The encoder's convergence (``reference`` kind): Eq. 4's objective of the run's obscured images
     against the same images encoded with the paper's T = 500 steps (a probe of a few images)."""
     if params.steps >= PAPER_STEPS:
