@@ -6,6 +6,7 @@ stage          what it does                                                examp
 model_hook     changes the model the server builds and sends (public)       PRECODE, dropout, DP-SGD
 data_hook      transforms a local minibatch before the loss                 MixUp, InstaHide, ATS
 gradient       replaces how a minibatch gradient is computed                DP-SGD, Soteria, DCS²
+step_hook      transforms each minibatch gradient before the optimizer      noise with ``stage: step``
 release_hook   transforms the update before it leaves the client            noise, clipping, pruning
 inspect        a guard: judges the model received before the client trains  row-guard
 =============  ==========================================================  ==========================
@@ -138,6 +139,10 @@ class Defense(Fittable):
         """The minibatch gradient (``x`` normalized model input); used when ``replaces_gradient``."""
         return plain_gradient(model, x, y)
 
+    def step_hook(self, gradient: dict[str, torch.Tensor], context: ClientContext) -> dict[str, torch.Tensor]:
+        """The step stage: each minibatch gradient, after the gradient stage and before the optimizer."""
+        return gradient
+
     def release_hook(
         self, update: dict[str, torch.Tensor], context: ClientContext
     ) -> dict[str, torch.Tensor]:
@@ -235,11 +240,16 @@ class DefensePipeline:
     def gradient(
         self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, context: ClientContext
     ) -> dict[str, torch.Tensor]:
-        """The minibatch gradient: the replacing defense's, else the plain one."""
+        """The minibatch gradient (the replacing defense's, else the plain one) through every defense's
+        step stage in order."""
+        replacing = next((i for i, d in enumerate(self.defenses) if d.replaces_gradient), None)
+        if replacing is None:
+            gradient = plain_gradient(model, x, y)
+        else:
+            gradient = self.defenses[replacing].gradient(model, x, y, self._context(replacing, context))
         for i, defense in enumerate(self.defenses):
-            if defense.replaces_gradient:
-                return defense.gradient(model, x, y, self._context(i, context))
-        return plain_gradient(model, x, y)
+            gradient = defense.step_hook(gradient, self._context(i, context))
+        return gradient
 
     def release_hook(
         self, update: dict[str, torch.Tensor], context: ClientContext

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pydantic
 import torch
 
-from leakshield.defenses.base import DEFENSES, ClientContext, Defense
-from leakshield.registry import Params
+from leakshield.defenses.base import DEFENSES, ClientContext
+from leakshield.defenses.perturbation_stage import StagedPerturbation, StageParams
 
 
-class ClippingParams(Params):
-    """bound: the largest global L2 norm (over all tensors of the update) that is released unchanged."""
+class ClippingParams(StageParams):
+    """bound: the largest global L2 norm (over all tensors of the update) that is released unchanged.
+    stage: ``release`` (the update) or ``step`` (every minibatch gradient)."""
 
     bound: float = pydantic.Field(default=4.0, gt=0)
 
@@ -26,15 +27,13 @@ def update_norm(update: dict[str, torch.Tensor]) -> torch.Tensor:
     reference="Balunović et al., Bayesian Framework for Gradient Leakage, ICLR 2022 (clipping defense)",
     params=ClippingParams,
 )
-class Clipping(Defense):
+class Clipping(StagedPerturbation):
     """Release stage: ``Δ · min(1, C / ||Δ||₂)``. Cosine matching is invariant to it (the scale is lost,
     the direction is not), which is the point of the comparison."""
 
     params: ClippingParams
 
-    def release_hook(
-        self, update: dict[str, torch.Tensor], context: ClientContext
-    ) -> dict[str, torch.Tensor]:
+    def perturb(self, update: dict[str, torch.Tensor], context: ClientContext) -> dict[str, torch.Tensor]:
         norm = float(update_norm(update))
         factor = min(1.0, self.params.bound / norm) if norm > 0 else 1.0
         return {k: v * factor for k, v in update.items()}

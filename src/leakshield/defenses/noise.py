@@ -6,19 +6,20 @@ from __future__ import annotations
 import pydantic
 import torch
 
-from leakshield.defenses.base import DEFENSES, ClientContext, Defense
-from leakshield.registry import Params
+from leakshield.defenses.base import DEFENSES, ClientContext
+from leakshield.defenses.perturbation_stage import StagedPerturbation, StageParams
 
 
-class GaussianNoiseParams(Params):
+class GaussianNoiseParams(StageParams):
     """sigma: standard deviation of the noise added to every entry of the update (papers sweep
-    1e-4, 1e-3, 1e-2, 1e-1)."""
+    1e-4, 1e-3, 1e-2, 1e-1). stage: ``release`` (the update) or ``step`` (every minibatch gradient)."""
 
     sigma: float = pydantic.Field(default=1e-3, ge=0)
 
 
-class LaplacianNoiseParams(Params):
-    """scale: scale b of the Laplace(0, b) noise added to every entry (std = √2·b)."""
+class LaplacianNoiseParams(StageParams):
+    """scale: scale b of the Laplace(0, b) noise added to every entry (std = √2·b). stage: ``release``
+    or ``step``."""
 
     scale: float = pydantic.Field(default=1e-3, ge=0)
 
@@ -33,8 +34,9 @@ def _standard_noise(like: torch.Tensor, generator: torch.Generator, kind: str) -
     return noise.to(device=like.device, dtype=like.dtype)
 
 
-class AdditiveNoise(Defense):
-    """Release stage: ``Δ + scale·ε`` with unit noise ε of ``kind`` drawn per client and round."""
+class AdditiveNoise(StagedPerturbation):
+    """``Δ + scale·ε`` with unit noise ε of ``kind`` drawn per client and round (and step, at ``stage:
+    step``)."""
 
     kind: str
 
@@ -42,9 +44,7 @@ class AdditiveNoise(Defense):
     def scale(self) -> float:
         raise NotImplementedError
 
-    def release_hook(
-        self, update: dict[str, torch.Tensor], context: ClientContext
-    ) -> dict[str, torch.Tensor]:
+    def perturb(self, update: dict[str, torch.Tensor], context: ClientContext) -> dict[str, torch.Tensor]:
         s = self.scale
         return {k: v + s * _standard_noise(v, context.generator, self.kind) for k, v in update.items()}
 

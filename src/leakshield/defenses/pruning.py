@@ -9,13 +9,14 @@ from typing import Literal
 import pydantic
 import torch
 
-from leakshield.defenses.base import DEFENSES, ClientContext, Defense
-from leakshield.registry import Params
+from leakshield.defenses.base import DEFENSES, ClientContext
+from leakshield.defenses.perturbation_stage import StagedPerturbation, StageParams
 
 
-class PruningParams(Params):
+class PruningParams(StageParams):
     """ratio: fraction p of entries set to 0, the smallest in magnitude (papers: 0.7, 0.9, 0.95, 0.99).
-    scope: ``tensor`` prunes p of every tensor; ``global`` prunes p of all entries with one threshold."""
+    scope: ``tensor`` prunes p of every tensor; ``global`` prunes p of all entries with one threshold.
+    stage: ``release`` (the update) or ``step`` (every minibatch gradient)."""
 
     ratio: float = pydantic.Field(default=0.9, ge=0, lt=1)
     scope: Literal["tensor", "global"] = "tensor"
@@ -39,15 +40,13 @@ def keep_largest(values: torch.Tensor, ratio: float) -> torch.Tensor:
     params=PruningParams,
     aliases={"compression": {}, "pruning-global": {"scope": "global"}},
 )
-class Pruning(Defense):
+class Pruning(StagedPerturbation):
     """Release stage: zero the smallest-magnitude entries. The adaptive attack (``pruning-aware``)
     matches only the released, non-zero entries."""
 
     params: PruningParams
 
-    def release_hook(
-        self, update: dict[str, torch.Tensor], context: ClientContext
-    ) -> dict[str, torch.Tensor]:
+    def perturb(self, update: dict[str, torch.Tensor], context: ClientContext) -> dict[str, torch.Tensor]:
         p = self.params.ratio
         if self.params.scope == "tensor":
             return {k: v * keep_largest(v, p) for k, v in update.items()}
