@@ -1,4 +1,4 @@
-"""Defenses plug into the client pipeline at four stages (docs/concepts/cell-pipeline.md).
+"""Defenses plug into the client pipeline at these stages (docs/concepts/cell-pipeline.md).
 
 =============  ==========================================================  ==========================
 stage          what it does                                                examples
@@ -43,6 +43,7 @@ from leakshield.artifacts import Artifact, ArtifactCache, FitScope, Fittable
 from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.gradients import plain_gradient
 from leakshield.registry import Params, Registry
+from leakshield.seeds import seeded_generator
 
 
 @dataclass(frozen=True)
@@ -241,14 +242,17 @@ class DefensePipeline:
         self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, context: ClientContext
     ) -> dict[str, torch.Tensor]:
         """The minibatch gradient (the replacing defense's, else the plain one) through every defense's
-        step stage in order."""
+        step stage in order. The step stage draws from one stream per local step, shared by the
+        pipeline's defenses in turn (stacked noises are independent), apart from the data and gradient
+        stages' draws. A step-stage perturbation acts before any release stage, whatever the order."""
         replacing = next((i for i, d in enumerate(self.defenses) if d.replaces_gradient), None)
         if replacing is None:
             gradient = plain_gradient(model, x, y)
         else:
             gradient = self.defenses[replacing].gradient(model, x, y, self._context(replacing, context))
+        stepping = step_stream(context)
         for i, defense in enumerate(self.defenses):
-            gradient = defense.step_hook(gradient, self._context(i, context))
+            gradient = defense.step_hook(gradient, self._context(i, stepping))
         return gradient
 
     def release_hook(
@@ -281,3 +285,16 @@ def create_defense(name: str, params: Mapping[str, Any] | None = None) -> Defens
     defense = DEFENSES.create(name, params)
     defense.name = DEFENSES.get(name).name
     return defense
+
+
+#: the stream of the step stage's randomness (apart from the release stage's)
+STEP_STREAM = 0x57E95
+
+
+def step_stream(context: ClientContext) -> ClientContext:
+    """``context`` with the step stage's generator: seeded by the client's round generator and the local
+    step, so a step-stage perturbation does not consume the draws of the data and gradient stages."""
+    gen = context.generator
+    return dataclasses.replace(
+        context, generator=seeded_generator(gen.initial_seed(), STEP_STREAM, context.step, device=gen.device)
+    )

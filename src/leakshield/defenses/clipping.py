@@ -1,4 +1,5 @@
-"""Norm clipping of the released update (the clipping baseline; Balunović et al., ICLR 2022, Sec. 5)."""
+"""Norm clipping of the released update, or at ``stage: step`` of every local gradient (the clipping
+baseline; Balunović et al., ICLR 2022, Sec. 5)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ def update_norm(update: dict[str, torch.Tensor]) -> torch.Tensor:
     params=ClippingParams,
 )
 class Clipping(StagedPerturbation):
-    """Release stage: ``Δ · min(1, C / ||Δ||₂)``. Cosine matching is invariant to it (the scale is lost,
-    the direction is not), which is the point of the comparison."""
+    """``Δ · min(1, C / ||Δ||₂)`` on the update (or each local gradient at ``stage: step``). At release
+    cosine matching is invariant to it (the scale is lost, the direction is not), which is the point of
+    the comparison; clipped at every FedAvg step, the update's direction changes too."""
 
     params: ClippingParams
 

@@ -1,5 +1,6 @@
-"""Additive noise on the released update: the gradient-perturbation baseline of DLG, Soteria, PRECODE,
-ATS and DCS² (Gaussian) and its Laplacian variant (Zhu et al., NeurIPS 2019, Sec. 5)."""
+"""Additive noise on the released update, or at ``stage: step`` on every local gradient: the
+gradient-perturbation baseline of DLG, Soteria, PRECODE, ATS and DCS² (Gaussian) and its Laplacian
+variant (Zhu et al., NeurIPS 2019, Sec. 5)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ class AdditiveNoise(StagedPerturbation):
     aliases={"noise": {}},
 )
 class GaussianNoise(AdditiveNoise):
-    """Release stage: ``Δ + σ·ε``, ε ~ N(0, I) drawn per client and round."""
+    """``Δ + σ·ε``, ε ~ N(0, I) drawn per client and round (per step at ``stage: step``)."""
 
     params: GaussianNoiseParams
     kind = "gaussian"
@@ -74,7 +75,7 @@ class GaussianNoise(AdditiveNoise):
     params=LaplacianNoiseParams,
 )
 class LaplacianNoise(AdditiveNoise):
-    """Release stage: ``Δ + b·ε``, ε ~ Laplace(0, 1) drawn per client and round."""
+    """``Δ + b·ε``, ε ~ Laplace(0, 1) drawn per client and round (per step at ``stage: step``)."""
 
     params: LaplacianNoiseParams
     kind = "laplacian"

@@ -1,4 +1,5 @@
-"""Magnitude pruning (gradient compression) of the released update: the GradPruning baseline of DLG
+"""Magnitude pruning (gradient compression) of the released update (or, at ``stage: step``, of every
+local gradient): the GradPruning baseline of DLG
 (Zhu et al. 2019, Sec. 5), LODA, PRECODE and DCS²."""
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ def keep_largest(values: torch.Tensor, ratio: float) -> torch.Tensor:
     aliases={"compression": {}, "pruning-global": {"scope": "global"}},
 )
 class Pruning(StagedPerturbation):
-    """Release stage: zero the smallest-magnitude entries. The adaptive attack (``pruning-aware``)
-    matches only the released, non-zero entries."""
+    """Zero the smallest-magnitude entries of the update (of each local gradient at ``stage: step``).
+    The adaptive attack (``pruning-aware``) matches only the released, non-zero entries."""
 
     params: PruningParams
 

@@ -71,8 +71,9 @@ class DefenseSteps:
     def gradient(
         self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, step: int = 0, batch: ImageSet | None = None
     ) -> dict[str, torch.Tensor]:
-        """The minibatch gradient (the gradient stage's, else the plain one) of pixels ``x`` in [0, 1],
-        stochastic layers seeded per step as in leakshield's client."""
+        """The minibatch gradient (the gradient stage's, else the plain one, then the step stage) of
+        pixels ``x`` in [0, 1], stochastic layers and step-stage noise seeded per ``step`` as in
+        leakshield's client: pass each local step's own number."""
         context = self._at(x, y, step, batch)
         with client_rng(self.context.generator, step):
             return self.pipeline.gradient(model, self.context.info.normalize(x), y, context)

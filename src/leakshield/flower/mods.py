@@ -44,7 +44,7 @@ def is_release_only(defense: Defense) -> bool:
         and kind.data_hook is Defense.data_hook
         and not defense.replaces_gradient
         and defense.fit_scope is None
-        and getattr(defense.params, "stage", "release") == "release"
+        and (kind.step_hook is Defense.step_hook or getattr(defense.params, "stage", None) == "release")
     )
 
 
