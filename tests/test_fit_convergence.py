@@ -29,6 +29,7 @@ from leakshield.defenses.dcs2 import DCS2Params, synthesis_convergence
 from leakshield.experiment import ExperimentRunner, parse_config
 from leakshield.experiment.store import ResultStore
 from leakshield.leaderboard.export import export_json, records_from_json
+from leakshield.leaderboard.fit_probe import FIT_BUDGETS, _scaled, in_force
 from leakshield.leaderboard.ranking import standings
 from leakshield.leaderboard.tables import UNDER_BUDGET, ranking_rows, selection_note
 from leakshield.models import create_model
@@ -199,3 +200,12 @@ def test_a_preset_whose_loda_budget_misses_the_criterion_is_labelled(tmp_path) -
     assert accuracy["m · loda"].endswith(f"({UNDER_BUDGET})") and UNDER_BUDGET not in accuracy["m · met"]
     assert gap in selection_note(rows)
     assert f'"{UNDER_BUDGET}"' not in selection_note([r for r in rows if r.defense == "met"])
+
+
+def test_the_dry_run_scales_a_fit_budget_left_at_its_default() -> None:
+    """The leaderboard's presets leave LODA's steps at the paper's 500: the dry run's probe scales them
+    down from there (it ran two fits at the full budget before)."""
+    full = in_force({"name": "loda", "params": {"epochs": 3}}, FIT_BUDGETS["loda"])
+    assert full == {"steps": 500, "epochs": 3}
+    params, factor = _scaled(full, FIT_BUDGETS["loda"], 3)
+    assert params["steps"] == 3 and factor == pytest.approx(3 / 500)

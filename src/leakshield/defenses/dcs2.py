@@ -185,7 +185,8 @@ class DCS2(Defense):
 
     def fit(self, data: FitData) -> Artifact:
         """Nothing the defense uses (the synthesis runs per minibatch): the fit measures whether the
-        synthesis budget converges (:func:`synthesis_convergence`), kept in the artifact's metadata."""
+        synthesis budget converges (:func:`synthesis_convergence`), kept in the artifact's metadata; a
+        run measures it on the first defended client only (``fit_measures_only``)."""
         criterion = synthesis_convergence(self.params, data)
         return Artifact({}, {METADATA_KEY: criterion} if criterion else {})
 

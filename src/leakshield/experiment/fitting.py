@@ -86,6 +86,8 @@ def fit_defenses(
             targets = [
                 (c, data) for c, data in enumerate(setting.clients) if setting.fl.is_defended(c) and len(data)
             ]
+            if defense.fit_measures_only:  # a measurement (DCS²'s budget): the first defended client's
+                targets = targets[:1]
         for client, data in targets:
             key = FitKey(
                 component=f"defense:{defense.name}",

@@ -42,6 +42,13 @@ def _scaled(params: dict[str, Any], names: tuple[str, ...], steps: int) -> tuple
     return {**params, **{n: max(1, round(v * factor)) for n, v in full.items()}}, factor
 
 
+def in_force(entry: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """A defense entry's parameters with its budget parameters ``names`` at their values in force: a
+    preset that leaves one at its default (LODA's steps) is scaled from the default, not skipped."""
+    defaults = DEFENSES.create(entry["name"], entry["params"]).params.model_dump()
+    return {**{n: defaults[n] for n in names if n in defaults}, **entry["params"]}
+
+
 def _at_full(times: list[float], factors: list[float]) -> float:
     """Seconds at the full budget (factor 1) from the two probes' (factor, seconds)."""
     (t1, t2), (f1, f2) = times, factors
@@ -62,8 +69,9 @@ def _probe_defense(
         a for a in config.attacks if ATTACKS.get(a.name).targets is not None and runs_against(a, defense)
     ]
     times, factors, attack_seconds = [], [], {}
+    full = in_force(entry, FIT_BUDGETS[name])
     for steps in (PROBE_STEPS, 2 * PROBE_STEPS):
-        params, factor = _scaled(entry["params"], FIT_BUDGETS[name], steps)
+        params, factor = _scaled(full, FIT_BUDGETS[name], steps)
         short = DefenseSetting.model_validate({**defense.model_dump(exclude_none=True), **params})
         probe = config.model_copy(update={"defenses": [short], "seeds": seeds[:1]})
         context = ExperimentContext(probe, device, cache=ArtifactCache(f"{folder}/{steps}"))
