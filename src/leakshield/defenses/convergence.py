@@ -98,6 +98,14 @@ def tail_steps(steps: int) -> list[int]:
     return sorted({round(share * steps) for share in TAIL} - {0, steps})
 
 
+def reference(
+    defense: str, objective: str, steps: int, paper_steps: int, start: float, value: float, compare: float
+) -> Convergence:
+    """A ``reference`` criterion: the objective at the run's ``steps`` (``value``) against its value at
+    the paper's ``paper_steps`` (``compare``), both from ``start``."""
+    return Convergence(defense, objective, "reference", steps, paper_steps, start, value, compare)
+
+
 def plateau(
     defense: str, objective: str, steps: int, start: float, value: float, tail: dict[int, float]
 ) -> Convergence:

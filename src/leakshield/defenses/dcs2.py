@@ -31,7 +31,7 @@ from torch import nn
 from leakshield.artifacts import Artifact, FitData, FitScope
 from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.defenses.base import DEFENSES, ClientContext, Defense
-from leakshield.defenses.convergence import METADATA_KEY, Convergence
+from leakshield.defenses.convergence import METADATA_KEY, reference
 from leakshield.errors import ConfigError
 from leakshield.gradients import parameter_gradients
 from leakshield.loss import cross_entropy, training_loss
@@ -233,17 +233,10 @@ def synthesis_convergence(params: DCS2Params, data: FitData) -> dict[str, Any] |
         return synthesizer.stats
 
     run = synthesis(params.steps)
-    reference = run if params.steps >= PAPER_STEPS else synthesis(PAPER_STEPS)
-    return Convergence(
-        defense="dcs2",
-        objective=f"the synthesis's Eq. 9 objective, {len(xs)} sensitive samples",
-        kind="reference",
-        steps=params.steps,
-        compare_steps=PAPER_STEPS,
-        start=run["loss_start"],
-        value=run["loss"],
-        compare=reference["loss"],
-    ).as_json()
+    at_paper = run if params.steps >= PAPER_STEPS else synthesis(PAPER_STEPS)
+    objective = f"the synthesis's Eq. 9 objective, {len(xs)} sensitive samples"
+    return reference("dcs2", objective, params.steps, PAPER_STEPS, run["loss_start"], run["loss"],
+                     at_paper["loss"]).as_json()  # fmt: skip
 
 
 class ConcealedSampleSynthesizer:

@@ -25,7 +25,7 @@ from leakshield.data.lookup import swap_in
 from leakshield.data.registry import list_datasets, load_dataset
 from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.defenses.base import DEFENSES, ClientContext, Defense
-from leakshield.defenses.convergence import METADATA_KEY, Convergence
+from leakshield.defenses.convergence import METADATA_KEY, reference
 from leakshield.defenses.loda.calibration import calibrated_c
 from leakshield.defenses.loda.encoder import eq4_objective, obscure
 from leakshield.defenses.loda.extractor import ExtractorParams, feature_map, fitted_extractor
@@ -158,19 +158,12 @@ def encoder_convergence(
     """The encoder's convergence (``reference`` kind): Eq. 4's objective of the run's obscured images
     against the same images encoded with the paper's T = 500 steps (a probe of a few images)."""
     if params.steps >= PAPER_STEPS:
-        reference = obscured
+        at_paper = obscured
     else:
-        reference = obscure(g, private, starts, info, c=c, steps=PAPER_STEPS, lr=params.step_size)
-    return Convergence(
-        defense="loda",
-        objective=f"the encoder's Eq. 4 objective, {len(private)} images",
-        kind="reference",
-        steps=params.steps,
-        compare_steps=PAPER_STEPS,
-        start=eq4_objective(g, starts, private, info, c),
-        value=eq4_objective(g, obscured, private, info, c),
-        compare=eq4_objective(g, reference, private, info, c),
-    ).as_json()
+        at_paper = obscure(g, private, starts, info, c=c, steps=PAPER_STEPS, lr=params.step_size)
+    start, value, compare = (eq4_objective(g, x, private, info, c) for x in (starts, obscured, at_paper))
+    objective = f"the encoder's Eq. 4 objective, {len(private)} images"
+    return reference("loda", objective, params.steps, PAPER_STEPS, start, value, compare).as_json()
 
 
 def loda_c(
