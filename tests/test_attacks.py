@@ -150,12 +150,14 @@ def test_matching_loss_vanishes_at_the_truth_in_fedsgd_and_fedavg(digits3):
 
 
 def test_idlg_reconstructs_digits(digits3):
-    """Acceptance (reduced): iDLG, inferred label, untrained LeNet, batch 1, no restarts."""
+    """Acceptance (reduced): iDLG, inferred label, untrained LeNet, batch 1, no restarts; the two victims
+    in one batched L-BFGS run (each the one-victim engine's path: test_vectorized)."""
     model = create_model("lenet", in_shape=digits3.info.shape, num_classes=10)
-    attack = create_attack("idlg")
-    for i in (0, 1):
-        data = digits3.train.subset([i])
-        rec = attack.reconstruct(make_view(model, data, digits3.info), seed=i)
+    batches = [digits3.train.subset([i]) for i in (0, 1)]
+    views = [make_view(model, data, digits3.info) for data in batches]
+    reconstructions = create_attack("idlg").reconstruct_many(views, seeds=[0, 1])
+    for rec, data in zip(reconstructions, batches, strict=True):
+        assert rec.stats["vectorized"] == 1.0
         assert int(rec.labels[0]) == int(data.y[0])
         assert float(psnr(rec.images, data.x)) >= 30 and float(ssim(rec.images, data.x)) >= 0.9
 
@@ -220,6 +222,14 @@ def test_every_diverging_restart_is_reported_not_hidden(digits3):
     view = dataclasses.replace(view, update=dataclasses.replace(view.update, delta=poisoned))
     with pytest.raises(FloatingPointError, match="diverged"):
         create_attack("idlg", {"iterations": 3, "restarts": 2, "labels": "known"}).reconstruct(view)
+    # Adam stops a restart at its first non-finite loss: one evaluation, then one at the final point
+    attack = create_attack("ig", {"iterations": 50, "restarts": 2, "labels": "known", "path": "loop"})
+    calls = []
+    real = attack._dummy_update
+    attack._dummy_update = lambda *a, **k: calls.append(1) or real(*a, **k)
+    with pytest.raises(FloatingPointError, match="diverged"):
+        attack.reconstruct(view)
+    assert len(calls) == 2 * 2
 
 
 def test_reconstruction_is_seeded(digits3):

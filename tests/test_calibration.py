@@ -10,6 +10,7 @@ from leakshield.attacks.passive.inversion.calibration import (
     CALIBRATION_FILE,
     SMALL_JOB,
     Candidates,
+    MemoryBudget,
     choose_path,
 )
 
@@ -22,7 +23,15 @@ def _fresh_memo(monkeypatch):
     monkeypatch.setattr(calibration, "SMALL_JOB", SMALL_JOB)  # conftest turns calibration off elsewhere
 
 
-def fake(monkeypatch, seconds: dict[str, float], *, compiles: bool = True, per_victim: float = 1.0, free=1e9):
+def fake(
+    monkeypatch,
+    seconds: dict[str, float],
+    *,
+    compiles: bool = True,
+    per_victim: float = 1.0,
+    free: float = 1e9,
+    in_use: float = 0.0,
+):
     """Candidates whose measured seconds per step are ``seconds`` and whose vectorized step takes
     ``per_victim`` bytes per victim of ``free`` bytes; records what was run."""
     calls: list[str] = []
@@ -41,7 +50,8 @@ def fake(monkeypatch, seconds: dict[str, float], *, compiles: bool = True, per_v
     monkeypatch.setattr(calibration, "_timed", timed)
     monkeypatch.setattr(calibration, "_reset_peak", lambda d: 0.0)
     monkeypatch.setattr(calibration, "_peak", lambda d: per_victim * 4)
-    monkeypatch.setattr(calibration, "_free_memory", lambda d: free)
+    monkeypatch.setattr(calibration, "_device_free", lambda d: free)
+    monkeypatch.setattr(calibration, "_in_use", lambda d: in_use)
     return calls, Candidates(
         loop=lambda k: calls.append("loop"),
         vectorized=lambda chunk, k: calls.append("vectorized"),
@@ -99,6 +109,27 @@ def test_victims_are_chunked_to_fit_memory_and_fall_back_to_the_loop(monkeypatch
     assert choice.path == "vectorized" and choice.chunk == 5  # half of 1000 bytes at 100 per victim
     _, tight = fake(monkeypatch, {"loop": 1.0, "vectorized": 0.1}, per_victim=100.0, free=100.0)
     assert choose_path({"m": 8}, 64, 10_000, tight, CPU, requested="vectorized").path == "loop"
+
+
+def test_an_emulated_memory_limit_sizes_the_chunks(monkeypatch):
+    """A smaller card, emulated: half of what is free under the limit, less what the process holds,
+    and the bytes per victim the probe does not see (batched L-BFGS's history on the device)."""
+    gib = 2**30
+    _, roomy = fake(monkeypatch, {"loop": 1.0, "vectorized": 0.1}, per_victim=100.0, free=1e9, compiles=False)
+    assert choose_path({"m": 10}, 64, 10_000, roomy, CPU, requested="vectorized").chunk == 64
+    limited = MemoryBudget(limit_gib=1000 / gib)
+    assert choose_path({"m": 10}, 64, 10_000, roomy, CPU, requested="vectorized", memory=limited).chunk == 5
+    history = MemoryBudget(limit_gib=1000 / gib, extra_bytes_per_victim=100.0)
+    assert choose_path({"m": 10}, 64, 10_000, roomy, CPU, requested="vectorized", memory=history).chunk == 2
+    # measured once per limit: the remembered decision of one limit is not another's
+    a = choose_path({"m": 11}, 64, 10_000, roomy, CPU, compile_after=1e12)
+    b = choose_path({"m": 11}, 64, 10_000, roomy, CPU, compile_after=1e12, memory=limited)
+    assert (a.chunk, b.chunk) == (64, 5)
+    # a short job, which is not calibrated, is still sized under a limit
+    assert choose_path({"m": 12}, 64, SMALL_JOB - 1, roomy, CPU, memory=limited).chunk == 5
+    assert choose_path({"m": 12}, 64, SMALL_JOB - 1, roomy, CPU).chunk == 64
+    _, holding = fake(monkeypatch, {"loop": 1.0, "vectorized": 0.1}, per_victim=100.0, free=1e9, in_use=400)
+    assert choose_path({"m": 10}, 64, 10_000, holding, CPU, requested="vectorized", memory=limited).chunk == 3
 
 
 def test_requested_paths_are_honoured(monkeypatch):

@@ -231,9 +231,11 @@ def _victim(
 ) -> Requests:
     """One victim's L-BFGS restart as the one-victim engine runs it: ``p.iterations`` calls of
     ``torch.optim.LBFGS.step`` (state kept between them), stopping when the loss is not finite or the
-    best gradient distance is below ``p.tolerance``, the box applied after each call."""
+    best gradient distance is below ``p.tolerance``, the box applied after each call, and after the call
+    in which its evaluations reach ``p.lbfgs_max_evaluations``. Returns (evaluations, whether that bound
+    stopped it)."""
     max_iter, max_eval = p.lbfgs_max_iter, p.lbfgs_max_iter * 5 // 4
-    total = 0
+    total = spent_in_all = 0
     d = prev_grad = None
     t, prev_loss = 0.0, 0.0
     for _ in range(p.iterations):
@@ -262,9 +264,13 @@ def _victim(
                 break
             if float((d * t).abs().max()) <= TOLERANCE_CHANGE or abs(loss - prev_loss) < TOLERANCE_CHANGE:
                 break
+        spent_in_all += evals
         if not math.isfinite(first_loss) or not bool(torch.isfinite(x).all()) or solved():
-            return
+            return spent_in_all, False
         x = box(x)
+        if p.lbfgs_max_evaluations is not None and spent_in_all >= p.lbfgs_max_evaluations:
+            return spent_in_all, True
+    return spent_in_all, False
 
 
 def lbfgs_many(
@@ -275,16 +281,24 @@ def lbfgs_many(
     remember: Callable[[list[int], torch.Tensor, torch.Tensor, torch.Tensor], None],
     solved: Callable[[int], bool],
     progress: bool = False,
-) -> None:
+    host: torch.device | None = None,
+) -> dict[int, tuple[int, bool]]:
     """Run one L-BFGS restart for every row of ``start`` (V × D flat variables). ``evaluate`` is called
     with the victims still running and their points; ``remember(victims, points, loss, distance)`` sees
     every evaluation (the caller keeps the best iterate); ``solved(v)`` stops a victim. ``progress``
-    shows the evaluation rounds and the victims still running."""
-    victims = len(start)
+    shows the evaluation rounds and the victims still running. ``host``: keep the per-victim
+    bookkeeping (points, directions, curvature pairs, the line search's scalars) on that device, and
+    only the evaluations on ``start``'s: on a GPU every scalar the line search reads would otherwise be
+    a synchronization, several per victim and evaluation. Returns each victim's (evaluations, whether
+    ``lbfgs_max_evaluations`` stopped it)."""
+    victims, device = len(start), start.device
+    keep = host if host is not None else device
+    start = start.to(keep)
     bar = tqdm(desc="batched L-BFGS (evaluations)", disable=not progress, leave=False)
-    memory = History(victims, p.lbfgs_history, start.shape[1], start.device, start.dtype)
+    memory = History(victims, p.lbfgs_history, start.shape[1], keep, start.dtype)
     runs = {v: _victim(p, start[v].clone(), box, lambda v=v: solved(v)) for v in range(victims)}
     requests = {v: next(run) for v, run in runs.items()}
+    ended: dict[int, tuple[int, bool]] = {}
     while requests:
         asking = sorted(v for v, r in requests.items() if isinstance(r, _Direction))
         if asking:
@@ -292,9 +306,10 @@ def lbfgs_many(
             replies = dict(zip(asking, directions, strict=True))
         else:
             running = sorted(requests)
-            points = torch.stack([requests[v].point for v in running])  # type: ignore[union-attr]
+            points = torch.stack([requests[v].point for v in running]).to(device)  # type: ignore[union-attr]
             loss, distance, grads = evaluate(running, points)
             remember(running, points, loss, distance)
+            grads = grads.to(keep)
             values = loss.tolist()
             replies = {v: (values[i], grads[i]) for i, v in enumerate(running)}
             bar.update()
@@ -302,6 +317,8 @@ def lbfgs_many(
         for v, reply in replies.items():
             try:
                 requests[v] = runs[v].send(reply)
-            except StopIteration:
+            except StopIteration as stop:
                 del requests[v]
+                ended[v] = stop.value
     bar.close()
+    return ended

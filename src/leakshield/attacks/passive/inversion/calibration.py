@@ -6,8 +6,9 @@ step for all victims; batched L-BFGS for L-BFGS) and ``compiled`` (that step com
 steps of each on the actual model, victims and device, and measures the memory one victim's share of
 the vectorized step takes. The faster path wins only by a clear margin (:data:`MARGIN`, so that a near
 tie does not flip from run to run), and compiling is tried only when the eager estimate exceeds
-``compile_after`` seconds (a compilation takes 10–100 s). Victims are then attacked in chunks that fit
-in half the free memory; if not even one fits vectorized, the loop runs.
+``compile_after`` seconds (by default :data:`COMPILE_AFTER` of the device type). Victims are then
+attacked in chunks that fit in half the free memory (under an emulated limit, ``memory_limit_gib``, or a
+process memory fraction, when set); if not even one fits vectorized, the loop runs.
 
 Decisions are remembered per (model shapes, attack settings, victims, device, threads) for the process
 and in ``calibration.json`` in the run's cache folder (``--cache-dir``), so a rerun takes the same path
@@ -33,6 +34,10 @@ from leakshield.artifacts import default_cache_dir
 
 MARGIN = 1.15
 SMALL_JOB = 50
+#: seconds of eager work from which compiling is tried, by device type (a compilation took 10–100 s on
+#: 2 CPU cores, 6–13 s on an H200; there the estimate, which counts the objective's steps only, put the
+#: demo's iDLG at a few seconds while its L-BFGS ran a minute: docs/speed-and-scale.md)
+COMPILE_AFTER = {"cpu": 120.0, "cuda": 5.0}
 CALIBRATION_FILE = "calibration.json"
 _MEMO: dict[str, PathChoice] = {}
 
@@ -78,25 +83,40 @@ def choose_path(
     device: torch.device,
     *,
     requested: str = "auto",
-    compile_after: float = 120.0,
+    compile_after: float | None = None,
     folder: str | Path | None = None,
+    memory: MemoryBudget | None = None,
 ) -> PathChoice:
     """The path for ``victims`` victims × ``steps`` steps (see the module docstring); the measurement
-    is remembered in ``folder`` (the run's cache folder; default: the default cache folder)."""
+    is remembered in ``folder`` (the run's cache folder; default: the default cache folder). ``memory``:
+    an emulated memory limit and the bytes per victim the step's probe does not see."""
+    memory = memory or MemoryBudget()
+    if compile_after is None:
+        compile_after = COMPILE_AFTER.get(device.type, COMPILE_AFTER["cpu"])
     if requested == "loop" or victims < 2:
         return PathChoice("loop", 1)
     if requested in ("vectorized", "compiled"):
-        chunk, per_victim = _chunk(candidates, victims, device)
+        chunk, per_victim = _chunk(candidates, victims, device, memory)
         if chunk == 0:
             return PathChoice("loop", 1, bytes_per_victim=per_victim)
         if requested == "compiled" and candidates.compile is not None and candidates.compile(chunk):
             return PathChoice("compiled", chunk, bytes_per_victim=per_victim)
         return PathChoice("vectorized", chunk, bytes_per_victim=per_victim)
+    cap = _process_cap(device)
+    limited = memory.limit_gib is not None or cap is not None
     if steps < SMALL_JOB:
-        return PathChoice("vectorized", victims)
+        if not limited:
+            return PathChoice("vectorized", victims)
+        chunk, per_victim = _chunk(candidates, victims, device, memory)  # a short job on a smaller card
+        path = "vectorized" if chunk else "loop"
+        return PathChoice(path, max(chunk, 1), bytes_per_victim=per_victim)
+    limits = {} if memory == MemoryBudget() else {"memory": asdict(memory)}
+    if cap is not None:
+        limits["process_cap"] = cap
     memo = signature(
         {
             **key,
+            **limits,
             "victims": victims,
             "device": str(device),
             "threads": torch.get_num_threads(),
@@ -110,7 +130,7 @@ def choose_path(
     if stored is not None:
         _MEMO[memo] = stored
         return _with_compile(stored, candidates)
-    choice = _measure(victims, steps, candidates, device, compile_after)
+    choice = _measure(victims, steps, candidates, device, compile_after, memory)
     _MEMO[memo] = choice
     _save(memo, choice, folder)
     return choice
@@ -124,9 +144,16 @@ def _with_compile(choice: PathChoice, candidates: Candidates) -> PathChoice:
     return remembered
 
 
-def _measure(victims: int, steps: int, candidates: Candidates, device: torch.device, compile_after: float):
+def _measure(
+    victims: int,
+    steps: int,
+    candidates: Candidates,
+    device: torch.device,
+    compile_after: float,
+    memory: MemoryBudget,
+):
     seconds = {"loop": _timed(lambda k: candidates.loop(k), device)}
-    chunk, per_victim = _chunk(candidates, victims, device)
+    chunk, per_victim = _chunk(candidates, victims, device, memory)
     if chunk == 0:
         return PathChoice("loop", 1, seconds, per_victim)
     seconds["vectorized"] = _timed(lambda k: candidates.vectorized(chunk, k), device) / chunk
@@ -153,16 +180,28 @@ def _timed(run: Callable[[int], None], device: torch.device, steps: int = 3) -> 
     return max((clock(1 + steps) - clock(1)) / steps, 1e-9)
 
 
-def _chunk(candidates: Candidates, victims: int, device: torch.device) -> tuple[int, float | None]:
+@dataclass(frozen=True)
+class MemoryBudget:
+    """``limit_gib``: attack as if the device had at most this much memory (execution setting
+    ``memory_limit_gib``); ``extra_bytes_per_victim``: what each victim holds beside the step that the
+    probe measures (batched L-BFGS's curvature pairs on the same device)."""
+
+    limit_gib: float | None = None
+    extra_bytes_per_victim: float = 0.0
+
+
+def _chunk(
+    candidates: Candidates, victims: int, device: torch.device, memory: MemoryBudget = MemoryBudget()
+) -> tuple[int, float | None]:
     """Victims per vectorized chunk that fit in half the free memory, from a measured step of a few."""
     probe = min(victims, 4)
     before = _reset_peak(device)
     candidates.vectorized(probe, 1)
     peak = _peak(device)
-    free = _free_memory(device)
+    free = _free_memory(device, memory.limit_gib)
     if before is None or peak is None or free is None:
         return victims, None
-    per_victim = max(peak - before, 1) / probe
+    per_victim = max(peak - before, 1) / probe + memory.extra_bytes_per_victim
     return min(victims, int(0.5 * free // per_victim)), per_victim
 
 
@@ -191,7 +230,34 @@ def _peak(device: torch.device) -> float | None:
         return None
 
 
-def _free_memory(device: torch.device) -> float | None:
+def _free_memory(device: torch.device, limit_gib: float | None = None) -> float | None:
+    """Bytes free for this process: the device's free memory, under the process's share of a GPU
+    (``torch.cuda.set_per_process_memory_fraction``) and under ``limit_gib`` less what it already uses."""
+    free, in_use, caps = _device_free(device), _in_use(device), []
+    if limit_gib is not None:
+        caps.append(limit_gib * 2**30)
+    cap = _process_cap(device)
+    if cap is not None:
+        caps.append(cap)
+    if free is None or (caps and in_use is None):
+        return free
+    for cap in caps:
+        free = min(free, max(cap - in_use, 0.0))
+    return free
+
+
+def _process_cap(device: torch.device) -> float | None:
+    """Bytes this process may allocate on a GPU under ``torch.cuda.set_per_process_memory_fraction``;
+    None when no fraction below 1 is set (or torch cannot say)."""
+    share = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    if device.type != "cuda" or share is None:
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    fraction = share(index)
+    return fraction * torch.cuda.get_device_properties(index).total_memory if fraction < 1.0 else None
+
+
+def _device_free(device: torch.device) -> float | None:
     if device.type == "cuda":
         return float(torch.cuda.mem_get_info(device)[0])
     try:
@@ -201,6 +267,16 @@ def _free_memory(device: torch.device) -> float | None:
     except OSError:
         return None
     return None
+
+
+def _in_use(device: torch.device) -> float | None:
+    """Bytes this process holds on the device: torch's reserved GPU memory, or the resident size."""
+    if device.type == "cuda":
+        return float(torch.cuda.memory_reserved(device))
+    try:
+        return _status_kib("VmRSS") * 1024.0
+    except (OSError, ValueError):
+        return None
 
 
 def _status_kib(field_name: str) -> float:

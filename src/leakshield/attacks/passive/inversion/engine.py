@@ -116,7 +116,7 @@ class GradientInversion(Attack):
             return loss, grad_distance
 
         best = (None, None, math.inf)
-        diverged = 0
+        diverged = evaluations = budget_hits = 0
         # stochastic layers (dropout, PRECODE) draw from the global RNG: seed it for this attack only
         try:
             with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
@@ -128,7 +128,8 @@ class GradientInversion(Attack):
                     logits0 = None
                     if labels is None:  # joint optimization of soft labels (DLG)
                         logits0 = torch.randn(n, info.num_classes, generator=gen).to(device)
-                    x, logits, score = optimize_one(p, x0, logits0, objective, lo, hi)
+                    x, logits, score, spent, hit = optimize_one(p, x0, logits0, objective, lo, hi)
+                    evaluations, budget_hits = evaluations + spent, budget_hits + hit
                     if not math.isfinite(score):
                         diverged += 1
                     elif score < best[2]:
@@ -149,6 +150,8 @@ class GradientInversion(Attack):
             "labels_known": float(label_source == "known"),
             "seconds": time.perf_counter() - start,
         }
+        if p.optimizer == "lbfgs":
+            stats.update(evaluations=float(evaluations), evaluation_budget_hit=float(budget_hits))
         return Reconstruction(
             images=images, labels=final_labels.detach().cpu(), stats=stats, normalized=best_x.detach().cpu()
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from tqdm.auto import tqdm
@@ -36,33 +37,45 @@ def lr_scheduler(
     return None
 
 
-def optimize_one(p: GradientInversionParams, x0, logits0, objective: Objective, lo, hi):
-    """Run one restart. Returns the iterate with the lowest objective seen (distance + priors, the
-    quantity being minimized) as (image, label logits, its gradient distance); restarts are then
-    compared on that gradient distance."""
+class Restart(NamedTuple):
+    """One restart's best iterate (lowest objective seen: distance + priors) and its gradient distance,
+    on which restarts are compared; L-BFGS also counts its objective evaluations and whether
+    ``lbfgs_max_evaluations`` stopped it."""
+
+    x: torch.Tensor
+    logits: torch.Tensor | None
+    score: float
+    evaluations: int = 0
+    budget_hit: bool = False
+
+
+def optimize_one(p: GradientInversionParams, x0, logits0, objective: Objective, lo, hi) -> Restart:
+    """Run one restart of one victim (see :class:`Restart`)."""
     x = x0.clone().requires_grad_(True)
     logits = logits0.clone().requires_grad_(True) if logits0 is not None else None
     variables = [x] if logits is None else [x, logits]
     best: list = [x.detach().clone(), None if logits is None else logits.detach().clone(), math.inf]
-    best_loss = math.inf
+    best_loss = last_loss = math.inf
 
     def remember(loss: torch.Tensor, grad_distance: torch.Tensor) -> None:
-        nonlocal best_loss
-        value = float(loss.detach())
+        nonlocal best_loss, last_loss
+        # both values in one transfer: on a GPU each read is a synchronization
+        value, distance = torch.stack((loss.detach(), grad_distance.detach().to(loss.dtype))).tolist()
+        last_loss = value
         if math.isfinite(value) and value < best_loss:
             best_loss = value
-            best[:] = [
-                x.detach().clone(),
-                None if logits is None else logits.detach().clone(),
-                float(grad_distance.detach()),
-            ]
+            best[:] = [x.detach().clone(), None if logits is None else logits.detach().clone(), distance]
 
     def box() -> None:
         if p.boxed:
             with torch.no_grad():
                 x.copy_(torch.max(torch.min(x, hi), lo))
 
+    evaluations = 0
+
     def evaluate() -> torch.Tensor:
+        nonlocal evaluations
+        evaluations += 1
         loss, grad_distance = objective(x, logits)
         grads = torch.autograd.grad(loss, variables)
         x.grad = grads[0].sign() if p.signed and p.optimizer != "lbfgs" else grads[0]
@@ -80,12 +93,16 @@ def optimize_one(p: GradientInversionParams, x0, logits0, objective: Objective, 
             history_size=p.lbfgs_history,
             line_search_fn=line_search,
         )
+        budget_hit = False
         for _ in range(p.iterations):
             loss = opt.step(evaluate)
             if not torch.isfinite(loss) or not torch.isfinite(x).all() or best[2] < p.tolerance:
                 break
             box()
-        return tuple(best)
+            if p.lbfgs_max_evaluations is not None and evaluations >= p.lbfgs_max_evaluations:
+                budget_hit = True
+                break
+        return Restart(*best, evaluations, budget_hit)
 
     if p.optimizer == "adam":
         opt = torch.optim.Adam(variables, lr=p.lr)
@@ -94,8 +111,8 @@ def optimize_one(p: GradientInversionParams, x0, logits0, objective: Objective, 
     sched = lr_scheduler(opt, p)
     since_better, previous_best = 0, math.inf
     for _ in range(p.iterations):
-        loss = evaluate()
-        if not torch.isfinite(loss):
+        evaluate()
+        if not math.isfinite(last_loss):
             break
         since_better = 0 if best_loss < previous_best else since_better + 1
         previous_best = best_loss
@@ -109,7 +126,7 @@ def optimize_one(p: GradientInversionParams, x0, logits0, objective: Objective, 
             break
     if torch.isfinite(x).all():
         remember(*objective(x, logits))
-    return tuple(best)
+    return Restart(*best)
 
 
 def optimize_many(

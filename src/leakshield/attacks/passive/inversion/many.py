@@ -15,7 +15,7 @@ import torch
 
 from leakshield.attacks.base import Reconstruction
 from leakshield.attacks.passive.inversion.batched_lbfgs import lbfgs_many
-from leakshield.attacks.passive.inversion.calibration import Candidates, PathChoice, choose_path
+from leakshield.attacks.passive.inversion.calibration import Candidates, MemoryBudget, PathChoice, choose_path
 from leakshield.attacks.passive.inversion.loops import optimize_many
 from leakshield.attacks.passive.inversion.problem import MatchingProblem
 from leakshield.attacks.passive.inversion.vectorized import VectorizedObjective
@@ -104,7 +104,10 @@ def attack_many(
     p = attack.params
     start = time.perf_counter()
     problem = ManyVictims(attack, views, seeds)
-    steps = p.iterations * p.restarts * (p.lbfgs_max_iter if p.optimizer == "lbfgs" else 1)
+    per_restart = p.iterations
+    if p.optimizer == "lbfgs":  # objective evaluations: up to lbfgs_max_iter per outer step, or the bound
+        per_restart = min(p.iterations * p.lbfgs_max_iter, p.lbfgs_max_evaluations or math.inf)
+    steps = int(per_restart * p.restarts)
     key = {
         "model": [(k, tuple(v.shape)) for k, v in views[0].model.state_dict().items()],
         "model_type": type(views[0].model).__name__,
@@ -121,6 +124,7 @@ def attack_many(
         requested=attack.execution.path,
         compile_after=attack.execution.compile_after,
         folder=attack.execution.calibration_dir,
+        memory=MemoryBudget(attack.execution.memory_limit_gib, _bookkeeping_bytes(problem)),
     )
     if choice.path == "compiled":  # L-BFGS's batches shrink as victims finish: pad them to one size
         problem.pad_to = choice.chunk
@@ -132,11 +136,15 @@ def attack_many(
     best_logits = torch.zeros(victims, problem.n, problem.info.num_classes, device=problem.device)
     best_score = torch.full((victims,), math.inf, device=problem.device)
     diverged = torch.zeros(victims)
+    evaluations, budget_hits = [0] * victims, [0] * victims  # L-BFGS's, per victim over its restarts
     chunks = [list(range(i, min(i + choice.chunk, victims))) for i in range(0, victims, choice.chunk)]
     for _ in range(p.restarts):
         for idx in chunks:
             x0, logits0 = problem.starts(idx)
-            x, logits, score = _one_restart(problem, idx, x0, logits0, progress)
+            x, logits, score, counts = _one_restart(problem, idx, x0, logits0, progress)
+            for row, (spent, hit) in counts.items():
+                evaluations[idx[row]] += spent
+                budget_hits[idx[row]] += hit
             finite = torch.isfinite(score)
             rows = torch.tensor(idx, device=problem.device)
             diverged[idx] += (~finite).float().cpu()
@@ -160,6 +168,8 @@ def attack_many(
             "labels_known": float(source == "known"),
             "seconds": seconds,
         }
+        if p.optimizer == "lbfgs":
+            stats.update(evaluations=float(evaluations[i]), evaluation_budget_hit=float(budget_hits[i]))
         images = problem.info.denormalize(best_x[i]).clamp(0, 1).cpu()
         reconstruction = Reconstruction(
             images=images, labels=y.detach().cpu(), stats=stats, normalized=best_x[i].detach().cpu()
@@ -173,7 +183,7 @@ def _one_restart(problem: ManyVictims, idx: list[int], x0, logits0, progress: bo
     _, labels, targets = problem.step_inputs(idx, x0, logits0)
     if p.optimizer != "lbfgs":
         x, score = optimize_many(p, x0, problem.objective, labels, targets, problem.lo, problem.hi, progress)
-        return x, None, score
+        return x, None, score, {}
     return _lbfgs(problem, idx, x0, logits0, progress)
 
 
@@ -205,19 +215,39 @@ def _lbfgs(problem: ManyVictims, idx: list[int], x0, logits0, progress: bool):
         at = at[better]
         best[at], best_loss[at], best_score[at] = points[better], loss[better], score[better]
 
+    host = _bookkeeping_host(problem)
+    lo, hi = (problem.lo, problem.hi) if host is None else (problem.lo.to(host), problem.hi.to(host))
+
     def box(point: torch.Tensor) -> torch.Tensor:
         if not p.boxed:
             return point
-        x = torch.max(torch.min(point[:size].view(shape), problem.hi), problem.lo)
+        x = torch.max(torch.min(point[:size].view(shape), hi), lo)
         return torch.cat([x.flatten(), point[size:]])
 
     def solved(v: int) -> bool:
         return bool(best_score[v] < p.tolerance)
 
-    lbfgs_many(p, start, evaluate, box, remember, solved, progress)
+    counts = lbfgs_many(p, start, evaluate, box, remember, solved, progress, host=host)
     x = best[:, :size].view(-1, *shape)
     logits = best[:, size:].view(len(idx), problem.n, -1) if problem.joint else None
-    return x, logits, best_score
+    return x, logits, best_score, counts
+
+
+def _bookkeeping_bytes(problem: ManyVictims) -> float:
+    """Batched L-BFGS's per-victim state on the evaluations' device (the curvature pairs and their inner
+    products), which the memory probe of one step does not see; 0 when it is kept on the host."""
+    p = problem.attack.params
+    host = _bookkeeping_host(problem)
+    if p.optimizer != "lbfgs" or (host is not None and host != problem.device):
+        return 0.0
+    dim = problem.n * (math.prod(problem.info.shape) + (problem.info.num_classes if problem.joint else 0))
+    return 4.0 * (2 * p.lbfgs_history * dim + 2 * p.lbfgs_history**2 + 8 * dim)
+
+
+def _bookkeeping_host(problem: ManyVictims) -> torch.device | None:
+    """Where batched L-BFGS keeps its per-victim bookkeeping (execution setting ``lbfgs_bookkeeping``):
+    the CPU for ``host``, else beside the evaluations (None)."""
+    return torch.device("cpu") if problem.attack.execution.lbfgs_bookkeeping == "host" else None
 
 
 def _with_stats(reconstruction: Reconstruction, choice: PathChoice, *, vectorized: bool) -> Reconstruction:

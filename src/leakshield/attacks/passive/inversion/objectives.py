@@ -19,12 +19,18 @@ def _weights(n: int, weights: Sequence[float] | None) -> Sequence[float]:
     return weights if weights is not None else [1.0] * n
 
 
+def _weighted(w: float, term: torch.Tensor) -> torch.Tensor:
+    """``w·term``; a weight of 1 adds no operation (one kernel per layer and step, twice with the
+    backward, which a GPU waits on when the model has many small layers)."""
+    return term if w == 1.0 else w * term
+
+
 def l2_distance(
     dummy: Sequence[torch.Tensor], target: Sequence[torch.Tensor], weights: Sequence[float] | None = None
 ) -> torch.Tensor:
     """Σ_layers w_l·||∇θ' − ∇θ||² (DLG, Zhu et al. 2019, Eq. 4)."""
     w = _weights(len(dummy), weights)
-    return sum(wi * ((d - t) ** 2).sum() for d, t, wi in zip(dummy, target, w, strict=True))  # type: ignore[return-value]
+    return sum(_weighted(wi, ((d - t) ** 2).sum()) for d, t, wi in zip(dummy, target, w, strict=True))  # type: ignore[return-value]
 
 
 def l1_distance(
@@ -33,7 +39,7 @@ def l1_distance(
     """Σ_layers w_l·||∇θ' − ∇θ||₁ (ATS's Adam + L1 variant; the negative log-likelihood of Laplacian
     noise)."""
     w = _weights(len(dummy), weights)
-    return sum(wi * (d - t).abs().sum() for d, t, wi in zip(dummy, target, w, strict=True))  # type: ignore[return-value]
+    return sum(_weighted(wi, (d - t).abs().sum()) for d, t, wi in zip(dummy, target, w, strict=True))  # type: ignore[return-value]
 
 
 def cosine_distance(
@@ -42,9 +48,9 @@ def cosine_distance(
     """1 − ⟨g', g⟩_w / (||g'||_w·||g||_w) over all layers concatenated (Inverting Gradients, Eq. 4), with
     layer l's entries weighted by w_l."""
     w = _weights(len(dummy), weights)
-    dot = sum(wi * (d * t).sum() for d, t, wi in zip(dummy, target, w, strict=True))
-    norm_d = sum(wi * d.pow(2).sum() for d, wi in zip(dummy, w, strict=True))
-    norm_t = sum(wi * t.pow(2).sum() for t, wi in zip(target, w, strict=True))
+    dot = sum(_weighted(wi, (d * t).sum()) for d, t, wi in zip(dummy, target, w, strict=True))
+    norm_d = sum(_weighted(wi, d.pow(2).sum()) for d, wi in zip(dummy, w, strict=True))
+    norm_t = sum(_weighted(wi, t.pow(2).sum()) for t, wi in zip(target, w, strict=True))
     return 1 - dot / (norm_d.sqrt() * norm_t.sqrt() + 1e-12)  # type: ignore[union-attr]
 
 

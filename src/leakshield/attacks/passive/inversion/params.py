@@ -87,6 +87,14 @@ class GradientInversionParams(Params):
     )
     lbfgs_max_iter: int = pydantic.Field(default=20, ge=1, description="L-BFGS evaluations per outer step")
     lbfgs_history: int = pydantic.Field(default=100, ge=1, description="L-BFGS curvature pairs kept")
+    lbfgs_max_evaluations: int | None = pydantic.Field(
+        default=None,
+        ge=1,
+        description="L-BFGS: stop a victim's restart after the outer step in which its objective evaluations "
+        "reach this many (None: only iterations bound it). Bounds a straggler: victims that converge stop "
+        "early, and one that does not would keep a batched run going alone; each reconstruction's stats "
+        "count its evaluations and the restarts this bound stopped (evaluation_budget_hit)",
+    )
     lbfgs_line_search: Literal["strong_wolfe", "none"] = pydantic.Field(
         default="strong_wolfe", description="strong_wolfe, or none as in the DLG reference"
     )

@@ -39,7 +39,7 @@ def dummy_update(
             grads = torch.autograd.grad(loss, [params[k] for k in names], create_graph=True)
             total = list(grads) if total is None else [t + g for t, g in zip(total, grads, strict=True)]
         assert total is not None
-        return [t / samples for t in total], loss
+        return (total if samples == 1 else [t / samples for t in total]), loss
     buffers = dict(model.named_buffers())
     first_loss: list[torch.Tensor] = []
 
