@@ -33,6 +33,7 @@ from torch import nn
 from leakshield import __version__
 from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.errors import LeakshieldError
+from leakshield.fit_lock import fit_lock
 
 CACHE_ENV = "LEAKSHIELD_CACHE_DIR"
 TENSORS_FILE = "tensors.safetensors"
@@ -272,21 +273,29 @@ class ArtifactCache:
             ) from None
 
     def get_or_fit(self, key: FitKey, fit: Callable[[], Artifact]) -> Artifact:
-        """The stored artifact of ``key``, else ``fit()`` stored under it. A corrupt stored artifact is
-        reported on stderr (one line) and recomputed."""
+        """The stored artifact of ``key``, else ``fit()`` stored under it; processes that need it at
+        once fit it once (:mod:`leakshield.fit_lock`). A corrupt stored artifact is reported on stderr
+        (one line) and recomputed."""
+        found = self._load_or_forget(key)
+        if found is not None:
+            return found
+        with fit_lock(self.path(key.digest).parent, key.digest, key.component):
+            found = self._load_or_forget(key)  # fitted by another process while this one waited
+            if found is not None:
+                return found
+            artifact = self.save(key, fit())
+        self.fitted.append(artifact.key)
+        return artifact
+
+    def _load_or_forget(self, key: FitKey) -> Artifact | None:
         try:
-            found = self.load(key)
+            return self.load(key)
         except CorruptArtifactError as exc:
             sys.stderr.write(
                 f"leakshield: artifact {key.digest[:12]} of {key.component} is corrupt ({exc}); recomputing\n"
             )
             shutil.rmtree(self.path(key.digest), ignore_errors=True)
-            found = None
-        if found is not None:
-            return found
-        artifact = self.save(key, fit())
-        self.fitted.append(artifact.key)
-        return artifact
+            return None
 
 
 @dataclass(frozen=True)

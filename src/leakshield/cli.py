@@ -21,6 +21,7 @@ from leakshield.cli_common import (
     EXIT_USAGE,
     OneLineParser,
     add_common_options,
+    add_stop_after,
     available_cores,  # noqa: F401  (its path in 0.2)
     positive_int,
     run_grid,
@@ -84,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="with --executor ray: the cluster's address (default: start a local Ray instance)",
     )
+    add_stop_after(run)
     run.add_argument(
         "--dry-run",
         action="store_true",
@@ -177,7 +179,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from leakshield.experiment.prefit import fit_config, needs_fitting
 
     config = _load(args)
-    set_threads(args.threads)
+    set_threads(args.threads, args.matmul_precision)
     cache = ArtifactCache(args.cache_dir)
     if not needs_fitting(config):
         print(f"{config.name}: no defense or attack of this config needs fitting; nothing to do")

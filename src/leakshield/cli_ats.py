@@ -112,7 +112,7 @@ def _search(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / config.name
     if out.exists() and not out.is_dir():  # say so now, not after the whole search
         raise ConfigError(f"--out {out} is a file; the search writes a folder (policies.txt, scores.csv)")
-    set_threads(args.threads)
+    set_threads(args.threads, args.matmul_precision)
     dataset = dict(config.dataset)
     name = dataset.pop("name", "digits")
     root = args.data_root or dataset.pop("root", None)

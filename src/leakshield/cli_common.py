@@ -5,8 +5,10 @@ count, and running a grid (a run directory, its estimate, its report). The comma
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
+import time
 from pathlib import Path
 
 from leakshield.errors import LeakshieldError
@@ -46,6 +48,14 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="CPU threads for torch (default: the cores available to this process)",
     )
+    p.add_argument(
+        "--matmul-precision",
+        choices=("float32", "tf32"),
+        default="float32",
+        help="float32 matrix products and convolutions on a GPU: float32 (IEEE, default) or tf32 (faster on "
+        "Ampere and newer cards, 10-bit mantissa; its effect is measured in docs/speed-and-scale.md); no "
+        "effect on a CPU",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument(
         "--cache-dir",
@@ -55,11 +65,57 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def set_threads(threads: int | None) -> None:
-    """torch's thread count: ``threads``, else the cores this process may use."""
+def set_threads(threads: int | None, matmul_precision: str = "float32") -> None:
+    """torch's thread count: ``threads``, else the cores this process may use; and the precision of
+    float32 products on a GPU (:mod:`leakshield.matmul_precision`)."""
     import torch
 
+    from leakshield.matmul_precision import set_matmul_precision
+
     torch.set_num_threads(threads or available_cores())
+    set_matmul_precision(matmul_precision)
+
+
+#: the exit status of a run that stopped at its ``--stop-after`` deadline with cells left
+STOPPED = 3
+
+
+def minutes(value: str) -> float:
+    """An argparse type: a finite number of minutes, at least 0."""
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of minutes, at least 0, got {value}")
+    return number
+
+
+def add_stop_after(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--stop-after",
+        type=minutes,
+        default=None,
+        metavar="MINUTES",
+        help="start no cell (with --workers: no chain of cells) after this many minutes; the running ones "
+        "finish and are stored, and the command exits with status 3 (the first cell, or the first chain per "
+        "worker, always runs). Rerun the same command while it exits 3: the results are those of an "
+        "uninterrupted run",
+    )
+
+
+def stop_at(args: argparse.Namespace) -> float | None:
+    """The ``time.monotonic()`` deadline of ``--stop-after``, fixed at its first use (one deadline for
+    every grid of a command, the estimate's probes included)."""
+    limit = getattr(args, "stop_after", None)
+    if limit is None:
+        return None
+    if getattr(args, "stop_at", None) is None:
+        args.stop_at = time.monotonic() + 60.0 * limit
+    return args.stop_at
+
+
+def past_deadline(args: argparse.Namespace) -> bool:
+    """Whether ``--stop-after``'s deadline has passed (a later grid of the command then starts nothing)."""
+    deadline = stop_at(args)
+    return deadline is not None and time.monotonic() >= deadline
 
 
 def run_grid(config, out: Path, args: argparse.Namespace) -> int:
@@ -68,7 +124,8 @@ def run_grid(config, out: Path, args: argparse.Namespace) -> int:
     from leakshield.experiment import ExperimentRunner
     from leakshield.report import build_report
 
-    set_threads(args.threads)
+    set_threads(args.threads, args.matmul_precision)
+    deadline = stop_at(args)  # fixed before the estimate's probes, which count against it
     workers, cores = getattr(args, "workers", 1), available_cores()
     if workers < 1:
         raise LeakshieldError(f"--workers {workers}: must be at least 1")
@@ -94,6 +151,7 @@ def run_grid(config, out: Path, args: argparse.Namespace) -> int:
         workers=getattr(args, "workers", 1),
         executor=getattr(args, "executor", "local"),
         address=getattr(args, "address", None),
+        stop_at=deadline,
     )
     if summary.repaired is not None:
         kept, aside = summary.repaired
@@ -106,6 +164,10 @@ def run_grid(config, out: Path, args: argparse.Namespace) -> int:
         f"{summary.total} cells: {summary.computed} computed, {summary.skipped} already stored, "
         f"{summary.failed} failed → {summary.out}"
     )
+    if summary.stopped:
+        left = summary.total - summary.skipped - summary.computed
+        print(f"stopped after {args.stop_after:g} min as asked: {left} cells left; rerun the same command")
+        return STOPPED
     if not getattr(args, "no_report", False):
         files = build_report(out)
         print(f"report: {files.html}  table: {files.markdown}  csv: {files.csv}")

@@ -10,7 +10,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from leakshield.cli_common import add_common_options, available_cores, run_grid
+from leakshield.cli_common import (
+    STOPPED,
+    add_common_options,
+    add_stop_after,
+    available_cores,
+    past_deadline,
+    run_grid,
+)
 from leakshield.errors import LeakshieldError
 
 
@@ -80,6 +87,7 @@ def add_parser(sub: Any) -> None:
         "docs/leaderboard/standard.json), stale rows marked, without running a cell",
     )
     board.add_argument("--retry-failed", action="store_true", help="recompute cells stored as failed")
+    add_stop_after(board)
     add_common_options(board)
 
 
@@ -107,8 +115,12 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     check_grids_fit_models([config, *(c for _, c, _ in scenarios)])  # a scenario's too, before any grid
     status = run_grid(config, out, args)
     for name, scenario, _ in scenarios:
+        if status == STOPPED or past_deadline(args):
+            return STOPPED  # the leaderboard is built by the rerun that completes every grid
         print(f"scenario {name}:")
         status = max(status, run_grid(scenario, out / "scenarios" / name, args))
+    if status == STOPPED:
+        return STOPPED
     files = build_leaderboard(out, preset=args.preset, scenarios=[(n, a) for n, _, a in scenarios])
     print(f"leaderboard: {files.html}  ({len(files.pages)} defense pages)  table: {files.markdown}")
     if args.readme is not None:
@@ -153,7 +165,10 @@ def cli_threads(args: argparse.Namespace) -> None:
     """Probe at the thread count the cells will run with (``--workers`` > 1: single-threaded workers)."""
     import torch
 
+    from leakshield.matmul_precision import set_matmul_precision
+
     torch.set_num_threads(args.threads or (1 if args.workers > 1 else available_cores()))
+    set_matmul_precision(args.matmul_precision)
 
 
 def _tune(config: Any, out: Path, args: argparse.Namespace) -> int:
@@ -164,7 +179,7 @@ def _tune(config: Any, out: Path, args: argparse.Namespace) -> int:
     sweep = tuning_config(config)
     where = out.parent / f"{out.name}-tuning"
     status = run_grid(sweep, where, args)
-    if args.dry_run:
+    if args.dry_run or status == STOPPED:  # a sweep not finished selects nothing
         return status
     path, text = write_tuning(where, sweep, ResultStore(where / STORE_FILE).records())
     print(f"selected on the public split ({path}); keep in the leaderboard file:\n{text}")

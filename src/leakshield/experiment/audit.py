@@ -46,6 +46,7 @@ from leakshield.fl import (
 )
 from leakshield.fl.secure_aggregation import aggregate_updates
 from leakshield.image_grid import image_grid, png_bytes
+from leakshield.matmul_precision import precision_in_force
 from leakshield.registry import Params
 from leakshield.seeds import audit_attack_seed
 from leakshield.threats import Adversary
@@ -270,6 +271,7 @@ class UpdateAuditor(RoundObserver):
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),
             "device": str(self.device),
+            "matmul_precision": precision_in_force(),
             "audit": self.settings.model_dump(mode="json"),
         }
 

@@ -15,6 +15,7 @@ from leakshield.experiment.pipeline import cell_threat, run_cell
 from leakshield.experiment.store import CellRecord
 from leakshield.experiment.world import ExperimentContext
 from leakshield.image_grid import image_grid, png_bytes
+from leakshield.matmul_precision import precision_in_force
 from leakshield.provenance import source_hash
 
 
@@ -26,6 +27,7 @@ def environment(device: torch.device) -> dict[str, object]:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "device": str(device),
+        "matmul_precision": precision_in_force(),
     }
 
 

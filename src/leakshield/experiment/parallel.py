@@ -39,9 +39,21 @@ def chains(cells: list[Cell]) -> list[list[Cell]]:
     return list(groups.values())
 
 
-def run_chain(config_json: str, out: str, keys: list[str], device: str, cache_dir: str | None) -> list[Any]:
-    """Compute the cells ``keys`` of the config in this process (a worker); returns (record, artifacts)
+def run_chain(
+    config_json: str,
+    out: str,
+    keys: list[str],
+    device: str,
+    cache_dir: str | None,
+    precision: str | None = None,
+) -> list[Any]:
+    """Compute the cells ``keys`` of the config in this process (a worker) at the driver's matmul
+    ``precision`` (None: none was chosen, torch's flags are left alone); returns (record, artifacts)
     pairs, artifacts as JSON. Nothing is written to the run directory (``out`` names the run only)."""
+    from leakshield.matmul_precision import set_matmul_precision
+
+    if precision is not None:
+        set_matmul_precision(precision)
     from leakshield.experiment.code_cache import CodeKeyedCache
     from leakshield.experiment.compute import compute_cell
     from leakshield.experiment.config import parse_config
@@ -64,23 +76,36 @@ def run_chain(config_json: str, out: str, keys: list[str], device: str, cache_di
 
 
 def local_results(
-    jobs: list[list[str]], workers: int, task: Callable[[list[str]], tuple]
+    jobs: list[list[str]],
+    workers: int,
+    task: Callable[[list[str]], tuple],
+    keep_going: Callable[[], bool] | None = None,
 ) -> Iterator[tuple[CellRecord, list[dict]]]:
     """Run ``jobs`` (lists of cell keys) in ``workers`` single-threaded processes; yield each finished
-    cell's record as its chain completes."""
+    cell's record as its chain completes. With ``keep_going``, at most ``workers`` chains are in flight
+    and one more starts only while ``keep_going()`` (the first ``workers`` always do); the chains
+    running when it turns false finish."""
     context = get_context("spawn")
+    queue = list(jobs)
+    in_flight = workers if keep_going is not None else len(queue)
     with ProcessPoolExecutor(
         max_workers=workers, mp_context=context, initializer=init_single_threaded_worker
     ) as pool:
-        pending = {pool.submit(run_chain, *task(keys)): keys for keys in jobs}
+        pending = {pool.submit(run_chain, *task(keys)): keys for keys in queue[:in_flight]}
+        del queue[:in_flight]
         try:
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                finished = []
                 for future in done:
                     pending.pop(future)
-                    yield from future.result()
+                    finished.extend(future.result())
+                while queue and len(pending) < in_flight and keep_going is not None and keep_going():
+                    keys = queue.pop(0)  # the freed worker starts before the driver stores the results
+                    pending[pool.submit(run_chain, *task(keys))] = keys
+                yield from finished
         except BrokenProcessPool as exc:
-            left = sum(len(keys) for keys in pending.values())
+            left = sum(len(keys) for keys in [*pending.values(), *queue])
             raise LeakshieldError(
                 f"a worker process died (killed, or out of memory); {left} cells were not computed: "
                 "rerun the same command to compute them"
@@ -91,9 +116,14 @@ def local_results(
 
 
 def ray_results(
-    jobs: list[list[str]], address: str | None, task: Callable[[list[str]], tuple]
+    jobs: list[list[str]],
+    address: str | None,
+    task: Callable[[list[str]], tuple],
+    keep_going: Callable[[], bool] | None = None,
 ) -> Iterator[tuple[CellRecord, list[dict]]]:
-    """Run ``jobs`` as Ray tasks (one CPU each) on the cluster at ``address`` (None: a local Ray)."""
+    """Run ``jobs`` as Ray tasks (one CPU each) on the cluster at ``address`` (None: a local Ray), all
+    submitted at once; with ``keep_going``, as many at once as the cluster has CPUs now, and one more
+    only while ``keep_going()`` (the first wave always starts)."""
     try:
         import ray
     except ImportError as exc:
@@ -103,12 +133,18 @@ def ray_results(
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         remote = ray.remote(num_cpus=1)(_ray_chain)
-        pending = {remote.remote(*task(keys)): keys for keys in jobs}
+        queue = list(jobs)
+        slots = len(queue) if keep_going is None else max(1, int(ray.cluster_resources().get("CPU", 1)))
+        pending = {remote.remote(*task(keys)): keys for keys in queue[:slots]}
+        del queue[:slots]
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
                 pending.pop(ref)
                 yield from ray.get(ref)
+            while queue and len(pending) < slots and keep_going is not None and keep_going():
+                keys = queue.pop(0)
+                pending[remote.remote(*task(keys))] = keys
     finally:
         if started:
             ray.shutdown()

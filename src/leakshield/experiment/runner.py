@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from leakshield.experiment.store import (
     repair_store,
 )
 from leakshield.experiment.world import ExperimentContext, resolve_device
+from leakshield.matmul_precision import ENV as MATMUL_ENV
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,8 @@ class RunSummary:
     repaired: tuple[int, Path] | None = None
     #: stored cells recomputed because the code or settings of a component they ran through changed
     restamped: int = 0
+    #: the run stopped at its deadline (``stop_at``) with cells left: a rerun computes them
+    stopped: bool = False
 
 
 class ExperimentRunner:
@@ -79,12 +84,16 @@ class ExperimentRunner:
         workers: int = 1,
         executor: str = "local",
         address: str | None = None,
+        stop_at: float | None = None,
     ) -> RunSummary:
         """Compute the cells not yet stored. ``retry_failed``: recompute cells stored as failed.
         ``repair``: if the store is damaged, move it aside, keep its readable cells, recompute the rest
         (without it a damaged store is a :class:`CorruptStoreError`). ``workers`` > 1: that many
         single-threaded worker processes; ``executor`` ``ray``: Ray tasks on the cluster at ``address``
-        (see :mod:`~leakshield.experiment.parallel`)."""
+        (see :mod:`~leakshield.experiment.parallel`). ``stop_at``: a ``time.monotonic()`` after which no
+        cell (in workers: no chain) starts; the running ones finish and are stored, at least one cell or
+        one chain per worker runs, and a rerun computes the rest (cells are pure functions of the
+        config and their key, so the result is the uninterrupted run's)."""
         if executor not in ("local", "ray"):
             raise ValueError(f"executor: {executor!r}; allowed: local, ray")
         exists = check_run_dir(self.config, self.out)
@@ -97,7 +106,11 @@ class ExperimentRunner:
             existing.check(self.config.fingerprint())
             done = existing.finished_keys(include_failed=not retry_failed) - stale_keys(existing, stamps)
         todo = [c for c in cells if c.key not in done]
-        failed, repaired, restamped = 0, None, 0
+        failed, repaired, restamped, computed = 0, None, 0, 0
+
+        def keep_going() -> bool:
+            return stop_at is None or time.monotonic() < stop_at
+
         if todo:
             self.cache.ensure_usable()  # an unusable --cache-dir is refused before any work
             # loading data and checking victims may fail on bad input: do it before writing anything
@@ -124,27 +137,33 @@ class ExperimentRunner:
                 todo = [c for c in cells if c.key not in done]
                 bar = tqdm(todo, desc=self.config.name, unit="cell", disable=not self.progress)
                 if parallel:
-                    for record, used in self._parallel(todo, workers, executor, address):
+                    until = keep_going if stop_at is not None else None
+                    for record, used in self._parallel(todo, workers, executor, address, until):
                         failed += self._store(store, stamped(record, stamps), used)
+                        computed += 1
                         bar.update(1)
                 else:
                     for cell in bar:
+                        if computed and not keep_going():
+                            break
                         bar.set_postfix_str(cell.describe()[:60])
                         record = self.compute_cell(context, cell)
                         used = [u.as_json() for u in context.artifacts_used]
                         failed += self._store(store, stamped(record, stamps), used)
+                        computed += 1
                 bar.close()
         elif exists:  # nothing to compute: refresh the stored config so a new report layout takes effect
             with RunLock(self.out):
                 prepare_run_dir(self.config, self.out)
         return RunSummary(
             total=len(cells),
-            computed=len(todo),
+            computed=computed,
             skipped=len(cells) - len(todo),
             failed=failed,
             out=self.out,
             repaired=repaired,
             restamped=restamped,
+            stopped=computed < len(todo),
         )
 
     def stamps(self, cells: list[Cell]) -> dict[str, dict[str, str]]:
@@ -152,17 +171,19 @@ class ExperimentRunner:
         stamper = Stamper(self.config)
         return {cell.key: stamper.stamps(cell) for cell in cells}
 
-    def _parallel(self, todo: list[Cell], workers: int, executor: str, address: str | None):
+    def _parallel(self, todo: list[Cell], workers: int, executor: str, address: str | None, keep_going):
         jobs = [[cell.key for cell in chain] for chain in chains(todo)]
         config_json = json.dumps(self.config.model_dump(mode="json"))
         cache = str(self.cache.root)
 
+        precision = os.environ.get(MATMUL_ENV)  # the choice made, if any: a Ray node does not inherit it
+
         def task(keys: list[str]) -> tuple:
-            return (config_json, str(self.out), keys, str(self.device), cache)
+            return (config_json, str(self.out), keys, str(self.device), cache, precision)
 
         if executor == "ray":
-            return ray_results(jobs, address, task)
-        return local_results(jobs, workers, task)
+            return ray_results(jobs, address, task, keep_going)
+        return local_results(jobs, workers, task, keep_going)
 
     def _store(self, store: ResultStore, record: CellRecord, used: list[dict]) -> bool:
         """Write a computed cell (image, then its row) and the artifacts it used; True if it failed."""

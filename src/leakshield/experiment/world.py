@@ -20,10 +20,13 @@ from leakshield.experiment.federation import load_world
 from leakshield.experiment.fitting import ArtifactUse
 from leakshield.experiment.training import TrainedModels
 from leakshield.experiment.victims import draw_victims
+from leakshield.matmul_precision import apply_matmul_precision
 
 
 def resolve_device(device: str) -> torch.device:
-    """``auto`` → CUDA when available, else CPU; ``cuda`` without a GPU is a user error."""
+    """``auto`` → CUDA when available, else CPU; ``cuda`` without a GPU is a user error. Applies the
+    matmul precision in force (:mod:`leakshield.matmul_precision`), so worker processes take it too."""
+    apply_matmul_precision()
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
