@@ -62,7 +62,18 @@ print("steps run:", sum(kind != "file" for kind, _, _ in steps))
 """
 
 
-@pytest.mark.parametrize("page", [*RUNNABLE, README], ids=lambda p: f"{p.parent.name}/{p.stem}")
+#: pages whose blocks start a Flower simulation engine (Ray) for a federation of several rounds: 40–80 s
+#: each on 2 cores, kept out of the default run (``pytest -m slow``); the component each shows has its
+#: own end-to-end test in the default run (test_leakage_filter.py)
+SLOW_PAGES = {"leakage-filter"}
+
+
+def _pages() -> list:
+    slow = pytest.mark.slow
+    return [*(pytest.param(p, marks=slow) if p.stem in SLOW_PAGES else p for p in RUNNABLE), README]
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_every_block_of_the_page_runs(page, tmp_path):
     """The README's Python runs too (its shell blocks are the set-up and long runs, shown only)."""
     languages = {"python"} if page == README else RUN
