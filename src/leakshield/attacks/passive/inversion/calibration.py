@@ -222,12 +222,8 @@ def _reset_peak(device: torch.device) -> float | None:
 
 
 def _peak(device: torch.device) -> float | None:
-    if device.type == "cuda":
-        return float(torch.cuda.max_memory_allocated(device))
-    try:
-        return _status_kib("VmHWM") * 1024.0
-    except (OSError, ValueError):
-        return None
+    """Peak bytes since the last reset: torch's on a GPU, the resident size's high-water mark on a CPU."""
+    return _process_bytes(device, torch.cuda.max_memory_allocated, "VmHWM")
 
 
 def _free_memory(device: torch.device, limit_gib: float | None = None) -> float | None:
@@ -271,10 +267,15 @@ def _device_free(device: torch.device) -> float | None:
 
 def _in_use(device: torch.device) -> float | None:
     """Bytes this process holds on the device: torch's reserved GPU memory, or the resident size."""
+    return _process_bytes(device, torch.cuda.memory_reserved, "VmRSS")
+
+
+def _process_bytes(device: torch.device, on_gpu: Callable[[torch.device], int], status: str) -> float | None:
+    """``on_gpu(device)`` on a GPU, else the field ``status`` of /proc/self/status (None elsewhere)."""
     if device.type == "cuda":
-        return float(torch.cuda.memory_reserved(device))
+        return float(on_gpu(device))
     try:
-        return _status_kib("VmRSS") * 1024.0
+        return _status_kib(status) * 1024.0
     except (OSError, ValueError):
         return None
 
