@@ -69,14 +69,15 @@ def test_lbfgs_bookkeeping_counts_against_the_device_only_where_it_is_kept():
     from leakshield.attacks.passive.inversion.params import GradientInversionParams
     from leakshield.data import DatasetInfo
 
-    def problem(setting: str | None):
+    def problem(setting: str | None, device: str = "cpu"):
         execution = Execution() if setting is None else Execution(lbfgs_bookkeeping=setting)
         attack = SimpleNamespace(params=GradientInversionParams(), execution=execution)
         info = DatasetInfo(name="x", shape=(1, 4, 4), num_classes=10, mean=(0.5,), std=(0.5,))
-        return SimpleNamespace(attack=attack, device=torch.device("cpu"), n=2, info=info, joint=False)
+        return SimpleNamespace(attack=attack, device=torch.device(device), n=2, info=info, joint=False)
 
     assert _bookkeeping_host(problem(None)) is None
     assert _bookkeeping_host(problem("host")) == torch.device("cpu")
-    assert _bookkeeping_bytes(problem("host")) == 0.0
+    assert _bookkeeping_bytes(problem("host", "cuda")) == 0.0  # on the CPU, not on the GPU
     # 100 pairs of s and y of 2 × 16 values in float32, and their 100 × 100 inner products twice
     assert _bookkeeping_bytes(problem(None)) >= 4 * (2 * 100 * 32 + 2 * 100**2)
+    assert _bookkeeping_bytes(problem("host")) == _bookkeeping_bytes(problem(None))  # a CPU's memory

@@ -66,3 +66,20 @@ def test_a_deadline_that_is_no_duration_is_a_one_line_error(grid, tmp_path, caps
     assert stop.value.code == 2
     expected = f"--stop-after: must be a finite number of minutes, at least 0, got {value}"
     assert expected in capsys.readouterr().err
+
+
+def test_a_leaderboard_stopped_builds_nothing_and_a_stopped_sweep_selects_nothing(tmp_path, capsys):
+    """``leaderboard``: past the deadline no scenario grid starts and no leaderboard is built from part of
+    the cells; ``--tune``: no learning rate is selected from part of the sweep."""
+    import yaml
+    from test_leaderboard import TINY
+
+    config, out = tmp_path / "board.yaml", tmp_path / "run"
+    config.write_text(yaml.safe_dump(TINY))
+    args = ["leaderboard", "--config", str(config), "--preset", "smoke", "--out", str(out), "--quiet"]
+    assert main([*args, "--device", "cpu", "--stop-after", "0"]) == STOPPED
+    assert len(_records(out)) == 1 and not (out / "scenarios").exists()
+    assert not list(out.glob("leaderboard*.html"))
+    assert main([*args, "--device", "cpu", "--tune", "--stop-after", "0"]) == STOPPED
+    assert not (tmp_path / "run-tuning" / "tuning.json").exists()
+    assert "selected on the public split" not in capsys.readouterr().out
