@@ -105,9 +105,12 @@ def test_every_preset_runs_on_tiny_inputs(name):
 
 # -- real cases ----------------------------------------------------------------------------------------
 def test_dlg_recovers_image_and_label_jointly(digits3):
+    """Within 2,500 L-BFGS evaluations (measured: 37.4 dB, SSIM 0.992; the preset's 300 steps ran 4,909
+    evaluations to 54.9 dB in twice the time)."""
     model = create_model("lenet", in_shape=digits3.info.shape, num_classes=10)
     data = digits3.train.subset([0])
-    rec = create_attack("dlg").reconstruct(view_of(model, data, digits3.info, labels_known=False), seed=0)
+    view = view_of(model, data, digits3.info, labels_known=False)
+    rec = create_attack("dlg", {"lbfgs_max_evaluations": 2500}).reconstruct(view, seed=0)
     assert int(rec.labels[0]) == int(data.y[0])
     assert float(psnr(rec.images, data.x)) >= 30 and float(ssim(rec.images, data.x)) >= 0.9
 

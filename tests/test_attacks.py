@@ -151,13 +151,16 @@ def test_matching_loss_vanishes_at_the_truth_in_fedsgd_and_fedavg(digits3):
 
 def test_idlg_reconstructs_digits(digits3):
     """Acceptance (reduced): iDLG, inferred label, untrained LeNet, batch 1, no restarts; the two victims
-    in one batched L-BFGS run (each the one-victim engine's path: test_vectorized)."""
+    in one batched L-BFGS run (each the one-victim engine's path: test_vectorized), each bounded to 2,500
+    evaluations, where they reach 37.1 and 42.2 dB (54.7 and 56.9 dB after the paper's 300 steps, 4,910
+    and 4,125 evaluations, twice the time; the CIFAR photo below runs that budget)."""
     model = create_model("lenet", in_shape=digits3.info.shape, num_classes=10)
     batches = [digits3.train.subset([i]) for i in (0, 1)]
     views = [make_view(model, data, digits3.info) for data in batches]
-    reconstructions = create_attack("idlg").reconstruct_many(views, seeds=[0, 1])
+    attack = create_attack("idlg", {"lbfgs_max_evaluations": 2500})
+    reconstructions = attack.reconstruct_many(views, seeds=[0, 1])
     for rec, data in zip(reconstructions, batches, strict=True):
-        assert rec.stats["vectorized"] == 1.0
+        assert rec.stats["vectorized"] == 1.0 and rec.stats["evaluation_budget_hit"] == 1.0
         assert int(rec.labels[0]) == int(data.y[0])
         assert float(psnr(rec.images, data.x)) >= 30 and float(ssim(rec.images, data.x)) >= 0.9
 

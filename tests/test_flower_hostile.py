@@ -48,6 +48,19 @@ def honest_replies(path: Path) -> tuple[dict[str, torch.Tensor], list[Message]]:
     return state, replies
 
 
+_FEDERATIONS: dict[str, tuple] = {}
+
+
+def federation(tmp_path_factory, config: dict) -> tuple[Path, dict[str, torch.Tensor], list[Message]]:
+    """``config``'s file, the model sent and both clients' honest replies, set up once per config for
+    the tests that only alter a reply (call it in a test body: a task identity must be set)."""
+    name = json.dumps(config, sort_keys=True)
+    if name not in _FEDERATIONS:
+        path = write(tmp_path_factory.mktemp("federation"), config)
+        _FEDERATIONS[name] = (path, *honest_replies(path))
+    return _FEDERATIONS[name]
+
+
 def replaced(reply: Message, key: str, value: torch.Tensor) -> Message:
     """``reply`` with the array ``key`` replaced (the facts and metrics kept)."""
     arrays = next(iter(reply.content.array_records.values())).to_torch_state_dict()
@@ -114,15 +127,16 @@ def with_metrics(reply: Message, metrics: dict) -> Message:
 @pytest.mark.parametrize(
     "change", ["no count", "nan count", "zero count", "renamed arrays", "string arrays", "unknown client"]
 )
-def test_replies_a_strategy_cannot_aggregate_are_dropped_and_written_down(tmp_path: Path, change) -> None:
+def test_replies_a_strategy_cannot_aggregate_are_dropped_and_written_down(
+    tmp_path: Path, tmp_path_factory, change
+) -> None:
     """Each would stop FedAvg (its consistency checks raise) or poison the aggregate (a NaN weight), or
     (an unknown client id) lose the whole round's audit; now it is dropped or left unaudited, the rest
     aggregated, and the reason written to the run directory."""
     import numpy as np
     from flwr.app import Array, ConfigRecord
 
-    path = write(tmp_path, CONFIG)
-    state, (good, other) = honest_replies(path)
+    path, state, (good, other) = federation(tmp_path_factory, CONFIG)
     count = next(iter(other.content.metric_records.values()))["num-examples"]
     arrays = next(iter(other.content.array_records.values()))
     facts = ConfigRecord({**other.content["leakshield"], "client-id": 7})
@@ -215,8 +229,7 @@ def test_random_arrays_never_raise_out_of_the_guard_mod_or_the_strategy(tmp_path
     guard mod answers with an error reply, the strategy drops the reply and aggregates the sound one
     alone; nothing raises."""
     tmp_path = tmp_path_factory.mktemp("hostile")
-    path = write(tmp_path, GUARDED)
-    state, (good, _) = honest_replies(path)
+    path, state, (good, _) = federation(tmp_path_factory, GUARDED)
     keys = sorted(state)
     hostile = dict(state)
     for index, (dtype, shape, fill) in changes:
