@@ -169,7 +169,8 @@ def test_idlg_reconstructs_a_real_cifar_photo(cifar_victims):
     images, labels = cifar_victims
     model = create_model("lenet", in_shape=(3, 32, 32), num_classes=10)
     data = ImageSet(images[1:2], labels[1:2])
-    rec = create_attack("idlg").reconstruct(make_view(model, data, CIFAR_INFO), seed=0)
+    attack = create_attack("idlg", {"lbfgs_max_evaluations": 2500})  # 43.4 dB measured, in 2/3 of the time
+    rec = attack.reconstruct(make_view(model, data, CIFAR_INFO), seed=0)
     assert float(psnr(rec.images, data.x)) >= 30 and float(ssim(rec.images, data.x)) >= 0.9
 
 

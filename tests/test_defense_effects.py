@@ -103,6 +103,7 @@ def test_soteria_lowers_ig_and_the_bypass_recovers(digits3):
     assert bypass - soteria >= (none - soteria) / 2, (none, soteria, bypass)
 
 
+@pytest.mark.slow  # 21 s for a test that, as it says, cannot see a broken average; the unit test can
 def test_dropout_expectation_attack_beats_the_plain_one_by_a_little(digits3):
     """Averaging the dummy gradient over 4 masks helps, but little: over 6 seeds
     (benchmarks/adaptive_spread.py) adaptive − plain = +0.014 ± 0.007 SSIM, never below +0.007 (seed 0:
