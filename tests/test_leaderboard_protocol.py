@@ -319,3 +319,16 @@ def test_a_ranked_scenario_cell_that_repeats_a_main_grid_cell_counts_once() -> N
     late = [cell("attack", "d", "ig", round=20, victims=[0.9])]
     quiet = [*main[:1], cell("attack", "d", "ig", victims=[0.2]), main[2]]
     assert not standings(quiet)[0].leaks and standings(ranked_records(quiet, late))[0].leaks
+
+
+def test_the_full_presets_batch_scenario_draws_its_victims_on_digits():
+    """Its 64-image batches once asked 4 × 64 = 256 of a client's 203 digits, and the full preset's dry
+    run stopped there with one line; two batches of each size fit."""
+    import torch
+
+    from leakshield.experiment.world import ExperimentContext
+    from leakshield.leaderboard.presets import load_scenarios
+
+    (batch,) = [config for name, config, _ in load_scenarios("full") if name == "batch"]
+    context = ExperimentContext(batch, torch.device("cpu"))
+    assert [len(v) for v in context.victims] == [1, 1]
