@@ -191,7 +191,7 @@ def test_adam_l2_beats_cosine_on_a_default_init_lenet(digits3):
     assert mean_psnr["adam-l2"] > mean_psnr["ig"] + 8
 
 
-@pytest.mark.slow  # 32 s; the same setting on an MLP: test_precode_protocol.py::test_iga_precode_rebuilds_…
+@pytest.mark.slow  # 32 s; PRECODE's attack on an MLP (its IGA preset): test_precode_protocol.py's IGA test
 def test_precode_attack_setting_recovers_a_real_cifar_photo_from_the_dmlp(cifar_victims):
     """PRECODE's attack setting (signed Adam lr 0.01, cosine, TV 1e-6, boxed) on the untrained DMLP
     (reduced: one victim, 1000 of its 7000 steps)."""

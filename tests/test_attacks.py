@@ -153,7 +153,7 @@ def test_idlg_reconstructs_digits(digits3):
     """Acceptance (reduced): iDLG, inferred label, untrained LeNet, batch 1, no restarts; the two victims
     in one batched L-BFGS run (each the one-victim engine's path: test_vectorized), each bounded to 2,500
     evaluations, where they reach 37.1 and 42.2 dB (54.7 and 56.9 dB after the paper's 300 steps, 4,910
-    and 4,125 evaluations, twice the time; the CIFAR photo below runs that budget)."""
+    and 4,125 evaluations, twice the time; that budget runs in the slow tests/test_acceptance.py)."""
     model = create_model("lenet", in_shape=digits3.info.shape, num_classes=10)
     batches = [digits3.train.subset([i]) for i in (0, 1)]
     views = [make_view(model, data, digits3.info) for data in batches]

@@ -326,9 +326,11 @@ def test_the_full_presets_batch_scenario_draws_its_victims_on_digits():
     run stopped there with one line; two batches of each size fit."""
     import torch
 
+    from leakshield.experiment.axes import Scale
     from leakshield.experiment.world import ExperimentContext
     from leakshield.leaderboard.presets import load_scenarios
 
     (batch,) = [config for name, config, _ in load_scenarios("full") if name == "batch"]
     context = ExperimentContext(batch, torch.device("cpu"))
     assert [len(v) for v in context.victims] == [1, 1]
+    assert [len(v) for v in context.victims_of(Scale(batch=64))] == [64, 64]
