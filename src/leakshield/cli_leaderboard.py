@@ -14,9 +14,9 @@ from leakshield.cli_common import (
     STOPPED,
     add_common_options,
     add_stop_after,
-    available_cores,
     past_deadline,
     run_grid,
+    set_threads,
 )
 from leakshield.errors import LeakshieldError
 
@@ -163,12 +163,7 @@ def _dry_run(config: Any, out: Path, scenarios: list, args: argparse.Namespace) 
 
 def cli_threads(args: argparse.Namespace) -> None:
     """Probe at the thread count the cells will run with (``--workers`` > 1: single-threaded workers)."""
-    import torch
-
-    from leakshield.matmul_precision import set_matmul_precision
-
-    torch.set_num_threads(args.threads or (1 if args.workers > 1 else available_cores()))
-    set_matmul_precision(args.matmul_precision)
+    set_threads(args.threads or (1 if args.workers > 1 else None), args.matmul_precision)
 
 
 def _tune(config: Any, out: Path, args: argparse.Namespace) -> int:

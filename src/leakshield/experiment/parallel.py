@@ -86,13 +86,16 @@ def local_results(
     and one more starts only while ``keep_going()`` (the first ``workers`` always do); the chains
     running when it turns false finish."""
     context = get_context("spawn")
-    queue = list(jobs)
-    in_flight = workers if keep_going is not None else len(queue)
+    queue, pending = list(jobs), {}
+    slots = workers if keep_going is not None else len(queue)
     with ProcessPoolExecutor(
         max_workers=workers, mp_context=context, initializer=init_single_threaded_worker
     ) as pool:
-        pending = {pool.submit(run_chain, *task(keys)): keys for keys in queue[:in_flight]}
-        del queue[:in_flight]
+
+        def start(keys: list[str]) -> Any:
+            return pool.submit(run_chain, *task(keys))
+
+        _top_up(queue, pending, slots, start, lambda: True)
         try:
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -100,9 +103,8 @@ def local_results(
                 for future in done:
                     pending.pop(future)
                     finished.extend(future.result())
-                while queue and len(pending) < in_flight and keep_going is not None and keep_going():
-                    keys = queue.pop(0)  # the freed worker starts before the driver stores the results
-                    pending[pool.submit(run_chain, *task(keys))] = keys
+                # the freed worker starts before the driver stores the results
+                _top_up(queue, pending, slots, start, keep_going)
                 yield from finished
         except BrokenProcessPool as exc:
             left = sum(len(keys) for keys in [*pending.values(), *queue])
@@ -133,21 +135,36 @@ def ray_results(
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         remote = ray.remote(num_cpus=1)(_ray_chain)
-        queue = list(jobs)
+        queue, pending = list(jobs), {}
         slots = len(queue) if keep_going is None else max(1, int(ray.cluster_resources().get("CPU", 1)))
-        pending = {remote.remote(*task(keys)): keys for keys in queue[:slots]}
-        del queue[:slots]
+
+        def start(keys: list[str]) -> Any:
+            return remote.remote(*task(keys))
+
+        _top_up(queue, pending, slots, start, lambda: True)
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
                 pending.pop(ref)
                 yield from ray.get(ref)
-            while queue and len(pending) < slots and keep_going is not None and keep_going():
-                keys = queue.pop(0)
-                pending[remote.remote(*task(keys))] = keys
+            _top_up(queue, pending, slots, start, keep_going)
     finally:
         if started:
             ray.shutdown()
+
+
+def _top_up(
+    queue: list[list[str]],
+    pending: dict[Any, list[str]],
+    slots: int,
+    start: Callable[[list[str]], Any],
+    keep_going: Callable[[], bool] | None,
+) -> None:
+    """Start chains from the head of ``queue`` while fewer than ``slots`` run and ``keep_going()`` (None:
+    every chain was started in the first wave, so there is nothing left to start)."""
+    while queue and len(pending) < slots and keep_going is not None and keep_going():
+        keys = queue.pop(0)
+        pending[start(keys)] = keys
 
 
 def _ray_chain(*args: Any) -> list[Any]:

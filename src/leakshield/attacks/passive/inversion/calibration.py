@@ -96,20 +96,15 @@ def choose_path(
     if requested == "loop" or victims < 2:
         return PathChoice("loop", 1)
     if requested in ("vectorized", "compiled"):
-        chunk, per_victim = _chunk(candidates, victims, device, memory)
-        if chunk == 0:
-            return PathChoice("loop", 1, bytes_per_victim=per_victim)
-        if requested == "compiled" and candidates.compile is not None and candidates.compile(chunk):
-            return PathChoice("compiled", chunk, bytes_per_victim=per_victim)
-        return PathChoice("vectorized", chunk, bytes_per_victim=per_victim)
+        sized = _sized(candidates, victims, device, memory)
+        compiles = requested == "compiled" and sized.path == "vectorized" and candidates.compile is not None
+        if compiles and candidates.compile(sized.chunk):
+            return PathChoice(**{**asdict(sized), "path": "compiled"})
+        return sized
     cap = _process_cap(device)
-    limited = memory.limit_gib is not None or cap is not None
-    if steps < SMALL_JOB:
-        if not limited:
-            return PathChoice("vectorized", victims)
-        chunk, per_victim = _chunk(candidates, victims, device, memory)  # a short job on a smaller card
-        path = "vectorized" if chunk else "loop"
-        return PathChoice(path, max(chunk, 1), bytes_per_victim=per_victim)
+    if steps < SMALL_JOB:  # not calibrated; sized to memory only on a smaller card
+        limited = memory.limit_gib is not None or cap is not None
+        return _sized(candidates, victims, device, memory) if limited else PathChoice("vectorized", victims)
     limits = {} if memory == MemoryBudget() else {"memory": asdict(memory)}
     if cap is not None:
         limits["process_cap"] = cap
@@ -188,6 +183,14 @@ class MemoryBudget:
 
     limit_gib: float | None = None
     extra_bytes_per_victim: float = 0.0
+
+
+def _sized(candidates: Candidates, victims: int, device: torch.device, memory: MemoryBudget) -> PathChoice:
+    """The vectorized path in chunks that fit in memory (:func:`_chunk`), or the loop if none does."""
+    chunk, per_victim = _chunk(candidates, victims, device, memory)
+    if chunk == 0:
+        return PathChoice("loop", 1, bytes_per_victim=per_victim)
+    return PathChoice("vectorized", chunk, bytes_per_victim=per_victim)
 
 
 def _chunk(
