@@ -152,27 +152,28 @@ def test_dry_run_probes_multi_round_attacks_at_short_round_budgets(tmp_path, mon
     """Carlini et al.'s attack has no ``iterations``: its cost grows with the rounds it observes, and
     the probe runs it at 2 and 4 rounds, never at its full 50 (a probe of the whole attack took longer
     than the run it estimates)."""
-    from leakshield.experiment import ExperimentRunner, estimate, parse_config
+    from leakshield.experiment import ExperimentRunner, attack_probe, estimate, parse_config
 
     probed: list[dict] = []
 
     def fake_run_cell(context, cell):
         probed.append(dict(cell.attack.params) if cell.attack else {})
 
-    monkeypatch.setattr(estimate, "run_cell", fake_run_cell)
+    monkeypatch.setattr(attack_probe, "run_cell", fake_run_cell)
     carlini = {"name": "carlini", "rounds": 50, "inner_params": {"iterations": 2}}
     config = tiny_config(defenses=[{"name": "mixup", "k": 2}], attacks=[carlini], utility={"rounds": 0})
     runner = ExperimentRunner(parse_config(config), tmp_path / "run", device="cpu", progress=False)
     found = estimate.estimate_grid(runner)
     rounds = sorted({p.get("rounds") for p in probed if "rounds" in p})
-    assert rounds == [2, 4], probed
+    assert rounds[:2] == [2, 4] and max(rounds) <= 50 / 4, probed  # doubled until resolved
     assert any(label.startswith("attack carlini") for label in found.kinds)
 
 
 def test_dry_run_shortens_the_inversion_each_observed_round_runs(tmp_path, monkeypatch):
     """Carlini et al.'s attack inverts every observed round with an inner attack (1,000 IG steps by
-    default): the probe shortens those steps too (10 and 20 of 1,000), and extrapolates in both."""
-    from leakshield.experiment import ExperimentRunner, estimate, parse_config
+    default): the probe shortens those steps too (from 5 of 1,000, doubled until resolved), and
+    extrapolates in both."""
+    from leakshield.experiment import ExperimentRunner, attack_probe, estimate, parse_config
 
     probed: list[dict] = []
 
@@ -185,14 +186,14 @@ def test_dry_run_shortens_the_inversion_each_observed_round_runs(tmp_path, monke
         rounds, inner = p.get("rounds", 0), p.get("inner_params", {}).get("iterations", 0)
         return 1.0 + rounds * (0.5 + 0.01 * inner)  # set-up 1 s, 0.5 s a round, 10 ms an inner step
 
-    monkeypatch.setattr(estimate, "run_cell", fake_run_cell)
-    monkeypatch.setattr(estimate, "timed", fake_timed)
+    monkeypatch.setattr(attack_probe, "run_cell", fake_run_cell)
+    monkeypatch.setattr(attack_probe, "timed", fake_timed)
     config = tiny_config(defenses=[{"name": "mixup", "k": 2}], attacks=[{"name": "carlini", "rounds": 50}],
                          utility={"rounds": 0})  # fmt: skip
     runner = ExperimentRunner(parse_config(config), tmp_path / "run", device="cpu", progress=False)
     found = estimate.estimate_grid(runner)
     inner = sorted({p["inner_params"]["iterations"] for p in probed if "inner_params" in p})
-    assert inner == [10, 20], probed
+    assert inner[:2] == [5, 10] and max(inner) <= 250, probed  # doubled until resolved, ≤ a quarter
     (seconds,) = [s for label, (_, s) in found.kinds.items() if label.startswith("attack carlini")]
     assert seconds == pytest.approx(1.0 + 50 * (0.5 + 0.01 * 1000))  # set-up and both budgets recovered
 

@@ -6,8 +6,10 @@ that set-up and per-step cost separate (time ≈ set-up + budget · per step; L-
 early finish sooner, so theirs is an upper bound). The budget is ``iterations``, or the parameter an
 attack names in ``Attack.probe_budget`` (Carlini et al.'s attack: its observed ``rounds``); the budget
 of an attack it runs inside (``Attack.inner_budget``: the inner inversion's iterations) is shortened
-too, and the time extrapolated in both. A chain of cells (one model × defense × seed) trains its FL
-model once up to its last round. An attack whose fit
+too, and the time extrapolated in both. A defense whose update cost grows with a budget it declares
+(``Defense.probe_budget``: DCS²'s synthesis steps) is shortened the same way in its FL round and in the
+updates its attack cells invert (in a temporary cache). A chain of cells (one model × defense × seed)
+trains its FL model once up to its last round. An attack whose fit
 grows linearly with a budget it declares (``Attack.fit_budget``, e.g. SEER's training steps) has its fit
 timed once per model layout at two short budgets and its cells probed with a two-step fit (in a
 temporary cache, never the run's). Other methods that need a fitted artifact (policy searches, public
@@ -22,26 +24,26 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import tempfile
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from leakshield.artifacts import ArtifactCache, FitData
+from leakshield.artifacts import FitData
 from leakshield.attacks import create_attack
 from leakshield.defenses.base import DefensePipeline
+from leakshield.experiment.attack_probe import probed_attack_time
 from leakshield.experiment.cells import Cell
 from leakshield.experiment.compatibility import check_attacks_fit_models
-from leakshield.experiment.config import Component
+from leakshield.experiment.config import Component, DefenseSetting
 from leakshield.experiment.fitting import attack_fit_key, model_layout
 from leakshield.experiment.parallel import chains
 from leakshield.experiment.pipeline import ExperimentContext, run_cell
+from leakshield.experiment.probe_budgets import extrapolated, resolved_slope, scaled_defense, scratch, timed
 from leakshield.experiment.rundir import STORE_FILE, check_run_dir
 from leakshield.experiment.server_attack import attack_fit_setting
 from leakshield.experiment.stamps import stale_keys
 from leakshield.experiment.store import ResultStore
+from leakshield.experiment.training import TrainedModels
 from leakshield.fl import HonestClient, ServerKnowledge
 
 
@@ -179,26 +181,38 @@ def _observed(cell: Cell) -> int:
     return create_attack(cell.attack.name, cell.attack.params).rounds_observed if cell.attack else 1
 
 
-def timed(run: Callable[[], object]) -> float:
-    """Wall-clock seconds of ``run()``."""
-    start = time.perf_counter()
-    run()
-    return time.perf_counter() - start
-
-
 def _needs_fit(cell: Cell) -> bool:
     pipeline = DefensePipeline.from_config(cell.defense.entries)
     return any(d.fit_scope is not None and not d.fit_measures_only for d in pipeline.defenses)
 
 
 def _round_time(context: ExperimentContext, cell: Cell) -> float | None:
-    """Seconds of one FL round of (model, defense), measured on a fresh model."""
+    """Seconds of one FL round of (model, defense), measured on a fresh model; a defense whose update
+    cost grows with a budget it declares (``Defense.probe_budget``, e.g. DCS²'s synthesis steps) has its
+    round timed at a short budget and at doublings of it until resolved (after a warm-up, in a temporary
+    cache), and extrapolated."""
     if _needs_fit(cell):
         return None
-    models = context.models
-    models.at_round(cell.model, cell.defense, cell.seed, 0)  # build (and cache) the fresh model
-    seconds = timed(lambda: models.at_round(cell.model, cell.defense, cell.seed, 1))
-    models._states.clear()
+    short = scaled_defense(cell.defense, 1)
+    if short is None or short[1] >= 1.0:
+        return _one_round(context.models, cell, cell.defense)
+
+    def round_at(multiple: int) -> tuple[float, float]:
+        scaled, factor = scaled_defense(cell.defense, multiple) or short
+        return _one_round(context.models, cell, scaled), factor
+
+    with scratch(context):
+        _one_round(context.models, cell, short[0])  # warm-up: first forward passes
+        t1 = _one_round(context.models, cell, short[0])
+        per_budget = resolved_slope(round_at, t1, short[1], 0.25)
+    return max(t1 - short[1] * per_budget, 0.0) + per_budget
+
+
+def _one_round(models: TrainedModels, cell: Cell, defense: DefenseSetting) -> float:
+    models._states = {}
+    models.at_round(cell.model, defense, cell.seed, 0)  # build (and cache) the fresh model
+    seconds = timed(lambda: models.at_round(cell.model, defense, cell.seed, 1))
+    models._states = {}
     return seconds
 
 
@@ -236,7 +250,7 @@ def _add_fit(result: GridEstimate, context: ExperimentContext, cell: Cell, seen:
         data = FitData(context.info, context.data.public, copy.deepcopy(net), cell.seed or 0, context.device)
         return timed(lambda: short.fit(data))
 
-    _add(result, label, _extrapolated(fit, budget))
+    _add(result, label, extrapolated(fit, budget))
 
 
 def _detection_time(context: ExperimentContext, cell: Cell) -> float | None:
@@ -273,59 +287,10 @@ def _attack_time(context: ExperimentContext, cell: Cell) -> float | None:
     if attack.fit_budget is not None:
         short = Component(**{**cell.attack.model_dump(exclude_none=True), attack.fit_budget: 2})
         probe = Cell("attack", cell.model, cell.defense, short, 0, cell.seed, cell.scale)
-        with tempfile.TemporaryDirectory() as folder:
-            saved, context.cache = context.cache, ArtifactCache(folder)
-            try:
-                run_cell(context, probe)  # the two-step fit and the first forward passes
-                return timed(lambda: run_cell(context, probe))
-            finally:
-                context.cache = saved
-    iterations = getattr(attack.params, attack.probe_budget, None)
-    probe = Cell("attack", cell.model, cell.defense, cell.attack, 0, cell.seed, cell.scale)
-    if not iterations:
-        return timed(lambda: run_cell(context, probe))
-    inner = attack.inner_budget()
-
-    def run(budget: int, inner_budget: int | None = None) -> float:
-        updates = inner[1](inner_budget) if inner is not None and inner_budget is not None else {}
-        dump = {**cell.attack.model_dump(exclude_none=True), attack.probe_budget: budget, **updates}
-        short = Cell("attack", cell.model, cell.defense, Component(**dump), 0, cell.seed, cell.scale)
-        return timed(lambda: run_cell(context, short))
-
-    j = _short(inner[0]) if inner is not None else 0
-    if inner is None or inner[0] <= 2 * j:
-        return _extrapolated(run, iterations)
-    # both budgets short: cost ≈ set-up + rounds · (per round + inner steps · per inner step)
-    k = _short(iterations)
-    run(k, j)  # warm-up
-    t11, t21, t12 = run(k, j), run(2 * k, j), run(k, 2 * j)
-    per_inner_step = max(t12 - t11, 0.0) / (k * j)
-    per_round = max(max(t21 - t11, 0.0) / k - j * per_inner_step, 0.0)
-    setup = max(t11 - k * (per_round + j * per_inner_step), 0.0)
-    return setup + iterations * (per_round + inner[0] * per_inner_step)
-
-
-def _short(budget: int) -> int:
-    """The short probe budget k for a full ``budget`` (k and 2k are timed)."""
-    return max(2, min(budget // 100, 20))
-
-
-def linear_at(x1: float, t1: float, x2: float, t2: float, x: float) -> float:
-    """Seconds at budget ``x`` from seconds ``t1``, ``t2`` at budgets ``x1`` < ``x2``: set-up + x · per
-    step, neither negative (noise can make the longer probe the faster one). ``x2 <= x1``: the probe
-    already ran at the budget, its time is the answer."""
-    if x2 <= x1:
-        return t2
-    per_step = max(t2 - t1, 0.0) / (x2 - x1)
-    return max(t1 - x1 * per_step, 0.0) + x * per_step
-
-
-def _extrapolated(run: Callable[[int], float], budget: int) -> float:
-    """Seconds of ``run`` at ``budget``, from its times at short budgets k and 2k (after a warm-up run
-    at k: first forward passes, caches): set-up + budget · per step."""
-    k = _short(budget)
-    run(k)
-    return linear_at(k, run(k), 2 * k, run(2 * k), budget)
+        with scratch(context):
+            run_cell(context, probe)  # the two-step fit and the first forward passes
+            return timed(lambda: run_cell(context, probe))
+    return probed_attack_time(context, cell)
 
 
 def print_estimate(runner, *, workers: int = 1, memo: ProbeMemo | None = None) -> GridEstimate:

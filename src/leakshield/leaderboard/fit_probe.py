@@ -3,7 +3,9 @@ attacks that need a fitted artifact (LODA's obscured data, Anti-GAN's generators
 synthetic set, GGL's public generator), the FL rounds trained under such a defense, and the adaptive
 attacks run against it. Each fit runs at two short budgets in a temporary cache (never the run's) and is
 extrapolated linearly to its configured budget (``FIT_BUDGETS``: the parameters a fit's time grows
-with, scaled together); a round and each attack are timed once after the short fit."""
+with; a preset that leaves them at their defaults is scaled from the defaults); a round is timed once
+after the short fit, and each attack at short values of its own budget (``Attack.probe_budget``),
+doubled until resolved and extrapolated as the grid estimator does."""
 
 from __future__ import annotations
 
@@ -15,11 +17,13 @@ import torch
 from leakshield.artifacts import ArtifactCache
 from leakshield.attacks import ATTACKS
 from leakshield.defenses import DEFENSES
+from leakshield.experiment.attack_probe import probed_attack_time
 from leakshield.experiment.cells import Cell, runs_against
 from leakshield.experiment.config import Component, DefenseSetting, ExperimentConfig
-from leakshield.experiment.estimate import linear_at, timed
 from leakshield.experiment.pipeline import run_cell
+from leakshield.experiment.probe_budgets import linear_at, timed
 from leakshield.experiment.world import ExperimentContext
+from leakshield.registry import Registry
 
 #: per fitted method, the parameters its fit's time grows with (scaled together in the probe)
 FIT_BUDGETS: dict[str, tuple[str, ...]] = {
@@ -42,10 +46,11 @@ def _scaled(params: dict[str, Any], names: tuple[str, ...], steps: int) -> tuple
     return {**params, **{n: max(1, round(v * factor)) for n, v in full.items()}}, factor
 
 
-def in_force(entry: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
-    """A defense entry's parameters with its budget parameters ``names`` at their values in force: a
-    preset that leaves one at its default (LODA's steps) is scaled from the default, not skipped."""
-    defaults = DEFENSES.create(entry["name"], entry["params"]).params.model_dump()
+def in_force(entry: dict[str, Any], names: tuple[str, ...], registry: Registry = DEFENSES) -> dict[str, Any]:
+    """An entry's parameters (a defense's, or an attack's with ``registry=ATTACKS``) with its budget
+    parameters ``names`` at their values in force: a preset that leaves one at its default (LODA's
+    steps, GGL's generator steps) is scaled from the default, not skipped."""
+    defaults = registry.create(entry["name"], entry["params"]).params.model_dump()
     return {**{n: defaults[n] for n in names if n in defaults}, **entry["params"]}
 
 
@@ -78,9 +83,10 @@ def _probe_defense(
         times.append(timed(lambda c=context, s=short: c.models.fresh(model, s, seeds[0])))
         factors.append(factor)
     round_seconds = timed(lambda c=context, s=short: c.models.at_round(model, s, seeds[0], 1))
-    for attack in adaptive:  # after the (short) fit: each adaptive attack's cell alone
-        cell = Cell("attack", model, short, attack, 0, seeds[0])
-        attack_seconds[attack.display] = timed(lambda c=context, x=cell: run_cell(c, x))
+    for attack in adaptive:  # after the (short) fit: each adaptive attack's cell, at short budgets
+        attack_seconds[attack.display] = probed_attack_time(
+            context, Cell("attack", model, short, attack, 0, seeds[0])
+        )
     rounds = max([config.utility.rounds, *config.attack.rounds])
     out = {
         f"fit · {defense.display}": _at_full(times, factors) * len(seeds),
@@ -99,21 +105,25 @@ def _probe_attack(
     pairs = [d for d in met if _fitted_entry(d) is None]  # probed where no defense fit adds to it
     if not pairs:
         return {}
-    times, factors, cell_seconds = [], [], None
+    times, factors, cell_seconds = [], [], 0.0
+    full = in_force({"name": attack.name, "params": attack.params}, FIT_BUDGETS[name], ATTACKS)
+    budget = ATTACKS.create(attack.name, attack.params).probe_budget
     for steps in (PROBE_STEPS, 2 * PROBE_STEPS):
-        params, factor = _scaled(attack.params, FIT_BUDGETS[name], steps)
-        short = Component.model_validate({**attack.model_dump(exclude_none=True), **params})
+        params, factor = _scaled(full, FIT_BUDGETS[name], steps)
+        fitted = Component.model_validate({**attack.model_dump(exclude_none=True), **params})
+        short = Component.model_validate({**fitted.model_dump(exclude_none=True), budget: 2})
         probe = config.model_copy(update={"attacks": [short], "seeds": seeds[:1], "defenses": pairs[:1]})
         context = ExperimentContext(probe, device, cache=ArtifactCache(f"{folder}/{steps}"))
         cell = Cell("attack", model, pairs[0], short, 0, seeds[0])
-        first = timed(lambda c=context, x=cell: run_cell(c, x))  # the fit and the attack
-        if cell_seconds is None:  # the attack on the cached fit (its budget is not scaled: once)
-            cell_seconds = timed(lambda c=context, x=cell: run_cell(c, x))
-        times.append(max(first - cell_seconds, 0.0))
+        first = timed(lambda c=context, x=cell: run_cell(c, x))  # the fit and a two-step attack
+        again = timed(lambda c=context, x=cell: run_cell(c, x))  # the two-step attack on the cached fit
+        times.append(max(first - again, 0.0))
         factors.append(factor)
+        if steps == PROBE_STEPS:  # the attack at its own budget, from short probes (each a short refit)
+            cell_seconds = probed_attack_time(context, Cell("attack", model, pairs[0], fitted, 0, seeds[0]))
     cells = len(met) * len(seeds) * len(config.attack.rounds)
     return {f"fit · {attack.display}": _at_full(times, factors) * len(seeds),
-            f"attack {attack.display} ({cells} cells)": (cell_seconds or 0.0) * cells}  # fmt: skip
+            f"attack {attack.display} ({cells} cells)": cell_seconds * cells}  # fmt: skip
 
 
 def probe_fits(config: ExperimentConfig, device: torch.device) -> dict[str, float]:

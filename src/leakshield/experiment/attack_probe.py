@@ -1,0 +1,113 @@
+"""The dry run's probe of one attack cell: the real cell at short budgets, extrapolated to its own
+(see :mod:`leakshield.experiment.estimate`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from leakshield.attacks.base import Attack
+from leakshield.experiment.cells import Cell
+from leakshield.experiment.config import Component, DefenseSetting
+from leakshield.experiment.pipeline import ExperimentContext, run_cell
+from leakshield.experiment.probe_budgets import (
+    extrapolated,
+    resolved_slope,
+    scaled_defense,
+    scratch,
+    short_budget,
+    timed,
+)
+
+
+def probed_attack_time(context: ExperimentContext, cell: Cell) -> float:
+    """Seconds of ``cell``'s attack at round 0, timed at a short value of its ``probe_budget`` and at
+    doublings of it until resolved (:func:`~leakshield.experiment.probe_budgets.resolved_slope`), and
+    extrapolated. Also shortened, and doubled from their short values in turn: the budget of an attack
+    it runs inside (``Attack.inner_budget``, whose cost multiplies), else the budgets whose cost adds —
+    the attack's once-per-cell work (``Attack.setup_budget``) and the defense's (``Defense.probe_budget``:
+    DCS²'s synthesis makes the victims' updates). An attack without a probe budget runs once, whole."""
+    attack = context.config.create_attack(cell.attack)
+    iterations = getattr(attack.params, attack.probe_budget, None)
+    k = short_budget(iterations or 0)
+    if not iterations or iterations <= k:
+        probe = Cell("attack", cell.model, cell.defense, cell.attack, 0, cell.seed, cell.scale)
+        return timed(lambda: run_cell(context, probe))
+
+    def run(updates: dict[str, Any], defense: DefenseSetting | None = None) -> float:
+        short = Cell("attack", cell.model, defense or cell.defense,
+                     Component(**{**cell.attack.model_dump(exclude_none=True), **updates}), 0, cell.seed,
+                     cell.scale)  # fmt: skip
+        context.models.at_round(cell.model, short.defense, cell.seed, 0)  # its fits are not the cell's
+        return timed(lambda: run_cell(context, short))
+
+    def main(m: int) -> tuple[dict[str, Any], DefenseSetting | None, float]:
+        return {attack.probe_budget: min(m * k, iterations)}, None, float(min(m * k, iterations))
+
+    inner = attack.inner_budget()
+    if inner is not None and inner[0] > 2 * short_budget(inner[0]):
+        # cost ≈ set-up + rounds · (per round + inner steps · per inner step)
+        j, set_inner = short_budget(inner[0]), inner[1]
+        run({**main(1)[0], **set_inner(j)})  # warm-up
+        t1 = run({**main(1)[0], **set_inner(j)})
+        per_round = resolved_slope(lambda m: (run({**main(m)[0], **set_inner(j)}), main(m)[2]), t1, k,
+                                   iterations / 4)  # fmt: skip
+        per_inner_step = resolved_slope(lambda m: (run({**main(1)[0], **set_inner(m * j)}), m * j), t1, j,
+                                        inner[0] / 4) / k  # fmt: skip
+        setup = max(t1 - k * per_round, 0.0)
+        return setup + iterations * (max(per_round - j * per_inner_step, 0.0) + inner[0] * per_inner_step)
+    budgets: list[Added] = [(main, float(iterations)), *_added_budgets(attack, cell)]
+    if len(budgets) == 1:
+        return extrapolated(lambda budget: run({attack.probe_budget: budget}), iterations)
+    # cost ≈ set-up + Σ over the budgets (main, added) of value · cost per unit
+    short_updates = {key: value for at, _ in budgets for key, value in at(1)[0].items()}
+    short_defense = next((at(1)[1] for at, _ in budgets if at(1)[1] is not None), None)
+
+    def run_at(at: At, m: int) -> tuple[float, float]:
+        updates, defense, value = at(m)
+        return run({**short_updates, **updates}, defense or short_defense), value
+
+    with scratch(context):
+        run(short_updates, short_defense)  # warm-up
+        t1 = run(short_updates, short_defense)
+        slopes = [
+            resolved_slope(lambda m, at=at: run_at(at, m), t1, at(1)[2], full / 4) for at, full in budgets
+        ]
+    setup = max(t1 - sum(slope * at(1)[2] for slope, (at, _) in zip(slopes, budgets, strict=True)), 0.0)
+    return setup + sum(slope * full for slope, (_, full) in zip(slopes, budgets, strict=True))
+
+
+#: a budget at m × its short value: (attack parameter updates, the defense to run or None, its value)
+At = Callable[[int], tuple[dict[str, Any], DefenseSetting | None, float]]
+#: a budget the probe shortens: its settings at m × its short value, and its full value
+Added = tuple[At, float]
+
+
+def _added_budgets(attack: Attack, cell: Cell) -> list[Added]:
+    """The budgets whose cost adds to the probe budget's: the attack's once-per-cell work
+    (``Attack.setup_budget``) and the defense's (``Defense.probe_budget``) (see
+    :func:`probed_attack_time`)."""
+    added: list[Added] = []
+    name = attack.setup_budget
+    full = int(getattr(attack.params, name)) if name else 0
+    if name and full > 2 * short_budget(full):
+        short = short_budget(full)
+
+        def setup_at(m: int) -> tuple[dict[str, Any], DefenseSetting | None, float]:
+            return {name: min(m * short, full)}, None, float(min(m * short, full))
+
+        added.append((setup_at, float(full)))
+    if (scaled := scaled_defense(cell.defense, 1)) is not None and scaled[1] < 1.0:
+
+        def defense_at(m: int) -> tuple[dict[str, Any], DefenseSetting | None, float]:
+            found = scaled_defense(cell.defense, m)
+            assert found is not None
+            return {}, _relabelled(*found), found[1]
+
+        added.append((defense_at, 1.0))
+    return added
+
+
+def _relabelled(defense: DefenseSetting, factor: float) -> DefenseSetting:
+    """A probe's scaled ``defense`` under a label of its own (the trained models are cached by label)."""
+    return defense.model_copy(update={"label": f"{defense.display} (probe at {factor:g})"})
