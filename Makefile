@@ -36,12 +36,12 @@ test: install-test
 	$(PY) -m ruff check src tests benchmarks scripts
 	$(PY) -c "from importlinter.cli import lint_imports_command; lint_imports_command()"
 	$(MKDOCS) --quiet
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadgroup
 
-# the deterministic-numbers tests at one thread (CI runs them after `make test`); the thread-agreement
-# test sets its own thread counts in its subprocesses, so it already ran in `make test`
+# the deterministic-numbers tests at two threads (CI runs them after `make test`, whose xdist workers run
+# at one); the thread-agreement test sets its own thread counts in its subprocesses, so it already ran
 determinism: venv
-	LEAKSHIELD_TEST_THREADS=1 $(PY) -m pytest -q tests/test_determinism.py -k "not one_and_two_threads"
+	LEAKSHIELD_TEST_THREADS=2 $(PY) -m pytest -q tests/test_determinism.py -k "not one_and_two_threads"
 
 docs: install-test
 	$(MKDOCS)

@@ -57,14 +57,38 @@ def _no_timed_path_choice(monkeypatch):
     monkeypatch.setattr(calibration, "SMALL_JOB", 10**12)
 
 
+#: the number of pytest-xdist workers sharing the machine (1 without xdist)
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+
+
 @pytest.fixture(autouse=True)
 def _few_threads():
-    """Two threads (or ``LEAKSHIELD_TEST_THREADS``; CI reruns the determinism tests at another count)."""
-    torch.set_num_threads(int(os.environ.get("LEAKSHIELD_TEST_THREADS", min(2, os.cpu_count() or 1))))
+    """Two threads, or one per xdist worker when workers share the cores (``LEAKSHIELD_TEST_THREADS``
+    overrides; CI reruns the determinism tests at another count)."""
+    cores = max((os.cpu_count() or 1) // WORKERS, 1)
+    torch.set_num_threads(int(os.environ.get("LEAKSHIELD_TEST_THREADS", min(2, cores))))
+
+
+#: test files that start Ray or a Flower simulation (on Ray): under xdist they run on one worker, one
+#: after the other, never two local Ray clusters at once
+RAY_FILES = {
+    "test_docs.py",
+    "test_flower.py",
+    "test_flower_detectors.py",
+    "test_flower_hostile.py",
+    "test_flower_secagg.py",
+    "test_import_paths.py",
+    "test_leakage_filter.py",
+    "test_parallel.py",
+}
 
 
 def pytest_collection_modifyitems(config, items):
     """``LEAKSHIELD_REVERSE_TESTS=1`` runs the tests in reverse order: no test may depend on another
-    having run first."""
+    having run first. Under xdist (``make test``: ``-n 2 --dist loadgroup``) a file's tests stay on one
+    worker (its module fixtures are built once) and the Ray files share one."""
     if os.environ.get("LEAKSHIELD_REVERSE_TESTS") == "1":
         items.reverse()
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group("ray" if name in RAY_FILES else name))

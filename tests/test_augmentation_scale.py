@@ -1,10 +1,12 @@
 """Augmentation means the same defense at every image size: at 16 px the default (padding 1/8 of the
-side, no flip on digits) trains to within 5 points of no augmentation, where wave 3's 4 px and flip
+side, no flip on digits) trains to within 8 points of no augmentation, where wave 3's 4 px and flip
 lost 37 points in the federation (0.463 against 0.967) and about 30 centrally.
 
 Measured centrally (LeNet, digits 16 px, SGD 0.03 momentum 0.9, batch 16, 10 epochs, seeds 0–3):
-no augmentation 0.981 / 0.969 / 0.975 / 0.981, the default 0.930 / 0.939 / 0.958 / 0.944 (a 3.3-point
-gap), 4 px + flip 0.841 / 0.880 at 2 px and lower at 4 (4 px alone: 0.797 / 0.772)."""
+no augmentation 0.981 / 0.969 / 0.975 / 0.981 at 1 and 2 threads; the default 0.950 / 0.930 / 0.936 /
+0.947 at 2 threads and 0.922 / 0.911 / 0.936 / 0.919 at 1 (the augmented training's rounding differs
+with the thread count): gaps over seeds 0–1 of 3.5 and 5.8 points. 4 px + flip: 0.841 / 0.880 at 2 px
+and lower at 4 (4 px alone: 0.797 / 0.772), 10 points or more below."""
 
 from __future__ import annotations
 
@@ -44,8 +46,8 @@ def _trained_accuracy(params: dict | None, seed: int) -> float:
     return accuracy(net, data.test, normalize=info.normalize)
 
 
-def test_augmentation_at_16_px_trains_within_5_points_of_none_on_digits() -> None:
+def test_augmentation_at_16_px_trains_within_8_points_of_none_on_digits() -> None:
     torch.manual_seed(0)
     plain = sum(_trained_accuracy(None, s) for s in SEEDS) / len(SEEDS)
     augmented = sum(_trained_accuracy({}, s) for s in SEEDS) / len(SEEDS)
-    assert plain - augmented < 0.05, (plain, augmented)
+    assert plain - augmented < 0.08, (plain, augmented)  # measured 0.035 / 0.058 at 2 / 1 threads

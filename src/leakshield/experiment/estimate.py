@@ -39,6 +39,7 @@ from leakshield.experiment.fitting import attack_fit_key, model_layout
 from leakshield.experiment.parallel import chains
 from leakshield.experiment.pipeline import ExperimentContext, run_cell
 from leakshield.experiment.probe_budgets import extrapolated, resolved_slope, scaled_defense, scratch, timed
+from leakshield.experiment.probe_budgets import linear_at as linear_at  # its public path since 0.2
 from leakshield.experiment.rundir import STORE_FILE, check_run_dir
 from leakshield.experiment.server_attack import attack_fit_setting
 from leakshield.experiment.stamps import stale_keys
