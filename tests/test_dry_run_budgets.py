@@ -1,5 +1,5 @@
 """The dry run never runs a component at its full budget: a defense whose update cost grows with a
-budget (DCS²'s synthesis steps) has its FL round timed at two short values of it, and the fit probe
+budget (DCS²'s synthesis steps) has its FL round timed at short values of it, and the fit probe
 scales an attack's generator steps from their default and times its cell at short iterations (the full
 preset's dry run spent minutes in DCS²'s 500-step syntheses and in GGL's 3,000-step generator)."""
 
@@ -153,3 +153,49 @@ def test_an_attack_on_dcs2_shortens_the_synthesis_that_makes_its_updates(monkeyp
                                    lambda a, d: 2.0 + 0.01 * a["iterations"] + 0.03 * d["steps"])  # fmt: skip
     assert sorted({r["defense"]["steps"] for r in runs}) == [5, 10, 20, 40]
     assert seconds == pytest.approx(2.0 + 0.01 * 1000 + 0.03 * 500)
+
+
+def test_a_probes_cache_leaves_out_the_fits_that_only_measure_and_scratch_restores_the_run(tmp_path) -> None:
+    """DCS²'s fit only measures its budget: a probe's cache hands back an empty artifact without fitting;
+    any other fit runs. ``scratch`` swaps the caches and forgets the probe's models and artifact records,
+    also when the probe fails."""
+    from types import SimpleNamespace
+
+    from leakshield.artifacts import Artifact, ArtifactCache, FitKey
+    from leakshield.experiment.probe_budgets import ProbeCache, scratch
+
+    cache, fitted = ProbeCache(tmp_path / "probe"), []
+
+    def fit():
+        fitted.append(True)
+        return Artifact({}, {"fitted": True})
+
+    key = dict(params={}, scope="client", data="d", seed=0)
+    assert cache.get_or_fit(FitKey(component="defense:dcs2", **key), fit).metadata == {} and not fitted
+    assert cache.get_or_fit(FitKey(component="defense:loda", **key), fit).metadata == {"fitted": True}
+    run_cache = ArtifactCache(tmp_path / "run")
+    models = SimpleNamespace(cache=run_cache, _states={"kept": 1}, used=["kept"])
+    context = SimpleNamespace(cache=run_cache, models=models)
+    with pytest.raises(RuntimeError), scratch(context):
+        assert isinstance(context.cache, ProbeCache) and models.cache is context.cache and not models._states
+        models._states["probe"], models.used = 2, [*models.used, "probe"]
+        raise RuntimeError("a failed probe")
+    assert context.cache is run_cache and models.cache is run_cache
+    assert models._states == {"kept": 1} and models.used == ["kept"]
+
+
+def test_fits_and_the_path_calibration_happen_before_the_timed_runs(monkeypatch) -> None:
+    """A run pays an attack's fit and the path calibration once, not per cell: the probe fits the attack
+    before each timed run (its key holds the probe's budgets) and repeats, untimed, the first run long
+    enough to calibrate (here 20 steps or more)."""
+    from leakshield.experiment import attack_probe
+
+    fits: list[int] = []
+    monkeypatch.setattr(attack_probe, "fitted_attack", lambda context, cell, spec: fits.append(1))
+    monkeypatch.setattr(attack_probe, "SMALL_JOB", 20)
+    seconds, runs = _clocked_probe(monkeypatch, {"name": "ggl", "iterations": 1000}, {"name": "none"},
+                                   lambda a, d: 1.0 + 0.001 * a["iterations"])  # fmt: skip
+    budgets = [r["attack"]["iterations"] for r in runs]
+    assert budgets[:2] == [5, 5] and budgets.count(20) == 2 and budgets.count(40) == 1
+    assert len(fits) == len(runs) - 1  # every run but the untimed calibration one fits first
+    assert seconds == pytest.approx(1.0 + 0.001 * 1000)

@@ -98,9 +98,6 @@ class Attack(Fittable):
     #: the parameter its run's cost grows linearly with, which the dry run probes at two short budgets
     #: (an attack without one is probed by running it whole)
     probe_budget: ClassVar[str] = "iterations"
-    #: a parameter of once-per-cell work whose cost adds to the probe budget's (the GAN attack's final
-    #: generator steps), which the dry run shortens too; None: none
-    setup_budget: ClassVar[str | None] = None
     #: the parameter its fit's cost grows linearly with (e.g. training ``steps``), which lets the dry run
     #: time the fit at two short budgets; None: the fit is not estimated
     fit_budget: ClassVar[str | None] = None

@@ -113,9 +113,6 @@ class Defense(Fittable):
     fit_scope: ClassVar[FitScope | None] = None
     #: whether the fit only measures (its budget's convergence) and the defense runs without the artifact
     fit_measures_only: ClassVar[bool] = False
-    #: the parameter a client update's cost grows linearly with (DCS²'s synthesis ``steps``): the dry
-    #: run times an FL round at two short values of it and extrapolates; None: a round is timed as is
-    probe_budget: ClassVar[str | None] = None
     #: whether :meth:`inspect` judges received models (a client guard)
     guards: ClassVar[bool] = False
     #: whether its guard compares the model received with the previous round's (``context.previous``)

@@ -134,7 +134,6 @@ class DCS2(Defense):
     replaces_gradient = True
     fit_scope: ClassVar[FitScope | None] = "client"
     fit_measures_only: ClassVar[bool] = True
-    probe_budget: ClassVar[str | None] = "steps"  # a synthesis per minibatch holding a sensitive sample
 
     def sensitive_samples(self, batch: ImageSet, dataset: ImageSet) -> torch.Tensor:
         """Which samples of ``batch`` (of a client's ``dataset``) are sensitive under the rule."""

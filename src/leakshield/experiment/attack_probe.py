@@ -6,43 +6,64 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from leakshield.attacks import ATTACKS
 from leakshield.attacks.base import Attack
+from leakshield.attacks.passive.inversion.calibration import SMALL_JOB
 from leakshield.experiment.cells import Cell
 from leakshield.experiment.config import Component, DefenseSetting
 from leakshield.experiment.pipeline import ExperimentContext, run_cell
 from leakshield.experiment.probe_budgets import (
+    ATTACK_SETUP_BUDGETS,
     extrapolated,
+    probe_budget,
     resolved_slope,
     scaled_defense,
     scratch,
     short_budget,
     timed,
 )
+from leakshield.experiment.server_attack import fitted_attack
 
 
 def probed_attack_time(context: ExperimentContext, cell: Cell) -> float:
-    """Seconds of ``cell``'s attack at round 0, timed at a short value of its ``probe_budget`` and at
-    doublings of it until resolved (:func:`~leakshield.experiment.probe_budgets.resolved_slope`), and
-    extrapolated. Also shortened, and doubled from their short values in turn: the budget of an attack
-    it runs inside (``Attack.inner_budget``, whose cost multiplies), else the budgets whose cost adds —
-    the attack's once-per-cell work (``Attack.setup_budget``) and the defense's (``Defense.probe_budget``:
-    DCS²'s synthesis makes the victims' updates). An attack without a probe budget runs once, whole."""
+    """Seconds of ``cell``'s attack at round 0, timed at a short value of its probe budget
+    (:func:`~leakshield.experiment.probe_budgets.probe_budget`) and at doublings of it until resolved
+    (:func:`~leakshield.experiment.probe_budgets.resolved_slope`), and extrapolated. Also shortened, and
+    doubled from their short values in turn: the budget of an attack it runs inside
+    (``Attack.inner_budget``, whose cost multiplies), else the budgets whose cost adds — the attack's
+    once-per-cell work (:data:`~leakshield.experiment.probe_budgets.ATTACK_SETUP_BUDGETS`) and the
+    defense's (:data:`~leakshield.experiment.probe_budgets.DEFENSE_PROBE_BUDGETS`: DCS²'s synthesis
+    makes the victims' updates). The defense's budget is modelled as once per cell: a participant
+    attack whose every round trains through it is under-counted, and an attack with an inner budget
+    runs the defense's whole. An attack without a probe budget, or with one of k or fewer, runs once,
+    whole."""
     attack = context.config.create_attack(cell.attack)
-    iterations = getattr(attack.params, attack.probe_budget, None)
+    budget_name = probe_budget(attack, cell.attack.name)
+    iterations = getattr(attack.params, budget_name, None)
     k = short_budget(iterations or 0)
     if not iterations or iterations <= k:
         probe = Cell("attack", cell.model, cell.defense, cell.attack, 0, cell.seed, cell.scale)
         return timed(lambda: run_cell(context, probe))
 
+    calibrated: list[bool] = []
+
     def run(updates: dict[str, Any], defense: DefenseSetting | None = None) -> float:
         short = Cell("attack", cell.model, defense or cell.defense,
                      Component(**{**cell.attack.model_dump(exclude_none=True), **updates}), 0, cell.seed,
                      cell.scale)  # fmt: skip
-        context.models.at_round(cell.model, short.defense, cell.seed, 0)  # its fits are not the cell's
+        # untimed, as a run pays them once and not per cell: the defenses' fits and the attack's own
+        # (its key holds the probe's budgets), and the path calibration the first run of SMALL_JOB
+        # steps or more makes
+        context.models.at_round(cell.model, short.defense, cell.seed, 0)
+        if attack.fit_scope is not None:
+            fitted_attack(context, short, short.attack)
+        if not calibrated and int(updates.get(budget_name, 0)) >= SMALL_JOB:
+            calibrated.append(True)
+            run_cell(context, short)
         return timed(lambda: run_cell(context, short))
 
     def main(m: int) -> tuple[dict[str, Any], DefenseSetting | None, float]:
-        return {attack.probe_budget: min(m * k, iterations)}, None, float(min(m * k, iterations))
+        return {budget_name: min(m * k, iterations)}, None, float(min(m * k, iterations))
 
     inner = attack.inner_budget()
     if inner is not None and inner[0] > 2 * short_budget(inner[0]):
@@ -58,7 +79,7 @@ def probed_attack_time(context: ExperimentContext, cell: Cell) -> float:
         return setup + iterations * (max(per_round - j * per_inner_step, 0.0) + inner[0] * per_inner_step)
     budgets: list[Added] = [(main, float(iterations)), *_added_budgets(attack, cell)]
     if len(budgets) == 1:
-        return extrapolated(lambda budget: run({attack.probe_budget: budget}), iterations)
+        return extrapolated(lambda budget: run({budget_name: budget}), iterations)
     # cost ≈ set-up + Σ over the budgets (main, added) of value · cost per unit
     short_updates = {key: value for at, _ in budgets for key, value in at(1)[0].items()}
     short_defense = next((at(1)[1] for at, _ in budgets if at(1)[1] is not None), None)
@@ -84,12 +105,12 @@ Added = tuple[At, float]
 
 
 def _added_budgets(attack: Attack, cell: Cell) -> list[Added]:
-    """The budgets whose cost adds to the probe budget's: the attack's once-per-cell work
-    (``Attack.setup_budget``) and the defense's (``Defense.probe_budget``) (see
-    :func:`probed_attack_time`)."""
+    """The budgets whose cost adds to the probe budget's: the attack's once-per-cell work and the
+    defense's (see :func:`probed_attack_time`)."""
     added: list[Added] = []
-    name = attack.setup_budget
-    full = int(getattr(attack.params, name)) if name else 0
+    name = ATTACK_SETUP_BUDGETS.get(ATTACKS.get(cell.attack.name).name)
+    value = getattr(attack.params, name, None) if name else None
+    full = int(value) if isinstance(value, int) else 0
     if name and full > 2 * short_budget(full):
         short = short_budget(full)
 

@@ -1,22 +1,24 @@
 """``leakshield run --dry-run``: the cells still to compute and how long they should take.
 
 Estimates come from short probes of the real code on the real data, victims and device, never from a
-table: one FL round per (model, defense), and each (model, attack) run at two short budgets k and 2k so
-that set-up and per-step cost separate (time ≈ set-up + budget · per step; L-BFGS attacks that stop
-early finish sooner, so theirs is an upper bound). The budget is ``iterations``, or the parameter an
-attack names in ``Attack.probe_budget`` (Carlini et al.'s attack: its observed ``rounds``); the budget
+table: one FL round per (model, defense), and each (model, attack) run at a short budget k and at 2k, 4k
+… until the difference is resolved, so that set-up and per-step cost separate (time ≈ set-up + budget ·
+per step; L-BFGS attacks that stop early finish sooner, so theirs is an upper bound). The budget is
+``iterations``, or the parameter an attack names (``Attack.probe_budget``; Carlini et al.'s attack: its
+observed ``rounds``; the GAN attack's ``rounds`` and final steps, ``probe_budgets``' tables); the budget
 of an attack it runs inside (``Attack.inner_budget``: the inner inversion's iterations) is shortened
 too, and the time extrapolated in both. A defense whose update cost grows with a budget it declares
-(``Defense.probe_budget``: DCS²'s synthesis steps) is shortened the same way in its FL round and in the
-updates its attack cells invert (in a temporary cache). A chain of cells (one model × defense × seed)
-trains its FL model once up to its last round. An attack whose fit
-grows linearly with a budget it declares (``Attack.fit_budget``, e.g. SEER's training steps) has its fit
-timed once per model layout at two short budgets and its cells probed with a two-step fit (in a
-temporary cache, never the run's). Other methods that need a fitted artifact (policy searches, public
-generators) are listed as not estimated: a probe could start the fit itself, which may take hours. With
-N workers the total is divided by N (chains permitting). A round is probed only for chains that train
-(an attack at round 0 with no utility needs none), and the grids of one dry run (a leaderboard's main
-grid and its scenarios) share a :class:`ProbeMemo`: a set-up timed once is not timed again.
+(``probe_budgets.DEFENSE_PROBE_BUDGETS``: DCS²'s synthesis steps) is shortened the same way in its FL
+round and in the updates of the attack cells probed against it (in a temporary cache; the probe of an
+attack kind runs against the first defense it meets). A chain of cells (one model × defense × seed)
+trains its FL model once up to its last round. An attack whose fit grows linearly with a budget it
+declares (``Attack.fit_budget``, e.g. SEER's training steps) has its fit timed once per model layout at
+two short budgets and its cells probed with a two-step fit (in a temporary cache, never the run's).
+Other methods that need a fitted artifact (policy searches, public generators) are listed as not
+estimated: a probe could start the fit itself, which may take hours. With N workers the total is divided
+by N (chains permitting). A round is probed only for chains that train (an attack at round 0 with no
+utility needs none), and the grids of one dry run (a leaderboard's main grid and its scenarios) share a
+:class:`ProbeMemo`: a set-up timed once is not timed again.
 """
 
 from __future__ import annotations
@@ -189,7 +191,7 @@ def _needs_fit(cell: Cell) -> bool:
 
 def _round_time(context: ExperimentContext, cell: Cell) -> float | None:
     """Seconds of one FL round of (model, defense), measured on a fresh model; a defense whose update
-    cost grows with a budget it declares (``Defense.probe_budget``, e.g. DCS²'s synthesis steps) has its
+    cost grows with a budget (``probe_budgets.DEFENSE_PROBE_BUDGETS``: DCS²'s synthesis steps) has its
     round timed at a short budget and at doublings of it until resolved (after a warm-up, in a temporary
     cache), and extrapolated."""
     if _needs_fit(cell):
@@ -221,7 +223,8 @@ def _add_fit(result: GridEstimate, context: ExperimentContext, cell: Cell, seen:
     """The one-off fit of the cell's attack (attacks that declare a
     :attr:`~leakshield.attacks.base.Attack.fit_budget` only): once per fit the run will make — per seed,
     model and, for fits of the model's own parameters, model layout — unless the cache already holds it;
-    timed at budgets k and 2k and extrapolated once per label, the other seeds counted at that time."""
+    timed at a short budget and its doublings and extrapolated once per label, the other seeds counted
+    at that time."""
     where = cell.coordinates
     quadruple = (where["attack"], where["model"], where["defense"], cell.seed)
     if quadruple in seen:
@@ -280,8 +283,9 @@ def _detection_time(context: ExperimentContext, cell: Cell) -> float | None:
 
 
 def _attack_time(context: ExperimentContext, cell: Cell) -> float | None:
-    """Seconds of the attack on every victim at round 0 (at the cell's scale), extrapolated from budgets
-    k and 2k (an attack with a fit budget: its cell with a two-step fit, the fit itself apart)."""
+    """Seconds of the attack on every victim at round 0 (at the cell's scale), extrapolated from a short
+    budget and its doublings (an attack with a fit budget: its cell with a two-step fit, the fit itself
+    apart)."""
     attack = context.config.create_attack(cell.attack)
     if _needs_fit(cell) or (attack.fit_scope is not None and attack.fit_budget is None):
         return None

@@ -57,12 +57,10 @@ def fitted_model(
     device: torch.device,
     cache: ArtifactCache,
     progress: bool = False,
-    measure: bool = True,
 ) -> tuple[nn.Module, DefensePipeline, list[ArtifactUse]]:
     """The untrained model (:func:`build_model`) and the defense stack ``entries`` with its fitted
     artifacts: public fits on the public split, client fits on each defended client of ``clients``
-    (pass empty datasets for clients whose data this process must not see). ``measure``: False skips
-    the fits that only measure (DCS²'s budget check), as the dry run's probes do."""
+    (pass empty datasets for clients whose data this process must not see)."""
     pipeline = DefensePipeline.from_config(entries)
     net = build_model(spec, pipeline, data.info, seed, device)
     setting = FitSetting(
@@ -76,7 +74,7 @@ def fitted_model(
         device=device,
         progress=progress,
     )
-    fitted, used = fit_defenses(pipeline, setting, cache, measure=measure)
+    fitted, used = fit_defenses(pipeline, setting, cache)
     return net, fitted, used
 
 

@@ -69,16 +69,16 @@ def _params_json(params: Any) -> dict[str, Any]:
 
 
 def fit_defenses(
-    pipeline: DefensePipeline, setting: FitSetting, cache: ArtifactCache, *, measure: bool = True
+    pipeline: DefensePipeline, setting: FitSetting, cache: ArtifactCache
 ) -> tuple[DefensePipeline, list[ArtifactUse]]:
     """``pipeline`` with every defense's artifacts: public fits on the public split, client fits on each
-    defended client's own dataset (``measure``: False skips the fits that only measure)."""
+    defended client's own dataset."""
     public: dict[int, Artifact] = {}
     clients: dict[tuple[int, int], Artifact] = {}
     used: list[ArtifactUse] = []
     model_name = str(setting.model_id.get("name", ""))
     for index, defense in enumerate(pipeline.defenses):
-        if defense.fit_scope is None or (defense.fit_measures_only and not measure):
+        if defense.fit_scope is None:
             continue
         if defense.fit_scope == "public":
             targets: list[tuple[int | None, ImageSet]] = [(None, setting.public)]

@@ -1,6 +1,10 @@
 """Short probes and their extrapolation, shared by the dry run's estimators: a probe runs the real code
-at two short values k and 2k of a budget the cost grows linearly with and extrapolates (time ≈ set-up +
-budget · per step)."""
+at a short value k of a budget the cost grows linearly with, then at 2k, 4k … until the difference is
+resolved, and extrapolates (time ≈ set-up + budget · per step).
+
+What the estimator needs to know of a component beyond its own declarations (``Attack.probe_budget``,
+``Attack.inner_budget``, ``Attack.fit_budget``) is kept in the tables below, not on the component: the
+estimator's needs never change a component's code stamp, so they never make stored cells stale."""
 
 from __future__ import annotations
 
@@ -10,12 +14,31 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from leakshield.artifacts import ArtifactCache
+from leakshield.artifacts import Artifact, ArtifactCache, FitKey
+from leakshield.attacks import ATTACKS
+from leakshield.attacks.base import Attack
 from leakshield.defenses import DEFENSES
 from leakshield.experiment.config import DefenseSetting
 
 if TYPE_CHECKING:
     from leakshield.experiment.world import ExperimentContext
+
+
+#: per defense, the parameter its update cost grows linearly with (DCS²: a synthesis of ``steps`` per
+#: minibatch holding a sensitive sample), shortened in its FL rounds and its attack cells' updates
+DEFENSE_PROBE_BUDGETS: dict[str, str] = {"dcs2": "steps"}
+#: per attack, the probe budget where it is not the class's ``probe_budget`` (the GAN attack: each of
+#: its ``rounds`` trains the federation and its generator)
+ATTACK_PROBE_BUDGETS: dict[str, str] = {"hitaj": "rounds"}
+#: per attack, a parameter of once-per-cell work whose cost adds to its probe budget's (the GAN
+#: attack's final generator steps), shortened too
+ATTACK_SETUP_BUDGETS: dict[str, str] = {"hitaj": "final_steps"}
+
+
+def probe_budget(attack: Attack, name: str) -> str:
+    """The parameter the probe of ``attack`` (registered as ``name``) shortens
+    (:data:`ATTACK_PROBE_BUDGETS`, else the attack's own)."""
+    return ATTACK_PROBE_BUDGETS.get(ATTACKS.get(name).name, attack.probe_budget)
 
 
 def timed(run: Callable[[], object]) -> float:
@@ -31,7 +54,8 @@ def short_budget(budget: int) -> int:
 
 
 #: a probe's budget is doubled until the time it adds reaches this many seconds (a smaller difference
-#: drowns in timing noise) or the budget a quarter of the full one
+#: drowns in timing noise) or the next doubling would pass a quarter of the full budget (the first
+#: doubling, 2k, always runs)
 RESOLVED_SECONDS = 0.5
 
 
@@ -61,7 +85,7 @@ def extrapolated(run: Callable[[int], float], budget: int) -> float:
     """Seconds of ``run`` at ``budget``: set-up + budget · per step, from its time at a short budget k
     (after a warm-up run at k: first forward passes, caches) and at 2k, 4k … until resolved
     (:func:`resolved_slope`)."""
-    k = short_budget(budget)
+    k = min(short_budget(budget), budget)
     run(k)
     t1 = run(k)
     if budget <= k:
@@ -71,14 +95,15 @@ def extrapolated(run: Callable[[int], float], budget: int) -> float:
 
 
 def scaled_defense(defense: DefenseSetting, multiple: int) -> tuple[DefenseSetting, float] | None:
-    """``defense`` with the probe budgets of its entries (``Defense.probe_budget``) scaled by one factor,
-    so that the largest is ``multiple`` × its short budget k, and the factor; None when no entry
-    declares one."""
+    """``defense`` with the probe budgets of its entries (:data:`DEFENSE_PROBE_BUDGETS`) scaled by one
+    factor, so that the largest is ``multiple`` × its short budget k, and the factor; None when no entry
+    has one."""
     full: dict[int, tuple[str, int]] = {}
     for i, entry in enumerate(defense.entries):
         made = DEFENSES.create(entry["name"], entry["params"])
-        if made.probe_budget is not None:
-            full[i] = (made.probe_budget, int(getattr(made.params, made.probe_budget)))
+        name = DEFENSE_PROBE_BUDGETS.get(DEFENSES.get(entry["name"]).name)
+        if name is not None and isinstance(getattr(made.params, name, None), int):
+            full[i] = (name, int(getattr(made.params, name)))
     if not full:
         return None
     largest = max(value for _, value in full.values())
@@ -97,16 +122,27 @@ def scaled_defense(defense: DefenseSetting, multiple: int) -> tuple[DefenseSetti
     return DefenseSetting.model_validate({**kept, **changed[0]}), factor
 
 
+class ProbeCache(ArtifactCache):
+    """A probe's temporary artifact cache, which leaves out the fits that only measure (DCS²'s budget
+    check): their cost is paid once per chain, not in a round or a cell, and a probe needs no measure."""
+
+    def get_or_fit(self, key: FitKey, fit: Callable[[], Artifact]) -> Artifact:
+        kind, _, name = key.component.partition(":")
+        if kind == "defense" and getattr(DEFENSES.get(name).factory, "fit_measures_only", False):
+            return Artifact({})
+        return super().get_or_fit(key, fit)
+
+
 @contextmanager
 def scratch(context: ExperimentContext) -> Iterator[None]:
-    """A probe's fits in a temporary cache (never the run's), without the fits that only measure (their
-    cost is the chain's, not a round's or a cell's), and the models it trains forgotten after."""
+    """A probe's fits in a temporary :class:`ProbeCache` (never the run's), and the models it trains and
+    the artifacts it records forgotten after."""
     models = context.models
     with tempfile.TemporaryDirectory() as folder:
-        saved = context.cache, models.cache, models._states, models.measure_fits
-        context.cache = models.cache = ArtifactCache(folder)
-        models._states, models.measure_fits = {}, False
+        saved = context.cache, models.cache, models._states, models.used
+        context.cache = models.cache = ProbeCache(folder)
+        models._states, models.used = {}, list(models.used)
         try:
             yield
         finally:
-            context.cache, models.cache, models._states, models.measure_fits = saved
+            context.cache, models.cache, models._states, models.used = saved

@@ -44,8 +44,6 @@ class TrainedModels:
     cache: ArtifactCache
     progress: bool = False
     used: list[ArtifactUse] = field(default_factory=list)
-    #: False: skip the defenses' fits that only measure (the dry run's probes)
-    measure_fits: bool = True
     _states: dict[tuple, tuple[dict[str, torch.Tensor], DefensePipeline, dict, tuple[float, int]]] = field(
         default_factory=dict
     )
@@ -65,7 +63,6 @@ class TrainedModels:
             self.device,
             self.cache,
             self.progress,
-            self.measure_fits,
         )
         self.used.extend(u for u in used if u not in self.used)
         return net, pipeline

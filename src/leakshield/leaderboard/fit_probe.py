@@ -4,7 +4,7 @@ synthetic set, GGL's public generator), the FL rounds trained under such a defen
 attacks run against it. Each fit runs at two short budgets in a temporary cache (never the run's) and is
 extrapolated linearly to its configured budget (``FIT_BUDGETS``: the parameters a fit's time grows
 with; a preset that leaves them at their defaults is scaled from the defaults); a round is timed once
-after the short fit, and each attack at short values of its own budget (``Attack.probe_budget``),
+after the short fit, and each attack at short values of its own probe budget,
 doubled until resolved and extrapolated as the grid estimator does."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from leakshield.experiment.attack_probe import probed_attack_time
 from leakshield.experiment.cells import Cell, runs_against
 from leakshield.experiment.config import Component, DefenseSetting, ExperimentConfig
 from leakshield.experiment.pipeline import run_cell
-from leakshield.experiment.probe_budgets import linear_at, timed
+from leakshield.experiment.probe_budgets import linear_at, probe_budget, timed
 from leakshield.experiment.world import ExperimentContext
 from leakshield.registry import Registry
 
@@ -107,7 +107,7 @@ def _probe_attack(
         return {}
     times, factors, cell_seconds = [], [], 0.0
     full = in_force({"name": attack.name, "params": attack.params}, FIT_BUDGETS[name], ATTACKS)
-    budget = ATTACKS.create(attack.name, attack.params).probe_budget
+    budget = probe_budget(ATTACKS.create(attack.name, attack.params), attack.name)
     for steps in (PROBE_STEPS, 2 * PROBE_STEPS):
         params, factor = _scaled(full, FIT_BUDGETS[name], steps)
         fitted = Component.model_validate({**attack.model_dump(exclude_none=True), **params})

@@ -246,8 +246,6 @@ class HitajGAN(Attack):
     and the evaluator scores the samples it releases by class-level SSIM; it has no server view."""
 
     params: HitajParams
-    probe_budget = "rounds"  # the dry run's probe: each round trains the federation and the generator
-    setup_budget = "final_steps"  # and the generator's last steps, once per cell
 
     def participation(self) -> Participation:
         p = self.params
