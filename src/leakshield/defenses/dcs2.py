@@ -134,6 +134,9 @@ class DCS2(Defense):
     replaces_gradient = True
     fit_scope: ClassVar[FitScope | None] = "client"
     fit_measures_only: ClassVar[bool] = True
+    #: what an update's cost grows with (a synthesis per minibatch holding a sensitive sample): the dry
+    #: run's probes shorten it
+    probe_budget: ClassVar[str] = "steps"
 
     def sensitive_samples(self, batch: ImageSet, dataset: ImageSet) -> torch.Tensor:
         """Which samples of ``batch`` (of a client's ``dataset``) are sensitive under the rule."""

@@ -6,19 +6,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from leakshield.attacks import ATTACKS
 from leakshield.attacks.base import Attack
 from leakshield.attacks.passive.inversion.calibration import SMALL_JOB
 from leakshield.experiment.cells import Cell
 from leakshield.experiment.config import Component, DefenseSetting
 from leakshield.experiment.pipeline import ExperimentContext, run_cell
 from leakshield.experiment.probe_budgets import (
-    ATTACK_SETUP_BUDGETS,
     extrapolated,
     probe_budget,
     resolved_slope,
     scaled_defense,
     scratch,
+    setup_budget,
     short_budget,
     timed,
 )
@@ -31,14 +30,13 @@ def probed_attack_time(context: ExperimentContext, cell: Cell) -> float:
     (:func:`~leakshield.experiment.probe_budgets.resolved_slope`), and extrapolated. Also shortened, and
     doubled from their short values in turn: the budget of an attack it runs inside
     (``Attack.inner_budget``, whose cost multiplies), else the budgets whose cost adds — the attack's
-    once-per-cell work (:data:`~leakshield.experiment.probe_budgets.ATTACK_SETUP_BUDGETS`) and the
-    defense's (:data:`~leakshield.experiment.probe_budgets.DEFENSE_PROBE_BUDGETS`: DCS²'s synthesis
+    once-per-cell work (its ``setup_budget``) and the defense's (its ``probe_budget``: DCS²'s synthesis
     makes the victims' updates). The defense's budget is modelled as once per cell: a participant
     attack whose every round trains through it is under-counted, and an attack with an inner budget
     runs the defense's whole. An attack without a probe budget, or with one of k or fewer, runs once,
     whole."""
     attack = context.config.create_attack(cell.attack)
-    budget_name = probe_budget(attack, cell.attack.name)
+    budget_name = probe_budget(attack)
     iterations = getattr(attack.params, budget_name, None)
     k = short_budget(iterations or 0)
     if not iterations or iterations <= k:
@@ -108,7 +106,7 @@ def _added_budgets(attack: Attack, cell: Cell) -> list[Added]:
     """The budgets whose cost adds to the probe budget's: the attack's once-per-cell work and the
     defense's (see :func:`probed_attack_time`)."""
     added: list[Added] = []
-    name = ATTACK_SETUP_BUDGETS.get(ATTACKS.get(cell.attack.name).name)
+    name = setup_budget(attack)
     value = getattr(attack.params, name, None) if name else None
     full = int(value) if isinstance(value, int) else 0
     if name and full > 2 * short_budget(full):

@@ -5,10 +5,10 @@ table: one FL round per (model, defense), and each (model, attack) run at a shor
 … until the difference is resolved, so that set-up and per-step cost separate (time ≈ set-up + budget ·
 per step; L-BFGS attacks that stop early finish sooner, so theirs is an upper bound). The budget is
 ``iterations``, or the parameter an attack names (``Attack.probe_budget``; Carlini et al.'s attack: its
-observed ``rounds``; the GAN attack's ``rounds`` and final steps, ``probe_budgets``' tables); the budget
+observed ``rounds``; the GAN attack's ``rounds`` and its ``setup_budget``, the final steps); the budget
 of an attack it runs inside (``Attack.inner_budget``: the inner inversion's iterations) is shortened
 too, and the time extrapolated in both. A defense whose update cost grows with a budget it declares
-(``probe_budgets.DEFENSE_PROBE_BUDGETS``: DCS²'s synthesis steps) is shortened the same way in its FL
+(a defense's ``probe_budget``: DCS²'s synthesis steps) is shortened the same way in its FL
 round and in the updates of the attack cells probed against it (in a temporary cache; the probe of an
 attack kind runs against the first defense it meets). A chain of cells (one model × defense × seed)
 trains its FL model once up to its last round. An attack whose fit grows linearly with a budget it
@@ -191,7 +191,7 @@ def _needs_fit(cell: Cell) -> bool:
 
 def _round_time(context: ExperimentContext, cell: Cell) -> float | None:
     """Seconds of one FL round of (model, defense), measured on a fresh model; a defense whose update
-    cost grows with a budget (``probe_budgets.DEFENSE_PROBE_BUDGETS``: DCS²'s synthesis steps) has its
+    cost grows with a budget (a defense's ``probe_budget``: DCS²'s synthesis steps) has its
     round timed at a short budget and at doublings of it until resolved (after a warm-up, in a temporary
     cache), and extrapolated."""
     if _needs_fit(cell):

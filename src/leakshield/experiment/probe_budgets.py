@@ -2,9 +2,10 @@
 at a short value k of a budget the cost grows linearly with, then at 2k, 4k … until the difference is
 resolved, and extrapolates (time ≈ set-up + budget · per step).
 
-What the estimator needs to know of a component beyond its own declarations (``Attack.probe_budget``,
-``Attack.inner_budget``, ``Attack.fit_budget``) is kept in the tables below, not on the component: the
-estimator's needs never change a component's code stamp, so they never make stored cells stale."""
+A component tells the estimator what its cost grows with through its own declarations: an attack's
+``probe_budget``, ``inner_budget``, ``fit_budget`` and optional ``setup_budget``, a defense's optional
+``probe_budget`` (read with ``getattr``: only the components that have one declare it, so that no
+other component's code stamp changes)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from leakshield.artifacts import Artifact, ArtifactCache, FitKey
-from leakshield.attacks import ATTACKS
 from leakshield.attacks.base import Attack
 from leakshield.defenses import DEFENSES
 from leakshield.experiment.config import DefenseSetting
@@ -24,21 +24,21 @@ if TYPE_CHECKING:
     from leakshield.experiment.world import ExperimentContext
 
 
-#: per defense, the parameter its update cost grows linearly with (DCS²: a synthesis of ``steps`` per
-#: minibatch holding a sensitive sample), shortened in its FL rounds and its attack cells' updates
-DEFENSE_PROBE_BUDGETS: dict[str, str] = {"dcs2": "steps"}
-#: per attack, the probe budget where it is not the class's ``probe_budget`` (the GAN attack: each of
-#: its ``rounds`` trains the federation and its generator)
-ATTACK_PROBE_BUDGETS: dict[str, str] = {"hitaj": "rounds"}
-#: per attack, a parameter of once-per-cell work whose cost adds to its probe budget's (the GAN
-#: attack's final generator steps), shortened too
-ATTACK_SETUP_BUDGETS: dict[str, str] = {"hitaj": "final_steps"}
+def probe_budget(attack: Attack) -> str:
+    """The parameter the probe of ``attack`` shortens (``Attack.probe_budget``)."""
+    return attack.probe_budget
 
 
-def probe_budget(attack: Attack, name: str) -> str:
-    """The parameter the probe of ``attack`` (registered as ``name``) shortens
-    (:data:`ATTACK_PROBE_BUDGETS`, else the attack's own)."""
-    return ATTACK_PROBE_BUDGETS.get(ATTACKS.get(name).name, attack.probe_budget)
+def setup_budget(attack: Attack) -> str | None:
+    """A parameter of once-per-cell work whose cost adds to the probe budget's, which the probe shortens
+    too (an attack's optional ``setup_budget``: the GAN attack's final generator steps), or None."""
+    return getattr(attack, "setup_budget", None)
+
+
+def defense_budget(defense: object) -> str | None:
+    """The parameter a defense's update cost grows linearly with (its optional ``probe_budget``: DCS²'s
+    synthesis steps per minibatch holding a sensitive sample), or None."""
+    return getattr(defense, "probe_budget", None)
 
 
 def timed(run: Callable[[], object]) -> float:
@@ -95,13 +95,13 @@ def extrapolated(run: Callable[[int], float], budget: int) -> float:
 
 
 def scaled_defense(defense: DefenseSetting, multiple: int) -> tuple[DefenseSetting, float] | None:
-    """``defense`` with the probe budgets of its entries (:data:`DEFENSE_PROBE_BUDGETS`) scaled by one
-    factor, so that the largest is ``multiple`` × its short budget k, and the factor; None when no entry
-    has one."""
+    """``defense`` with the probe budgets of its entries (:func:`defense_budget`) scaled by one factor,
+    so that the largest is ``multiple`` × its short budget k, and the factor; None when no entry has
+    one."""
     full: dict[int, tuple[str, int]] = {}
     for i, entry in enumerate(defense.entries):
         made = DEFENSES.create(entry["name"], entry["params"])
-        name = DEFENSE_PROBE_BUDGETS.get(DEFENSES.get(entry["name"]).name)
+        name = defense_budget(made)
         if name is not None and isinstance(getattr(made.params, name, None), int):
             full[i] = (name, int(getattr(made.params, name)))
     if not full:

@@ -107,7 +107,7 @@ def _probe_attack(
         return {}
     times, factors, cell_seconds = [], [], 0.0
     full = in_force({"name": attack.name, "params": attack.params}, FIT_BUDGETS[name], ATTACKS)
-    budget = probe_budget(ATTACKS.create(attack.name, attack.params), attack.name)
+    budget = probe_budget(ATTACKS.create(attack.name, attack.params))
     for steps in (PROBE_STEPS, 2 * PROBE_STEPS):
         params, factor = _scaled(full, FIT_BUDGETS[name], steps)
         fitted = Component.model_validate({**attack.model_dump(exclude_none=True), **params})

@@ -246,6 +246,10 @@ class HitajGAN(Attack):
     and the evaluator scores the samples it releases by class-level SSIM; it has no server view."""
 
     params: HitajParams
+    #: the dry run's probe: each of its rounds trains the federation and the generator, and its final
+    #: generator steps run once per cell
+    probe_budget = "rounds"
+    setup_budget = "final_steps"
 
     def participation(self) -> Participation:
         p = self.params
