@@ -13,7 +13,6 @@ from leakshield.experiment.config import Component, DefenseSetting
 from leakshield.experiment.pipeline import ExperimentContext, run_cell
 from leakshield.experiment.probe_budgets import (
     extrapolated,
-    probe_budget,
     resolved_slope,
     scaled_defense,
     scratch,
@@ -26,7 +25,7 @@ from leakshield.experiment.server_attack import fitted_attack
 
 def probed_attack_time(context: ExperimentContext, cell: Cell) -> float:
     """Seconds of ``cell``'s attack at round 0, timed at a short value of its probe budget
-    (:func:`~leakshield.experiment.probe_budgets.probe_budget`) and at doublings of it until resolved
+    (``Attack.probe_budget``) and at doublings of it until resolved
     (:func:`~leakshield.experiment.probe_budgets.resolved_slope`), and extrapolated. Also shortened, and
     doubled from their short values in turn: the budget of an attack it runs inside
     (``Attack.inner_budget``, whose cost multiplies), else the budgets whose cost adds — the attack's
@@ -36,7 +35,7 @@ def probed_attack_time(context: ExperimentContext, cell: Cell) -> float:
     runs the defense's whole. An attack without a probe budget, or with one of k or fewer, runs once,
     whole."""
     attack = context.config.create_attack(cell.attack)
-    budget_name = probe_budget(attack)
+    budget_name = attack.probe_budget
     iterations = getattr(attack.params, budget_name, None)
     k = short_budget(iterations or 0)
     if not iterations or iterations <= k:

@@ -201,7 +201,7 @@ def _round_time(context: ExperimentContext, cell: Cell) -> float | None:
         return _one_round(context.models, cell, cell.defense)
 
     def round_at(multiple: int) -> tuple[float, float]:
-        scaled, factor = scaled_defense(cell.defense, multiple) or short
+        scaled, factor = scaled_defense(cell.defense, multiple)  # type: ignore[misc]  # not None: short is
         return _one_round(context.models, cell, scaled), factor
 
     with scratch(context):

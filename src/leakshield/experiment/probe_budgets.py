@@ -24,11 +24,6 @@ if TYPE_CHECKING:
     from leakshield.experiment.world import ExperimentContext
 
 
-def probe_budget(attack: Attack) -> str:
-    """The parameter the probe of ``attack`` shortens (``Attack.probe_budget``)."""
-    return attack.probe_budget
-
-
 def setup_budget(attack: Attack) -> str | None:
     """A parameter of once-per-cell work whose cost adds to the probe budget's, which the probe shortens
     too (an attack's optional ``setup_budget``: the GAN attack's final generator steps), or None."""

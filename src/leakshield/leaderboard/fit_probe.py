@@ -21,7 +21,7 @@ from leakshield.experiment.attack_probe import probed_attack_time
 from leakshield.experiment.cells import Cell, runs_against
 from leakshield.experiment.config import Component, DefenseSetting, ExperimentConfig
 from leakshield.experiment.pipeline import run_cell
-from leakshield.experiment.probe_budgets import linear_at, probe_budget, timed
+from leakshield.experiment.probe_budgets import linear_at, timed
 from leakshield.experiment.world import ExperimentContext
 from leakshield.registry import Registry
 
@@ -107,7 +107,7 @@ def _probe_attack(
         return {}
     times, factors, cell_seconds = [], [], 0.0
     full = in_force({"name": attack.name, "params": attack.params}, FIT_BUDGETS[name], ATTACKS)
-    budget = probe_budget(ATTACKS.create(attack.name, attack.params))
+    budget = ATTACKS.create(attack.name, attack.params).probe_budget
     for steps in (PROBE_STEPS, 2 * PROBE_STEPS):
         params, factor = _scaled(full, FIT_BUDGETS[name], steps)
         fitted = Component.model_validate({**attack.model_dump(exclude_none=True), **params})
