@@ -14,7 +14,7 @@ from scipy.optimize import minimize
 from leakshield.attacks import ServerKnowledge, create_attack
 from leakshield.data import ImageSet
 from leakshield.defenses import DefensePipeline, create_defense
-from leakshield.defenses.dcs2 import project_gradient
+from leakshield.defenses.dcs2 import _synthesizer, project_gradient
 from leakshield.errors import ConfigError
 from leakshield.experiment.evaluation import score_victim
 from leakshield.fl import FLConfig, LocalTraining, compute_update, plain_gradient, server_view_of
@@ -166,6 +166,34 @@ def test_concealed_sample_has_a_similar_gradient_and_a_distant_image(digits3):
     assert noise.x.shape == xs.shape  # noise starts need no public data
     with pytest.raises(ConfigError, match="no public split"):
         dcs2(sensitive="all", steps=2).synthesize(model, xs, batch.y, private)
+
+
+def test_a_confident_model_gives_finite_concealed_samples(digits3):
+    """A trained, confident model predicts a public start with softmax exactly 1.0 in float32, so the
+    start's gradient is exactly zero; the cosine's norm then had an infinite derivative and the synthesis
+    returned NaN, which the defended client's update carried into FedAvg (a tanh LeNet trained at lr 0.1
+    fell to chance, 0.106, in some seeds and not in others). The concealed samples and the shared
+    gradient stay finite."""
+    info = digits3.info
+    model = create_model("lenet", TANH_LENET, in_shape=info.shape, num_classes=10).eval()
+    with torch.no_grad():  # class 0 by a logit margin of ~200: its softmax is exactly 1.0 in float32
+        model.classifier.bias.zero_()
+        model.classifier.bias[0] = 200.0
+    zeros = digits3.public.subset(torch.nonzero(digits3.public.y == 0).flatten().tolist())
+    batch = digits3.train.subset([0, 1, 2, 3])
+    x = info.normalize(batch.x)
+    context = client_context(0, data=batch, info=info, public=zeros, batch=batch)  # starts of class 0
+    torch.manual_seed(0)
+    synthesizer = _synthesizer(dcs2(sensitive="all").params, info, zeros, x.device)
+    start, start_label = synthesizer._starts(x, 10)
+    start_grads = plain_gradient(model, start, start_label)
+    assert all(float(g.abs().max()) == 0.0 for g in start_grads.values())  # the case this test is for
+    torch.manual_seed(0)
+    concealed = dcs2(sensitive="all", steps=5).synthesize(model, x, batch.y, context)
+    assert torch.isfinite(concealed.x).all() and concealed.stats["cosine"] == concealed.stats["cosine"]
+    with client_rng(torch.Generator().manual_seed(0), 0):
+        shared = dcs2(sensitive="last-in-batch", steps=5).gradient(model, x, batch.y, context)
+    assert all(torch.isfinite(v).all() for v in shared.values())
 
 
 def test_shared_gradient_is_eq10_then_projected(digits3):

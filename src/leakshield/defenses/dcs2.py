@@ -51,8 +51,7 @@ class DCS2Params(SensitivityRule):
     stop_distance: stop early once the mean ‖x̃_c − x_s‖₂ (normalized space, the unit of Eq. 9's
     distance term; the reference code stops at 300–500) exceeds it (None: run all steps). boxed: keep
     x̃_c a valid image (clamped to the pixel range after every step; the paper does not say; without it
-    the exp(−λ_x·distance) term drives x̃_c out of the image domain and, in FedAvg here, the defended
-    client's updates wrecked the global model).
+    the exp(−λ_x·distance) term drives x̃_c out of the image domain).
 
     Shared gradient — lambda_g: λ_g of Eq. 10 (the reference code's λ_y). normalization: ``paper``
     (Eq. 10 as written) or ``reference`` (divided by d). margin, ridge: the projection's (0 and 0 in the
@@ -291,7 +290,9 @@ class ConcealedSampleSynthesizer:
             logits = model(xc)
             grads = torch.autograd.grad(training_loss(model, logits, yc), params, create_graph=True)
             dot = sum((a * b).sum() for a, b in zip(grads, target, strict=True))
-            norm = torch.sqrt(sum(a.pow(2).sum() for a in grads))
+            # clamped inside the root: a confident model's gradient on the start can be exactly zero
+            # (softmax 1.0 in float32), where the root's derivative is infinite and Adam's step NaN
+            norm = torch.sqrt(sum(a.pow(2).sum() for a in grads).clamp_min(1e-30))
             cosine = dot / (norm * target_norm + 1e-12)
             dist = (xc - xs).flatten(1).norm(dim=1).mean()
             latent = (logits - target_logits).norm() / logit_norm
