@@ -1,0 +1,156 @@
+"""A reproduction's verdict from a measured interval: *holds*, *does not hold*, *inconclusive* or *not
+run here*, and the row that states it (claim, command, number with interval and n, rule, verdict).
+
+A claim is checked on one quantity (an accuracy, an SSIM, a drop in accuracy). Its *region* is the
+paper's value ± a stated tolerance, the values that still count as the paper's finding; a one-sided
+claim's region also runs on past the paper's value away from the null (a stronger cut than the paper's
+still stops the attack; a gain in accuracy still costs nothing). The *null* is the value the claim
+denies: no effect, for a claim that a defense has one, or a stated cost, for a claim that it costs
+nothing; it must lie outside the region. The measured 95 % interval then decides, as an equivalence
+test does:
+
+- **holds**: the interval lies inside the region (so it also excludes the null);
+- **does not hold**: the interval misses the region;
+- **inconclusive**: the interval crosses the region's edge, in particular when it holds both the
+  paper's value and the null: the run cannot tell them apart (add seeds or victims);
+- **not run here**: no measurement (the row gives the estimate instead).
+
+One measurement has no interval and is never more than inconclusive. Intervals are compared at the
+three decimals a row prints, so a row's written numbers give its verdict back."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from leakshield.leaderboard.intervals import Estimate, estimate, level
+
+Verdict = Literal["holds", "does not hold", "inconclusive", "not run here"]
+VERDICTS: tuple[Verdict, ...] = ("holds", "does not hold", "inconclusive", "not run here")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A paper's claim on one quantity: its value ± ``tolerance``, ``null`` (the value the claim denies,
+    outside that region) and ``one_sided`` (the region runs on past the paper's value away from the
+    null)."""
+
+    paper: float
+    tolerance: float
+    null: float
+    one_sided: bool = False
+
+    def __post_init__(self) -> None:
+        if not all(math.isfinite(v) for v in (self.paper, self.tolerance, self.null)):
+            raise ValueError(f"claim: paper, tolerance and null must be finite numbers, got {self}")
+        if self.tolerance < 0:
+            raise ValueError(f"claim.tolerance: {self.tolerance} is negative; give a half-width ≥ 0")
+        if abs(self.null - self.paper) <= self.tolerance:
+            raise ValueError(
+                f"claim.null: {self.null} lies within the paper's {self.paper} ± {self.tolerance}; a claim "
+                "must be told apart from the value it denies (narrow the tolerance)"
+            )
+
+    @property
+    def low(self) -> float:
+        """The region's lower end (−∞ for a one-sided claim whose null lies above)."""
+        return -math.inf if self.one_sided and self.null > self.paper else self.paper - self.tolerance
+
+    @property
+    def high(self) -> float:
+        """The region's upper end (+∞ for a one-sided claim whose null lies below)."""
+        return math.inf if self.one_sided and self.null < self.paper else self.paper + self.tolerance
+
+    def text(self, spec: str = ".3g") -> str:
+        """``0.15 ± 0.1 · null 1`` or, one-sided, ``≤ 0.25 · null 1`` (the rule column of a row)."""
+        null = f"null {format(self.null, spec)}"
+        if not self.one_sided:
+            return f"{format(self.paper, spec)} ± {format(self.tolerance, spec)} · {null}"
+        edge = self.high if self.null > self.paper else self.low
+        return f"{'≤' if self.null > self.paper else '≥'} {format(edge, spec)} · {null}"
+
+
+def verdict(claim: Claim, low: float | None, high: float | None, n: int = 2) -> Verdict:
+    """The verdict of ``claim`` on a measured interval [``low``, ``high``] of ``n`` values (None, None:
+    not run here); compared at the printed precision."""
+    if low is None or high is None:
+        return "not run here"
+    if not (math.isfinite(low) and math.isfinite(high)) or low > high:
+        raise ValueError(f"interval: [{low}, {high}] is not an interval of finite numbers, low ≤ high")
+    low, high = level(low), level(high)
+    if high < level(claim.low) or low > level(claim.high):
+        return "does not hold" if n >= 2 else "inconclusive"
+    inside = level(claim.low) <= low and high <= level(claim.high)
+    return "holds" if inside and n >= 2 else "inconclusive"
+
+
+def measured_verdict(claim: Claim, values: Sequence[float]) -> tuple[Estimate, Verdict]:
+    """The mean of ``values`` (victims or seeds) with its 95 % t-interval, and the claim's verdict."""
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError(f"values: {list(values)} holds a non-finite value; say what failed instead")
+    found = estimate(values)
+    return found, verdict(claim, found.low, found.high, found.n)
+
+
+def measurement_text(found: Estimate, spec: str = ".3f") -> str:
+    """``0.912 [0.874, 0.950], n = 3`` (one value: ``0.912, n = 1``), the number column of a row."""
+    mean = format(found.mean, spec)
+    if found.half_width is None:
+        return f"{mean}, n = {found.n}"
+    return f"{mean} [{format(found.low, spec)}, {format(found.high, spec)}], n = {found.n}"
+
+
+def row(claim_text: str, command: str, claim: Claim, values: Sequence[float] | None, note: str = "") -> str:
+    """A reproduction row in the page's format: claim | command | measured (interval, n) | rule | verdict.
+    ``values`` None: not run here (``note`` gives the estimate)."""
+    if values is None:
+        measured, found = "not run here" + (f" ({note})" if note else ""), verdict(claim, None, None)
+    else:
+        estimate_, found = measured_verdict(claim, values)
+        measured = measurement_text(estimate_) + (f". {note}" if note else "")
+    return f"| {claim_text} | {command} | {measured} | {claim.text()} | {found} |"
+
+
+_NUMBER = r"(-?\d+(?:\.\d+)?(?:e-?\d+)?)"
+_MEASURED = re.compile(rf"^{_NUMBER}(?: \[{_NUMBER}, {_NUMBER}\])?, n = (\d+)")
+_TWO_SIDED = re.compile(rf"^{_NUMBER} ± {_NUMBER} · null {_NUMBER}$")
+_ONE_SIDED = re.compile(rf"^([≤≥]) {_NUMBER} · null {_NUMBER}$")
+
+
+def parse_rule(rule: str) -> Claim:
+    """The claim a row's rule column states (the inverse of :meth:`Claim.text`); ValueError if none."""
+    text = rule.strip()
+    if found := _TWO_SIDED.match(text):
+        return Claim(*(float(v) for v in found.groups()))
+    if found := _ONE_SIDED.match(text):
+        sign, edge, null = found.group(1), float(found.group(2)), float(found.group(3))
+        paper = edge  # a one-sided region is the edge and everything beyond it, away from the null
+        if (sign == "≤") != (null > edge):
+            raise ValueError(f"rule {rule!r}: the null lies on the claim's side of its edge")
+        return Claim(paper, 0.0, null, one_sided=True)
+    raise ValueError(f"rule {rule!r} is neither 'paper ± tolerance · null N' nor '≤ edge · null N'")
+
+
+def check_row(measured: str, rule: str, stated: str) -> str | None:
+    """Whether a written row's verdict follows from its own number and rule: None if it does, else why
+    not (the number column starts with :func:`measurement_text`'s format, or with ``not run here``)."""
+    try:
+        claim = parse_rule(rule)
+    except ValueError as error:
+        return str(error)
+    if stated not in VERDICTS:
+        return f"verdict {stated!r} is not one of {', '.join(VERDICTS)}"
+    if measured.strip().startswith("not run here"):
+        expected = verdict(claim, None, None)
+    else:
+        found = _MEASURED.match(measured.strip())
+        if found is None:
+            return f"number {measured!r} does not start with 'mean [low, high], n = N' or 'mean, n = 1'"
+        mean, low, high, n = found.groups()
+        if (low is None) != (int(n) < 2):
+            return f"number {measured!r}: an interval needs n ≥ 2, and n ≥ 2 needs its interval"
+        expected = verdict(claim, float(low or mean), float(high or mean), int(n))
+    return None if expected == stated else f"verdict {stated!r}, but the number and rule give {expected!r}"

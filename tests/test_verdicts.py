@@ -1,0 +1,186 @@
+"""The reproduction rows' verdicts: holds / does not hold / inconclusive / not run here from a measured
+interval, the row format, and the reproductions page's rows checked against their own numbers."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from leakshield.leaderboard.verdicts import Claim, check_row, measured_verdict, row, verdict
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "reproductions.md"
+
+#: a defense that cuts SSIM from 1.0 to the paper's 0.15 (± 0.1); the null is no cut at all
+CUT = Claim(paper=0.15, tolerance=0.1, null=1.0)
+#: the same claim, where a stronger cut than the paper's also counts
+CUT_AT_LEAST = Claim(paper=0.15, tolerance=0.1, null=1.0, one_sided=True)
+
+
+def test_each_verdict_from_an_interval():
+    assert verdict(CUT, 0.10, 0.20) == "holds"
+    assert verdict(CUT, 0.05, 0.25) == "holds"  # the region's edges count
+    assert verdict(CUT, 0.30, 0.60) == "does not hold"  # a cut, but not the paper's size
+    assert verdict(CUT, 0.95, 1.00) == "does not hold"  # no cut
+    assert verdict(CUT, 0.20, 1.00) == "inconclusive"  # cannot tell the paper from no effect
+    assert verdict(CUT, 0.20, 0.40) == "inconclusive"  # crosses the region's edge
+    assert verdict(CUT, None, None) == "not run here"
+    assert verdict(CUT, 0.00, 0.04) == "does not hold"  # two-sided: a stronger cut is another size
+    assert verdict(CUT_AT_LEAST, 0.00, 0.04) == "holds"  # one-sided: it counts
+
+
+def test_a_vaguer_interval_never_reads_better_than_a_tighter_one():
+    """An interval that reaches further from the paper cannot hold where a tighter one does not."""
+    assert verdict(CUT, 0.26, 0.60) == "does not hold"
+    assert verdict(CUT, 0.24, 0.99) == "inconclusive"
+    assert verdict(CUT, 0.12, 0.99) == "inconclusive"
+
+
+def test_one_measurement_is_never_more_than_inconclusive():
+    assert verdict(CUT, 0.18, 0.18, n=1) == "inconclusive"
+    assert verdict(CUT, 0.90, 0.90, n=1) == "inconclusive"
+    found, said = measured_verdict(CUT, [0.18])
+    assert found.n == 1 and said == "inconclusive"
+
+
+def test_a_claim_of_no_cost_denies_a_stated_cost():
+    """DCS² 'costs no accuracy': the drop is the paper's 0.6 points ± 2, the null a 5-point cost; a gain
+    counts as no cost when the claim is one-sided."""
+    no_cost = Claim(paper=0.006, tolerance=0.02, null=0.05, one_sided=True)
+    assert verdict(no_cost, 0.00, 0.02) == "holds"
+    assert verdict(no_cost, -0.05, -0.02) == "holds"
+    assert verdict(no_cost, 0.01, 0.07) == "inconclusive"
+    assert verdict(no_cost, 0.04, 0.09) == "does not hold"
+
+
+def test_a_wide_interval_is_inconclusive_not_a_hold():
+    """The case a verdict must see: two seeds of three show the paper's cut, one shows none. The
+    interval over three seeds reaches the null."""
+    found, said = measured_verdict(CUT, [0.12, 0.18, 1.0])
+    assert found.n == 3 and found.low < 0.15 and found.high >= 1.0
+    assert said == "inconclusive"
+    found, said = measured_verdict(CUT, [0.12, 0.18, 0.15])
+    assert said == "holds" and found.high < 0.25
+
+
+def test_claims_and_intervals_are_validated():
+    with pytest.raises(ValueError, match="null"):
+        Claim(paper=0.15, tolerance=0.1, null=0.2)  # the null inside the paper's region
+    with pytest.raises(ValueError, match="tolerance"):
+        Claim(paper=0.15, tolerance=-0.1, null=1.0)
+    with pytest.raises(ValueError, match="interval"):
+        verdict(CUT, 0.5, 0.2)
+    with pytest.raises(ValueError, match="non-finite"):
+        measured_verdict(CUT, [0.1, float("nan")])
+
+
+def test_a_row_states_its_interval_n_rule_and_verdict_and_is_checked_back():
+    text = row("PRECODE stops IG", "`leakshield run configs/x.yaml`", CUT, [0.12, 0.18, 0.15])
+    cells = [c.strip() for c in text.strip("|").split("|")]
+    assert cells[2].startswith("0.150 [") and cells[2].endswith("n = 3")
+    assert cells[3] == "0.15 ± 0.1 · null 1" and cells[4] == "holds"
+    assert check_row(cells[2], cells[3], cells[4]) is None
+    assert "give 'holds'" in check_row(cells[2], cells[3], "does not hold")
+    assert check_row("0.5, n = 1", cells[3], "inconclusive") is None
+    assert "needs" in check_row("0.5, n = 3", cells[3], "inconclusive")
+    assert "not one of" in check_row(cells[2], cells[3], "holds here")
+    assert "does not start" in check_row("about 0.15", cells[3], "holds")
+    assert "neither" in check_row(cells[2], "about 0.15", "holds")
+    one_sided = row("a cut", "`cmd`", CUT_AT_LEAST, [0.01, 0.02, 0.03])
+    cells = [c.strip() for c in one_sided.strip("|").split("|")]
+    assert cells[3] == "≤ 0.25 · null 1" and cells[4] == "holds"
+    assert check_row(cells[2], cells[3], cells[4]) is None
+    skipped = row("at the paper's scale", "`leakshield run configs/y.yaml`", CUT, None, "estimated 32 h")
+    cells = [c.strip() for c in skipped.strip("|").split("|")]
+    assert cells[2:] == ["not run here (estimated 32 h)", "0.15 ± 0.1 · null 1", "not run here"]
+    assert check_row(*cells[2:]) is None
+
+
+def test_rows_are_judged_at_the_precision_they_print():
+    """An interval end within rounding of the region's edge gets the verdict its printed numbers give:
+    0.2504 prints as 0.250, inside 0.15 ± 0.1; 0.2506 prints as 0.251, outside."""
+    assert verdict(CUT, 0.10, 0.2504) == "holds"
+    assert check_row("0.175 [0.100, 0.250], n = 3", CUT.text(), "holds") is None
+    assert verdict(CUT, 0.10, 0.2506) == "inconclusive"
+    assert check_row("0.175 [0.100, 0.251], n = 3", CUT.text(), "inconclusive") is None
+
+
+def _rule_rows(text: str) -> list[tuple[str, str, str, str]]:
+    """(claim, measured, rule, verdict) of every table whose header has a 'rule' column."""
+    rows, header = [], None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            header = [c.lower() for c in cells]
+            continue
+        if re.fullmatch(r"-+", cells[0].replace(":", "")):
+            continue
+        if any(h.startswith("rule") for h in header):
+            assert len(cells) == len(header), f"a row of a rule table has {len(cells)} cells: {line[:80]}"
+            named = dict(zip(header, cells, strict=True))
+            rule = next(v for k, v in named.items() if k.startswith("rule"))
+            measured = next(v for k, v in named.items() if k.startswith("measured"))
+            said = next(v for k, v in named.items() if k.startswith("verdict"))
+            rows.append((cells[0], measured, rule, said))
+    return rows
+
+
+def test_the_reproductions_page_rows_follow_their_numbers():
+    rows = _rule_rows(PAGE.read_text(encoding="utf-8"))
+    assert len(rows) >= 3  # the page has rows in the format
+    checked = [(claim[:60], check_row(measured, rule, said)) for claim, measured, rule, said in rows]
+    wrong = [(claim, why) for claim, why in checked if why]
+    assert not wrong, wrong
+
+
+def _rows_script():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "reproduction_rows.py"
+    spec = importlib.util.spec_from_file_location("reproduction_rows", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_rows_script_reads_per_victim_scores_and_paired_drops(tmp_path):
+    """benchmarks/reproduction_rows.py: one score per victim (its sensitive image), the accuracy lost
+    paired by seed, and refusals for what it cannot read honestly."""
+    from leakshield.experiment import ExperimentRunner, ResultStore, parse_config
+
+    from helpers import tiny_config
+
+    rows = _rows_script()
+    rule = {"sensitive": "fraction", "fraction": 0.25, "seed": 0}
+    runs = {}
+    for seeds in ([0], [0, 1]):
+        cfg = parse_config(
+            tiny_config(
+                seeds=seeds,
+                victims={"count": 2, "batch_size": 2, "seed": 0, "sensitive": 1},
+                metrics={"sensitive": rule},
+                defenses=["none", {"name": "pruning", "ratio": 0.9}],
+                attacks=[{"name": "ig", "iterations": 5}],
+            )
+        )
+        out = runs[len(seeds)] = tmp_path / f"seeds{len(seeds)}"
+        assert ExperimentRunner(cfg, out, device="cpu", progress=False).run().failed == 0
+    records = ResultStore(runs[1] / "results.sqlite").records()
+    cell = next(r for r in records if r.kind == "attack" and r.defense == "pruning")
+    assert rows.sensitive_scores(runs[1], "pruning", "ig") == [v["ssim"][1] for v in cell.victims]
+    with pytest.raises(SystemExit, match="does not leak"):
+        rows.undefended(runs[1], "ig")  # five IG steps recover nothing
+    with pytest.raises(SystemExit, match="several rounds or seeds"):
+        rows.sensitive_scores(runs[2], "pruning", "ig")
+    accuracy = {
+        (r.defense, r.seed): r.metrics["accuracy"]
+        for r in ResultStore(runs[2] / "results.sqlite").records()
+        if r.kind == "utility"
+    }
+    assert rows.drops(runs[2], "pruning") == [accuracy["none", s] - accuracy["pruning", s] for s in (0, 1)]
+    with pytest.raises(SystemExit, match="no utility dcs2 cell"):
+        rows.accuracies(runs[2], "dcs2")
