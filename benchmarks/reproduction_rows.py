@@ -50,12 +50,12 @@ def sensitive_scores(run: Path, defense: str, attack: str, metric: str = "ssim")
     what = f"{attack} · {defense}"
     cells = [c for c in _cells(run, "attack") if (c["defense"], c["attack"]) == (defense, attack)]
     cells = _finished(cells, what, run)
-    if len({c["round"] for c in cells}) > 1 or len({c["seed"] for c in cells}) > 1:
-        raise SystemExit(f"{run}: {what} ran at several rounds or seeds; this reads one of each")
+    if len(cells) > 1:
+        raise SystemExit(f"{run}: {what} ran at several models, rounds or seeds; this reads one of each")
     values = []
     for victim in cells[0]["victims"]:
         flags, scores = victim.get("sensitive"), victim[metric]
-        if not flags or None in scores:
+        if not flags or not any(flags) or None in scores:
             raise SystemExit(f"{run}: {what} has a victim without sensitive flags or with a failed score")
         picked = [v for v, f in zip(scores, flags, strict=True) if f]
         values.append(sum(picked) / len(picked))
@@ -67,6 +67,8 @@ def accuracies(run: Path, defense: str) -> dict[int, float]:
     cells = _finished(
         [c for c in _cells(run, "utility") if c["defense"] == defense], f"utility {defense}", run
     )
+    if len({c["seed"] for c in cells}) < len(cells):
+        raise SystemExit(f"{run}: utility {defense} ran several cells per seed (several models?)")
     return {c["seed"]: c["metrics"]["accuracy"] for c in cells}
 
 
@@ -91,6 +93,14 @@ def undefended(run: Path, attack: str) -> float:
     return mean
 
 
+def _cut(paper: float, null: float, tolerance: float = 0.1) -> Claim:
+    """A defense's cut of an attack's score to the paper's value (a stronger cut counts), against the
+    undefended score; refused when the undefended score is not above the paper's region."""
+    if null <= paper + tolerance:
+        raise SystemExit(f"undefended {null:.3f} within {paper} + {tolerance}: no cut to check")
+    return Claim(paper=paper, tolerance=tolerance, null=round(null, 3), one_sided=True)
+
+
 def dcs2_rows(runs: Path) -> list[str]:
     """DCS² (Wu et al., AAAI 2024). Table 1 (CIFAR-10, GS attack): SSIM 0.73 undefended, 0.15 with DCS²,
     checked as ≤ 0.15 + 0.1 (a stronger cut counts) against the undefended SSIM measured in the same
@@ -112,7 +122,7 @@ def dcs2_rows(runs: Path) -> list[str]:
         ("imprint", batch4, "DCS2-eq10", "batch 4 with one sensitive sample", "dcs2-batch4"),
     ):
         text, paper = claims[attack]
-        claim = Claim(paper=paper, tolerance=0.1, null=round(undefended(run, attack), 3), one_sided=True)
+        claim = _cut(paper, undefended(run, attack))
         out.append(row(f"{text}; `{label}`, {batch}", f"`leakshield run configs/{config}.yaml`", claim,
                        sensitive_scores(run, label, attack), "per victim"))  # fmt: skip
     for label in ("DCS2-eq10", "DCS2-eq10-div-d", "DCS2-eq10-unboxed"):

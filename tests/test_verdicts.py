@@ -19,22 +19,22 @@ CUT_AT_LEAST = Claim(paper=0.15, tolerance=0.1, null=1.0, one_sided=True)
 
 
 def test_each_verdict_from_an_interval():
-    assert verdict(CUT, 0.10, 0.20) == "holds"
-    assert verdict(CUT, 0.05, 0.25) == "holds"  # the region's edges count
-    assert verdict(CUT, 0.30, 0.60) == "does not hold"  # a cut, but not the paper's size
-    assert verdict(CUT, 0.95, 1.00) == "does not hold"  # no cut
-    assert verdict(CUT, 0.20, 1.00) == "inconclusive"  # cannot tell the paper from no effect
-    assert verdict(CUT, 0.20, 0.40) == "inconclusive"  # crosses the region's edge
-    assert verdict(CUT, None, None) == "not run here"
-    assert verdict(CUT, 0.00, 0.04) == "does not hold"  # two-sided: a stronger cut is another size
-    assert verdict(CUT_AT_LEAST, 0.00, 0.04) == "holds"  # one-sided: it counts
+    assert verdict(CUT, 0.10, 0.20, n=3) == "holds"
+    assert verdict(CUT, 0.05, 0.25, n=3) == "holds"  # the region's edges count
+    assert verdict(CUT, 0.30, 0.60, n=3) == "does not hold"  # a cut, but not the paper's size
+    assert verdict(CUT, 0.95, 1.00, n=3) == "does not hold"  # no cut
+    assert verdict(CUT, 0.20, 1.00, n=3) == "inconclusive"  # cannot tell the paper from no effect
+    assert verdict(CUT, 0.20, 0.40, n=3) == "inconclusive"  # crosses the region's edge
+    assert verdict(CUT, None, None, n=0) == "not run here"
+    assert verdict(CUT, 0.00, 0.04, n=3) == "does not hold"  # two-sided: a stronger cut is another size
+    assert verdict(CUT_AT_LEAST, 0.00, 0.04, n=3) == "holds"  # one-sided: it counts
 
 
 def test_a_vaguer_interval_never_reads_better_than_a_tighter_one():
     """An interval that reaches further from the paper cannot hold where a tighter one does not."""
-    assert verdict(CUT, 0.26, 0.60) == "does not hold"
-    assert verdict(CUT, 0.24, 0.99) == "inconclusive"
-    assert verdict(CUT, 0.12, 0.99) == "inconclusive"
+    assert verdict(CUT, 0.26, 0.60, n=3) == "does not hold"
+    assert verdict(CUT, 0.24, 0.99, n=3) == "inconclusive"
+    assert verdict(CUT, 0.12, 0.99, n=3) == "inconclusive"
 
 
 def test_one_measurement_is_never_more_than_inconclusive():
@@ -48,10 +48,10 @@ def test_a_claim_of_no_cost_denies_a_stated_cost():
     """DCS² 'costs no accuracy': the drop is the paper's 0.6 points ± 2, the null a 5-point cost; a gain
     counts as no cost when the claim is one-sided."""
     no_cost = Claim(paper=0.006, tolerance=0.02, null=0.05, one_sided=True)
-    assert verdict(no_cost, 0.00, 0.02) == "holds"
-    assert verdict(no_cost, -0.05, -0.02) == "holds"
-    assert verdict(no_cost, 0.01, 0.07) == "inconclusive"
-    assert verdict(no_cost, 0.04, 0.09) == "does not hold"
+    assert verdict(no_cost, 0.00, 0.02, n=3) == "holds"
+    assert verdict(no_cost, -0.05, -0.02, n=3) == "holds"
+    assert verdict(no_cost, 0.01, 0.07, n=3) == "inconclusive"
+    assert verdict(no_cost, 0.04, 0.09, n=3) == "does not hold"
 
 
 def test_a_wide_interval_is_inconclusive_not_a_hold():
@@ -70,7 +70,7 @@ def test_claims_and_intervals_are_validated():
     with pytest.raises(ValueError, match="tolerance"):
         Claim(paper=0.15, tolerance=-0.1, null=1.0)
     with pytest.raises(ValueError, match="interval"):
-        verdict(CUT, 0.5, 0.2)
+        verdict(CUT, 0.5, 0.2, n=3)
     with pytest.raises(ValueError, match="non-finite"):
         measured_verdict(CUT, [0.1, float("nan")])
 
@@ -100,9 +100,9 @@ def test_a_row_states_its_interval_n_rule_and_verdict_and_is_checked_back():
 def test_rows_are_judged_at_the_precision_they_print():
     """An interval end within rounding of the region's edge gets the verdict its printed numbers give:
     0.2504 prints as 0.250, inside 0.15 ± 0.1; 0.2506 prints as 0.251, outside."""
-    assert verdict(CUT, 0.10, 0.2504) == "holds"
+    assert verdict(CUT, 0.10, 0.2504, n=3) == "holds"
     assert check_row("0.175 [0.100, 0.250], n = 3", CUT.text(), "holds") is None
-    assert verdict(CUT, 0.10, 0.2506) == "inconclusive"
+    assert verdict(CUT, 0.10, 0.2506, n=3) == "inconclusive"
     assert check_row("0.175 [0.100, 0.251], n = 3", CUT.text(), "inconclusive") is None
 
 
@@ -174,7 +174,7 @@ def test_the_rows_script_reads_per_victim_scores_and_paired_drops(tmp_path):
     assert rows.sensitive_scores(runs[1], "pruning", "ig") == [v["ssim"][1] for v in cell.victims]
     with pytest.raises(SystemExit, match="does not leak"):
         rows.undefended(runs[1], "ig")  # five IG steps recover nothing
-    with pytest.raises(SystemExit, match="several rounds or seeds"):
+    with pytest.raises(SystemExit, match="several models, rounds or seeds"):
         rows.sensitive_scores(runs[2], "pruning", "ig")
     accuracy = {
         (r.defense, r.seed): r.metrics["accuracy"]

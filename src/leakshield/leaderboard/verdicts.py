@@ -64,16 +64,22 @@ class Claim:
         """The region's upper end (+∞ for a one-sided claim whose null lies below)."""
         return math.inf if self.one_sided and self.null < self.paper else self.paper + self.tolerance
 
-    def text(self, spec: str = ".3g") -> str:
-        """``0.15 ± 0.1 · null 1`` or, one-sided, ``≤ 0.25 · null 1`` (the rule column of a row)."""
-        null = f"null {format(self.null, spec)}"
+    def text(self) -> str:
+        """``0.15 ± 0.1 · null 1`` or, one-sided, ``≤ 0.25 · null 1`` (the rule column of a row), at the
+        three decimals verdicts compare."""
+        null = f"null {_short(self.null)}"
         if not self.one_sided:
-            return f"{format(self.paper, spec)} ± {format(self.tolerance, spec)} · {null}"
+            return f"{_short(self.paper)} ± {_short(self.tolerance)} · {null}"
         edge = self.high if self.null > self.paper else self.low
-        return f"{'≤' if self.null > self.paper else '≥'} {format(edge, spec)} · {null}"
+        return f"{'≤' if self.null > self.paper else '≥'} {_short(edge)} · {null}"
 
 
-def verdict(claim: Claim, low: float | None, high: float | None, n: int = 2) -> Verdict:
+def _short(value: float) -> str:
+    """``value`` at the comparison precision, without trailing zeros (0.25, 1, 80.41)."""
+    return format(level(value), "g")
+
+
+def verdict(claim: Claim, low: float | None, high: float | None, n: int) -> Verdict:
     """The verdict of ``claim`` on a measured interval [``low``, ``high``] of ``n`` values (None, None:
     not run here); compared at the printed precision."""
     if low is None or high is None:
@@ -107,7 +113,7 @@ def row(claim_text: str, command: str, claim: Claim, values: Sequence[float] | N
     """A reproduction row in the page's format: claim | command | measured (interval, n) | rule | verdict.
     ``values`` None: not run here (``note`` gives the estimate)."""
     if values is None:
-        measured, found = "not run here" + (f" ({note})" if note else ""), verdict(claim, None, None)
+        measured, found = "not run here" + (f" ({note})" if note else ""), verdict(claim, None, None, 0)
     else:
         estimate_, found = measured_verdict(claim, values)
         measured = measurement_text(estimate_) + (f". {note}" if note else "")
@@ -144,7 +150,7 @@ def check_row(measured: str, rule: str, stated: str) -> str | None:
     if stated not in VERDICTS:
         return f"verdict {stated!r} is not one of {', '.join(VERDICTS)}"
     if measured.strip().startswith("not run here"):
-        expected = verdict(claim, None, None)
+        expected = verdict(claim, None, None, 0)
     else:
         found = _MEASURED.match(measured.strip())
         if found is None:
