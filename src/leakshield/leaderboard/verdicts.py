@@ -116,7 +116,7 @@ def row(claim_text: str, command: str, claim: Claim, values: Sequence[float] | N
         measured, found = "not run here" + (f" ({note})" if note else ""), verdict(claim, None, None, 0)
     else:
         estimate_, found = measured_verdict(claim, values)
-        measured = measurement_text(estimate_) + (f". {note}" if note else "")
+        measured = measurement_text(estimate_) + (f" ({note})" if note else "")
     return f"| {claim_text} | {command} | {measured} | {claim.text()} | {found} |"
 
 
