@@ -13,33 +13,31 @@ Each paper's claims, and the tolerance and null of each, are stated below beside
 from __future__ import annotations
 
 import argparse
-import json
-import sqlite3
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
+from leakshield.experiment.store import CellRecord, ResultStore
 from leakshield.leaderboard.verdicts import Claim, row
 
 
-def _cells(run: Path, kind: str) -> list[dict]:
+@functools.cache
+def _records(run: Path) -> tuple[CellRecord, ...]:
+    """A finished run's stored cells, read once per run directory."""
     path = run / "results.sqlite"
-    if not path.is_file():
+    if not path.is_file():  # checked first: opening a missing store would create an empty one
         raise SystemExit(f"{run}: no results.sqlite (run the config first: see this script's docstring)")
-    with sqlite3.connect(path) as db:
-        found = db.execute(
-            "select defense, attack, round, seed, metrics, victims, status from cells where kind = ?", (kind,)
-        ).fetchall()
-    return [
-        {"defense": d, "attack": a, "round": r, "seed": seed, "metrics": json.loads(m),
-         "victims": json.loads(v), "status": status}
-        for d, a, r, seed, m, v, status in found
-    ]  # fmt: skip
+    return tuple(ResultStore(path).records())
 
 
-def _finished(cells: list[dict], what: str, run: Path) -> list[dict]:
+def _cells(run: Path, kind: str) -> list[CellRecord]:
+    return [r for r in _records(run) if r.kind == kind]
+
+
+def _finished(cells: list[CellRecord], what: str, run: Path) -> list[CellRecord]:
     if not cells:
         raise SystemExit(f"{run}: no {what} cell")
-    if failed := [c["seed"] for c in cells if c["status"] != "ok"]:
+    if failed := [c.seed for c in cells if c.status != "ok"]:
         raise SystemExit(f"{run}: {what} did not finish for seeds {failed} (rerun with --retry-failed)")
     return cells
 
@@ -48,12 +46,12 @@ def sensitive_scores(run: Path, defense: str, attack: str, metric: str = "ssim")
     """One score per victim batch and seed: the mean ``metric`` of the batch's sensitive images (the
     victims are the same batches at every seed, so a second seed repeats them: use one seed)."""
     what = f"{attack} · {defense}"
-    cells = [c for c in _cells(run, "attack") if (c["defense"], c["attack"]) == (defense, attack)]
+    cells = [c for c in _cells(run, "attack") if (c.defense, c.attack) == (defense, attack)]
     cells = _finished(cells, what, run)
     if len(cells) > 1:
         raise SystemExit(f"{run}: {what} ran at several models, rounds or seeds; this reads one of each")
     values = []
-    for victim in cells[0]["victims"]:
+    for victim in cells[0].victims:
         flags, scores = victim.get("sensitive"), victim[metric]
         if not flags or not any(flags) or None in scores:
             raise SystemExit(f"{run}: {what} has a victim without sensitive flags or with a failed score")
@@ -64,12 +62,10 @@ def sensitive_scores(run: Path, defense: str, attack: str, metric: str = "ssim")
 
 def accuracies(run: Path, defense: str) -> dict[int, float]:
     """Test accuracy after the utility rounds, per seed."""
-    cells = _finished(
-        [c for c in _cells(run, "utility") if c["defense"] == defense], f"utility {defense}", run
-    )
-    if len({c["seed"] for c in cells}) < len(cells):
+    cells = _finished([c for c in _cells(run, "utility") if c.defense == defense], f"utility {defense}", run)
+    if len({c.seed for c in cells}) < len(cells):
         raise SystemExit(f"{run}: utility {defense} ran several cells per seed (several models?)")
-    return {c["seed"]: c["metrics"]["accuracy"] for c in cells}
+    return {c.seed: c.metrics["accuracy"] for c in cells}
 
 
 def drops(run: Path, defense: str, reference: str = "none") -> list[float]:
@@ -86,7 +82,7 @@ def undefended(run: Path, attack: str) -> float:
     baseline (the mean image) by 0.1, or there is nothing for the defense to stop."""
     values = sensitive_scores(run, "none", attack)
     mean = sum(values) / len(values)
-    baseline = _finished(_cells(run, "baseline"), "baseline", run)[0]["metrics"]["ssim_sensitive"]
+    baseline = _finished(_cells(run, "baseline"), "baseline", run)[0].metrics["ssim_sensitive"]
     if mean <= baseline + 0.1:
         why = f"{mean:.3f} against the no-information {baseline:.3f}"
         raise SystemExit(f"{run}: {attack} does not leak without a defense ({why}): no claim to check")

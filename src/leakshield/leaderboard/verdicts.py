@@ -86,11 +86,12 @@ def verdict(claim: Claim, low: float | None, high: float | None, n: int) -> Verd
         return "not run here"
     if not (math.isfinite(low) and math.isfinite(high)) or low > high:
         raise ValueError(f"interval: [{low}, {high}] is not an interval of finite numbers, low ≤ high")
-    low, high = level(low), level(high)
-    if high < level(claim.low) or low > level(claim.high):
-        return "does not hold" if n >= 2 else "inconclusive"
-    inside = level(claim.low) <= low and high <= level(claim.high)
-    return "holds" if inside and n >= 2 else "inconclusive"
+    if n < 2:
+        return "inconclusive"  # one value has no interval
+    low, high, edge_low, edge_high = level(low), level(high), level(claim.low), level(claim.high)
+    if high < edge_low or low > edge_high:
+        return "does not hold"
+    return "holds" if edge_low <= low and high <= edge_high else "inconclusive"
 
 
 def measured_verdict(claim: Claim, values: Sequence[float]) -> tuple[Estimate, Verdict]:
