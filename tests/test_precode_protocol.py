@@ -147,3 +147,30 @@ def test_the_paper_protocol_configs_train_and_attack_as_the_paper(name):
     assert {a["name"] for a in config["attacks"]} == {"iga-precode"}
     assert config["attack"]["rounds"] == [0] and config["attack"]["threat"]["labels_known"]
     assert "mse_normalized" in config["report"]["values"]
+
+
+def test_the_accuracy_and_training_configs_keep_the_scaled_protocol():
+    """configs/precode-accuracy.yaml measures precode-cpu's rows (the same defenses, data and training)
+    over three seeds; configs/precode-training.yaml attacks precode-cpu's protocol after 0, 1 and 50
+    rounds (= epochs: every client takes part, one local epoch each) and precode-epoch50.yaml after 50
+    with 16 victims; GC appears in both readings, every baseline on every local step."""
+    cpu, accuracy, training, epoch50 = (yaml.safe_load((CONFIGS / f"precode-{n}.yaml").read_text()) for n in
+                                        ("cpu", "accuracy", "training", "epoch50"))  # fmt: skip
+    assert accuracy["defenses"] == cpu["defenses"] and accuracy["seeds"] == [0, 1, 2]
+    assert accuracy["models"] == cpu["models"] and [m.get("label", m["name"]) for m in cpu["models"]] == [
+        "smlp", "dmlp", "lenet-tanh"]  # fmt: skip
+    for other in (accuracy, training, epoch50):
+        assert (other["fl"], other["dataset"]) == (cpu["fl"], cpu["dataset"])
+    assert accuracy["utility"]["rounds"] == cpu["utility"]["rounds"] == 20
+    baselines = [d for d in cpu["defenses"] if isinstance(d, dict) and d["name"] != "precode"]
+    assert {d["label"]: d.get("ratio") for d in baselines if d["name"] == "pruning"} == {
+        "GC": 0.1,
+        "GC-keep10": 0.9,
+    }
+    assert len(baselines) == 4 and all(d["stage"] == "step" for d in baselines)
+    assert training["attack"]["rounds"] == [0, 1, 50] and epoch50["attack"]["rounds"] == [50]
+    assert "clients_per_round" not in training["fl"] and training["fl"]["local"]["local_epochs"] == 1
+    assert training["attacks"] == epoch50["attacks"] == cpu["attacks"]
+    assert training["models"] == epoch50["models"] == cpu["models"][1:]  # DMLP and LeNet, as Fig. 8
+    assert training["defenses"] == epoch50["defenses"] == ["none", {"name": "precode", "label": "PRECODE"}]
+    assert (training["victims"]["count"], epoch50["victims"]["count"]) == (8, 16)

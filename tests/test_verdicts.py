@@ -148,8 +148,9 @@ def _rows_script():
 
 
 def test_the_rows_script_reads_per_victim_scores_and_paired_drops(tmp_path):
-    """benchmarks/reproduction_rows.py: one score per victim (its sensitive image), the accuracy lost
-    paired by seed, and refusals for what it cannot read honestly."""
+    """benchmarks/reproduction_rows.py: one score per victim (its sensitive image, or the mean of its
+    batch), the cell picked by model and round, the accuracy lost paired by seed, and refusals for what
+    it cannot read honestly."""
     from leakshield.experiment import ExperimentRunner, ResultStore, parse_config
 
     from helpers import tiny_config
@@ -161,6 +162,7 @@ def test_the_rows_script_reads_per_victim_scores_and_paired_drops(tmp_path):
         cfg = parse_config(
             tiny_config(
                 seeds=seeds,
+                attack={"rounds": [0, 1] if len(seeds) == 1 else [0], "update": {"algorithm": "fedsgd"}},
                 victims={"count": 2, "batch_size": 2, "seed": 0, "sensitive": 1},
                 metrics={"sensitive": rule},
                 defenses=["none", {"name": "pruning", "ratio": 0.9}],
@@ -170,17 +172,94 @@ def test_the_rows_script_reads_per_victim_scores_and_paired_drops(tmp_path):
         out = runs[len(seeds)] = tmp_path / f"seeds{len(seeds)}"
         assert ExperimentRunner(cfg, out, device="cpu", progress=False).run().failed == 0
     records = ResultStore(runs[1] / "results.sqlite").records()
-    cell = next(r for r in records if r.kind == "attack" and r.defense == "pruning")
-    assert rows.sensitive_scores(runs[1], "pruning", "ig") == [v["ssim"][1] for v in cell.victims]
+    for at in (0, 1):
+        cell = next(r for r in records if r.kind == "attack" and r.defense == "pruning" and r.round == at)
+        sensitive = rows.victim_scores(runs[1], "pruning", "ig", at_round=at, sensitive=True, model="lenet")
+        assert sensitive == [v["ssim"][1] for v in cell.victims]  # the second image is the sensitive one
+        everything = rows.victim_scores(runs[1], "pruning", "ig", at_round=at)
+        assert everything == [sum(v["ssim"]) / 2 for v in cell.victims]
+    assert rows.victim_scores(runs[1], "pruning", "ig", at_round=0) != everything  # the rounds differ
+    with pytest.raises(SystemExit, match="no ig · pruning · smlp cell"):
+        rows.victim_scores(runs[1], "pruning", "ig", model="smlp")
     with pytest.raises(SystemExit, match="does not leak"):
-        rows.undefended(runs[1], "ig")  # five IG steps recover nothing
+        rows.undefended(runs[1], "ig", at_round=0)  # five IG steps recover nothing
     with pytest.raises(SystemExit, match="several models, rounds or seeds"):
-        rows.sensitive_scores(runs[2], "pruning", "ig")
+        rows.victim_scores(runs[1], "pruning", "ig")  # two rounds
+    with pytest.raises(SystemExit, match="several models, rounds or seeds"):
+        rows.victim_scores(runs[2], "pruning", "ig")  # two seeds
     accuracy = {
         (r.defense, r.seed): r.metrics["accuracy"]
         for r in ResultStore(runs[2] / "results.sqlite").records()
         if r.kind == "utility"
     }
     assert rows.drops(runs[2], "pruning") == [accuracy["none", s] - accuracy["pruning", s] for s in (0, 1)]
+    assert rows.drops(runs[2], "pruning", model="lenet") == rows.drops(runs[2], "pruning")
     with pytest.raises(SystemExit, match="no utility dcs2 cell"):
         rows.accuracies(runs[2], "dcs2")
+    with pytest.raises(SystemExit, match="no utility pruning · smlp cell"):
+        rows.accuracies(runs[2], "pruning", model="smlp")
+
+
+def _fake_precode_runs(precode_at_50: float = 0.05, undefended_at_50: float = 0.99):
+    """Stored cells of the four PRECODE runs with the paper's own numbers (8 victims within ± 0.004 of
+    each value, three seeds within ± 0.002 of each paper accuracy), keyed by run directory name."""
+    from leakshield.experiment.store import CellRecord
+
+    rows = _rows_script()
+    spread = [-0.004, -0.003, -0.001, 0.0, 0.0, 0.001, 0.003, 0.004]
+
+    def cell(kind, model=None, defense=None, at=None, seed=0, value=None, accuracy=None):
+        victims = [{"ssim": [value + d]} for d in spread] if value is not None else []
+        metrics = {"accuracy": accuracy} if accuracy is not None else {"ssim": 0.237}
+        attack = "iga-precode" if kind == "attack" else None
+        key = f"{kind}-{model}-{defense}-{at}-{seed}"
+        return CellRecord(
+            key, kind, model, defense, attack, at, seed, "ok", metrics, victims, None, None, 0.0, 0.0
+        )
+
+    cpu, accuracy, training, epoch50 = [cell("baseline")], [], [cell("baseline")], [cell("baseline")]
+    for model, (leak, cut, before, after) in rows.PRECODE_TABLE1.items():
+        cpu += [cell("attack", model, "none", 0, value=leak), cell("attack", model, "PRECODE", 0, value=cut)]
+        defended = {"none": before, "PRECODE": after}
+        for label in ("NG-2", "NG-3", "GC", "GC-keep10"):
+            ssim, acc = rows.PRECODE_TABLE2.get(model, {}).get(label.removesuffix("-keep10"), (leak, before))
+            cpu.append(cell("attack", model, label, 0, value=ssim))
+            defended[label] = acc
+        for label, acc in defended.items():
+            accuracy += [
+                cell("utility", model, label, seed=s, accuracy=acc / 100 + 0.002 * (s - 1)) for s in (0, 1, 2)
+            ]
+        for label, value in (("none", leak), ("PRECODE", 0.05)):
+            training += [cell("attack", model, label, at, value=value) for at in (0, 1)]
+        dmlp = model == "dmlp"
+        epoch50 += [cell("attack", model, "none", 50, value=undefended_at_50 if dmlp else leak),
+                    cell("attack", model, "PRECODE", 50, value=precode_at_50 if dmlp else 0.05)]  # fmt: skip
+    return {"precode-cpu": cpu, "precode-accuracy": accuracy, "precode-training": training,
+            "precode-epoch50": epoch50}  # fmt: skip
+
+
+def test_the_precode_rows_hold_on_the_papers_numbers_and_fail_where_the_paper_does(monkeypatch):
+    """Every PRECODE rule can hold (given the paper's own numbers, each row reads *holds* and checks back
+    against its own number and rule), a PRECODE that leaks after 50 epochs reads *does not hold* on SSIM
+    and on the share of recognizable images, and a hold where the undefended model leaks nothing is
+    refused."""
+    rows = _rows_script()
+
+    def use(**fake):
+        runs = _fake_precode_runs(**fake)
+        monkeypatch.setattr(rows, "_records", lambda run: tuple(runs[run.name]))
+        return [line for _, lines in rows.precode_rows(Path("runs")) for line in lines]
+
+    lines = use()
+    assert len(lines) == 9 + 16 + 12
+    parsed = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+    assert all(check_row(measured, rule, said) is None for _, _, measured, rule, said in parsed)
+    assert [said for *_, said in parsed] == ["holds"] * len(lines), [p[0] for p in parsed if p[4] != "holds"]
+    lines = use(precode_at_50=0.8)
+    failed = [line for line in lines if line.endswith("| does not hold |")]
+    assert len(failed) == 2 and all("DMLP" in line and "after 50 epochs" in line for line in failed)
+    assert "stays below 0.15" in failed[0] and "rebuilt recognizably" in failed[1]  # SSIM, then ASR
+    with pytest.raises(SystemExit, match="a hold says nothing"):
+        use(undefended_at_50=0.3)  # the no-information level is 0.237
+    lines = use(undefended_at_50=0.3, precode_at_50=0.8)  # a failure still reads
+    assert any("no-information level" in line and line.endswith("| does not hold |") for line in lines)
