@@ -1,11 +1,11 @@
-"""Why PRECODE stops protecting as its model trains: the bottleneck's noise against its signal, and how
-much two bottleneck draws change the gradient a client shares, at the rounds configs/precode-training.yaml
-attacks (the same models, federation and victims; a round is an epoch there).
+"""What changes in PRECODE's bottleneck as its model trains: its noise against its signal, and how much
+two bottleneck draws change the gradient a client shares, at the rounds configs/precode-training.yaml
+attacks (the same models, federation and its 8 victims; a round is an epoch there).
 
 For each model with PRECODE and each round: the posterior's mean σ and mean |μ| over the victims (the
 bottleneck samples z = μ + σ·ε, Eq. 3), and the cosine between the victim's FedSGD gradient under two
-bottleneck draws, which the attacker's dummy gradient cannot reproduce when it is low. An IGA that sees
-a gradient no draw of its own can match is what keeps SSIM low on the untrained model.
+bottleneck draws: the lower it is, the less the attacker's own draw can match the victim's. These are
+measured beside the attack's results, not shown to cause them. One thread, as each worker of a run.
 
     python benchmarks/precode_over_training.py                      # DMLP and LeNet, rounds 0, 1, 50
     python benchmarks/precode_over_training.py --rounds 0 50 --models lenet-tanh
@@ -36,6 +36,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["dmlp", "lenet-tanh"])
     args = parser.parse_args()
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # as each worker of `leakshield run --workers N`
     config = load_config(CONFIG)
     context = ExperimentContext(config, torch.device("cpu"))
     defense = next(d for d in config.defenses if d.display == "PRECODE")

@@ -23,8 +23,10 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 
+from scipy.stats import beta
+
 from leakshield.experiment.store import CellRecord, ResultStore
-from leakshield.leaderboard.verdicts import Claim, row
+from leakshield.leaderboard.verdicts import Claim, row, verdict
 
 
 @functools.cache
@@ -192,6 +194,21 @@ PRECODE_TABLE2 = {
 }
 
 
+#: the SSIM at which a reconstruction counts as recognizable (PRECODE's ASR)
+ASR_SSIM = 0.6
+
+
+def share_row(claim_text: str, command: str, claim: Claim, hits: list[bool], note: str) -> str:
+    """A row on the share of victims with an event (rebuilt recognizably): the share with its exact
+    (Clopper–Pearson) 95 % interval, which a t-interval of 0/1 values is not (it has no width at 0 of
+    n), and the claim's verdict on it."""
+    n, k = len(hits), sum(hits)
+    low = 0.0 if k == 0 else float(beta.ppf(0.025, k, n - k + 1))
+    high = 1.0 if k == n else float(beta.ppf(0.975, k + 1, n - k))
+    measured = f"{k / n:.3f} [{low:.3f}, {high:.3f}], n = {n} ({note}; {k} of {n}, exact binomial)"
+    return f"| {claim_text} | {command} | {measured} | {claim.text()} | {verdict(claim, low, high, n)} |"
+
+
 def _cost(paper: float, costly: bool, tolerance: float = 0.02) -> Claim:
     """A defense's drop in accuracy: a claim that it costs at least about the paper's drop (``costly``:
     ≥ the drop − 2 points, against no cost), or that it costs little (≤ the drop + 2 points, against a
@@ -279,12 +296,12 @@ def precode_rows(runs: Path) -> list[tuple[str, list[str]]]:
             lines = [
                 row(text, cmd(run.name), Claim(0.15, 0.0, round(null, 3), one_sided=True), scores, victim)
             ]
-            text = (
-                f"With PRECODE, no image of the {name_of(model)} is rebuilt recognizably (Sec. 5.5; Table 1:"
-            )
-            text += f" ASR 0 %), share at SSIM ≥ {ASR_SSIM}{when}"
-            hits = [float(v >= ASR_SSIM) for v in scores]
-            lines.append(row(text, cmd(run.name), Claim(0.0, 0.1, 1.0, one_sided=True), hits, victim))
+            text = f"With PRECODE, no image of the {name_of(model)} is rebuilt recognizably (Sec. 5.5;"
+            text += f" Table 1: ASR 0 %), share at SSIM ≥ {ASR_SSIM}{when}"
+            share = sum(v >= ASR_SSIM for v in plain) / len(plain)
+            if share > 0.1:  # else the undefended model rebuilds none either: no share to deny
+                claim = Claim(0.0, 0.1, round(share, 3), one_sided=True)
+                lines.append(share_row(text, cmd(run.name), claim, [v >= ASR_SSIM for v in scores], victim))
             for line in lines:
                 if not leaks and line.endswith("| holds |"):
                     raise SystemExit(f"{text}: undefended {null:.3f} does not leak; a hold says nothing")
@@ -292,9 +309,6 @@ def precode_rows(runs: Path) -> list[tuple[str, list[str]]]:
                 progress.append(line if leaks else line.replace(f" ({victim}) |", note))
     return [("Table 1", table1), ("Table 2", table2), ("Sec. 5.5: over training", progress)]
 
-
-#: the SSIM at which a reconstruction counts as recognizable (PRECODE's ASR)
-ASR_SSIM = 0.6
 
 HEADER = (
     "| claim (paper) | command | measured (95 % interval, n) | rule: paper ± tolerance · null | verdict |"

@@ -201,12 +201,12 @@ def test_the_rows_script_reads_per_victim_scores_and_paired_drops(tmp_path):
 
 
 def _fake_precode_runs(precode_at_50: float = 0.05, undefended_at_50: float = 0.99):
-    """Stored cells of the four PRECODE runs with the paper's own numbers (8 victims within ± 0.004 of
+    """Stored cells of the four PRECODE runs with the paper's own numbers (40 victims within ± 0.004 of
     each value, three seeds within ± 0.002 of each paper accuracy), keyed by run directory name."""
     from leakshield.experiment.store import CellRecord
 
     rows = _rows_script()
-    spread = [-0.004, -0.003, -0.001, 0.0, 0.0, 0.001, 0.003, 0.004]
+    spread = [-0.004, -0.003, -0.001, 0.0, 0.0, 0.001, 0.003, 0.004] * 5  # 40: 0 of 40 bounds a share < 0.1
 
     def cell(kind, model=None, defense=None, at=None, seed=0, value=None, accuracy=None):
         victims = [{"ssim": [value + d]} for d in spread] if value is not None else []
@@ -229,10 +229,10 @@ def _fake_precode_runs(precode_at_50: float = 0.05, undefended_at_50: float = 0.
             accuracy += [
                 cell("utility", model, label, seed=s, accuracy=acc / 100 + 0.002 * (s - 1)) for s in (0, 1, 2)
             ]
-        for label, value in (("none", leak), ("PRECODE", 0.05)):
+        for label, value in (("none", 0.99), ("PRECODE", 0.05)):  # Fig. 8: undefended near 1
             training += [cell("attack", model, label, at, value=value) for at in (0, 1)]
         dmlp = model == "dmlp"
-        epoch50 += [cell("attack", model, "none", 50, value=undefended_at_50 if dmlp else leak),
+        epoch50 += [cell("attack", model, "none", 50, value=undefended_at_50 if dmlp else 0.99),
                     cell("attack", model, "PRECODE", 50, value=precode_at_50 if dmlp else 0.05)]  # fmt: skip
     return {"precode-cpu": cpu, "precode-accuracy": accuracy, "precode-training": training,
             "precode-epoch50": epoch50}  # fmt: skip
