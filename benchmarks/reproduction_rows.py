@@ -241,9 +241,9 @@ def precode_rows(runs: Path) -> list[tuple[str, list[str]]]:
     PRECODE, SSIM stays below 0.15 at round 0 and after 1 and 50 epochs (≤ 0.15 exactly, the paper's own
     bound, against the undefended SSIM at that round), and "no recognizable visual structures" are
     rebuilt: the share of victims at SSIM ≥ 0.6 (the paper's ASR, 0 % with PRECODE in Table 1) is ≤ 0.1
-    against every victim rebuilt. Where the undefended model does not beat the no-information level by
-    0.1 a *holds* would be vacuous and is refused, while a failure still reads. 50 epochs is read from
-    its 16-victim run (the first 8 are the training run's)."""
+    against the undefended share (no row where that is ≤ 0.1 too). Where the undefended model does not
+    beat the no-information level by 0.1 a *holds* would be vacuous and is refused, while a failure
+    still reads. 50 epochs is read from its 16-victim run (the first 8 are the training run's)."""
     cpu, accuracy = runs / "precode-cpu", runs / "precode-accuracy"
     training, epoch50 = runs / "precode-training", runs / "precode-epoch50"
     attack, victim, seed = "iga-precode", "per victim", "per seed, paired"
@@ -287,26 +287,23 @@ def precode_rows(runs: Path) -> list[tuple[str, list[str]]]:
             plain = victim_scores(run, "none", attack, model=model, at_round=epochs)
             scores = victim_scores(run, "PRECODE", attack, model=model, at_round=epochs)
             null, leaks = sum(plain) / len(plain), sum(plain) / len(plain) > no_information(run) + 0.1
+            note = victim if leaks else f"{victim}; undefended at the no-information level"
             when = f"; after {epochs} epoch{'' if epochs == 1 else 's'}"
             text = f"With PRECODE, IGA's SSIM on the {name_of(model)} stays below 0.15 (Sec. 5.5){when}"
             if null <= 0.15:
                 raise SystemExit(
                     f"{text}: undefended {null:.3f} is below the bound itself: no claim to check"
                 )
-            lines = [
-                row(text, cmd(run.name), Claim(0.15, 0.0, round(null, 3), one_sided=True), scores, victim)
-            ]
+            lines = [row(text, cmd(run.name), Claim(0.15, 0.0, round(null, 3), one_sided=True), scores, note)]
             text = f"With PRECODE, no image of the {name_of(model)} is rebuilt recognizably (Sec. 5.5;"
             text += f" Table 1: ASR 0 %), share at SSIM ≥ {ASR_SSIM}{when}"
             share = sum(v >= ASR_SSIM for v in plain) / len(plain)
             if share > 0.1:  # else the undefended model rebuilds none either: no share to deny
                 claim = Claim(0.0, 0.1, round(share, 3), one_sided=True)
-                lines.append(share_row(text, cmd(run.name), claim, [v >= ASR_SSIM for v in scores], victim))
-            for line in lines:
-                if not leaks and line.endswith("| holds |"):
-                    raise SystemExit(f"{text}: undefended {null:.3f} does not leak; a hold says nothing")
-                note = f" ({victim}; undefended at the no-information level) |"
-                progress.append(line if leaks else line.replace(f" ({victim}) |", note))
+                lines.append(share_row(text, cmd(run.name), claim, [v >= ASR_SSIM for v in scores], note))
+            if not leaks and any(line.endswith("| holds |") for line in lines):
+                raise SystemExit(f"{text}: undefended {null:.3f} does not leak; a hold says nothing")
+            progress += lines
     return [("Table 1", table1), ("Table 2", table2), ("Sec. 5.5: over training", progress)]
 
 

@@ -263,3 +263,20 @@ def test_the_precode_rows_hold_on_the_papers_numbers_and_fail_where_the_paper_do
         use(undefended_at_50=0.3)  # the no-information level is 0.237
     lines = use(undefended_at_50=0.3, precode_at_50=0.8)  # a failure still reads
     assert any("no-information level" in line and line.endswith("| does not hold |") for line in lines)
+
+
+def test_a_share_row_gives_the_exact_binomial_interval():
+    """0 of 8 bounds a share only below 0.369 (a t-interval would have no width and read *holds*); 6 of
+    16 lies in [0.152, 0.646]; the row parses back through check_row."""
+    rows = _rows_script()
+    claim = Claim(0.0, 0.1, 1.0, one_sided=True)
+    none_of_8 = rows.share_row("c", "cmd", claim, [False] * 8, "per victim")
+    six_of_16 = rows.share_row("c", "cmd", claim, [True] * 6 + [False] * 10, "per victim")
+    assert "0.000 [0.000, 0.369], n = 8 (per victim; 0 of 8, exact binomial)" in none_of_8
+    assert none_of_8.endswith("| inconclusive |") and six_of_16.endswith("| does not hold |")
+    assert "0.375 [0.152, 0.646], n = 16" in six_of_16
+    all_of_4 = rows.share_row("c", "cmd", claim, [True] * 4, "per victim")
+    assert "1.000 [0.398, 1.000], n = 4" in all_of_4
+    for line in (none_of_8, six_of_16, all_of_4):
+        _, _, measured, rule, said = (c.strip() for c in line.strip("|").split("|"))
+        assert check_row(measured, rule, said) is None
