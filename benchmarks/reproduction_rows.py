@@ -23,10 +23,8 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 
-from scipy.stats import beta
-
 from leakshield.experiment.store import CellRecord, ResultStore
-from leakshield.leaderboard.verdicts import Claim, row, verdict
+from leakshield.leaderboard.verdicts import Claim, row, share_row
 
 
 @functools.cache
@@ -127,11 +125,16 @@ def undefended(
     by 0.1, or there is nothing for the defense to stop."""
     values = victim_scores(run, "none", attack, model=model, at_round=at_round, sensitive=sensitive)
     mean = sum(values) / len(values)
-    if mean <= (baseline := no_information(run, sensitive)) + 0.1:
+    if not leaks(run, mean, sensitive):
         what = " · ".join(str(v) for v in (attack, model, at_round) if v is not None)
-        why = f"{mean:.3f} against the no-information {baseline:.3f}"
+        why = f"{mean:.3f} against the no-information {no_information(run, sensitive):.3f}"
         raise SystemExit(f"{run}: {what} does not leak without a defense ({why}): no claim to check")
     return mean
+
+
+def leaks(run: Path, mean: float, sensitive: bool = False) -> bool:
+    """Whether an attack's mean score beats the run's no-information baseline by 0.1."""
+    return mean > no_information(run, sensitive) + 0.1
 
 
 def _cut(paper: float, before: float, null: float, what: str) -> Claim:
@@ -196,17 +199,6 @@ PRECODE_TABLE2 = {
 
 #: the SSIM at which a reconstruction counts as recognizable (PRECODE's ASR)
 ASR_SSIM = 0.6
-
-
-def share_row(claim_text: str, command: str, claim: Claim, hits: list[bool], note: str) -> str:
-    """A row on the share of victims with an event (rebuilt recognizably): the share with its exact
-    (Clopper–Pearson) 95 % interval, which a t-interval of 0/1 values is not (it has no width at 0 of
-    n), and the claim's verdict on it."""
-    n, k = len(hits), sum(hits)
-    low = 0.0 if k == 0 else float(beta.ppf(0.025, k, n - k + 1))
-    high = 1.0 if k == n else float(beta.ppf(0.975, k + 1, n - k))
-    measured = f"{k / n:.3f} [{low:.3f}, {high:.3f}], n = {n} ({note}; {k} of {n}, exact binomial)"
-    return f"| {claim_text} | {command} | {measured} | {claim.text()} | {verdict(claim, low, high, n)} |"
 
 
 def _cost(paper: float, costly: bool, tolerance: float = 0.02) -> Claim:
@@ -286,8 +278,8 @@ def precode_rows(runs: Path) -> list[tuple[str, list[str]]]:
         for epochs, run in ((0, training), (1, training), (50, epoch50)):
             plain = victim_scores(run, "none", attack, model=model, at_round=epochs)
             scores = victim_scores(run, "PRECODE", attack, model=model, at_round=epochs)
-            null, leaks = sum(plain) / len(plain), sum(plain) / len(plain) > no_information(run) + 0.1
-            note = victim if leaks else f"{victim}; undefended at the no-information level"
+            null = sum(plain) / len(plain)
+            note = victim if leaks(run, null) else f"{victim}; undefended at the no-information level"
             when = f"; after {epochs} epoch{'' if epochs == 1 else 's'}"
             text = f"With PRECODE, IGA's SSIM on the {name_of(model)} stays below 0.15 (Sec. 5.5){when}"
             if null <= 0.15:
@@ -301,7 +293,7 @@ def precode_rows(runs: Path) -> list[tuple[str, list[str]]]:
             if share > 0.1:  # else the undefended model rebuilds none either: no share to deny
                 claim = Claim(0.0, 0.1, round(share, 3), one_sided=True)
                 lines.append(share_row(text, cmd(run.name), claim, [v >= ASR_SSIM for v in scores], note))
-            if not leaks and any(line.endswith("| holds |") for line in lines):
+            if not leaks(run, null) and any(line.endswith("| holds |") for line in lines):
                 raise SystemExit(f"{text}: undefended {null:.3f} does not leak; a hold says nothing")
             progress += lines
     return [("Table 1", table1), ("Table 2", table2), ("Sec. 5.5: over training", progress)]

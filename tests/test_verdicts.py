@@ -268,14 +268,15 @@ def test_the_precode_rows_hold_on_the_papers_numbers_and_fail_where_the_paper_do
 def test_a_share_row_gives_the_exact_binomial_interval():
     """0 of 8 bounds a share only below 0.369 (a t-interval would have no width and read *holds*); 6 of
     16 lies in [0.152, 0.646]; the row parses back through check_row."""
-    rows = _rows_script()
+    from leakshield.leaderboard.verdicts import share_row
+
     claim = Claim(0.0, 0.1, 1.0, one_sided=True)
-    none_of_8 = rows.share_row("c", "cmd", claim, [False] * 8, "per victim")
-    six_of_16 = rows.share_row("c", "cmd", claim, [True] * 6 + [False] * 10, "per victim")
+    none_of_8 = share_row("c", "cmd", claim, [False] * 8, "per victim")
+    six_of_16 = share_row("c", "cmd", claim, [True] * 6 + [False] * 10, "per victim")
     assert "0.000 [0.000, 0.369], n = 8 (per victim; 0 of 8, exact binomial)" in none_of_8
     assert none_of_8.endswith("| inconclusive |") and six_of_16.endswith("| does not hold |")
     assert "0.375 [0.152, 0.646], n = 16" in six_of_16
-    all_of_4 = rows.share_row("c", "cmd", claim, [True] * 4, "per victim")
+    all_of_4 = share_row("c", "cmd", claim, [True] * 4, "per victim")
     assert "1.000 [0.398, 1.000], n = 4" in all_of_4
     for line in (none_of_8, six_of_16, all_of_4):
         _, _, measured, rule, said = (c.strip() for c in line.strip("|").split("|"))

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from leakshield.leaderboard.intervals import Estimate, estimate, level
+from leakshield.leaderboard.leak_rate import clopper_pearson
 
 Verdict = Literal["holds", "does not hold", "inconclusive", "not run here"]
 VERDICTS: tuple[Verdict, ...] = ("holds", "does not hold", "inconclusive", "not run here")
@@ -118,6 +119,20 @@ def row(claim_text: str, command: str, claim: Claim, values: Sequence[float] | N
     else:
         estimate_, found = measured_verdict(claim, values)
         measured = measurement_text(estimate_) + (f" ({note})" if note else "")
+    return _line(claim_text, command, measured, claim, found)
+
+
+def share_row(claim_text: str, command: str, claim: Claim, hits: Sequence[bool], note: str) -> str:
+    """A row on the share of ``hits`` (victims with an event, e.g. rebuilt recognizably) with its exact
+    (Clopper–Pearson) 95 % interval, which a t-interval of 0/1 values is not (it has no width at 0 of n),
+    and the claim's verdict on it; the number column parses back as :func:`row`'s does."""
+    n, k = len(hits), sum(hits)
+    low, high = clopper_pearson(k, n)
+    measured = f"{k / n:.3f} [{low:.3f}, {high:.3f}], n = {n} ({note}; {k} of {n}, exact binomial)"
+    return _line(claim_text, command, measured, claim, verdict(claim, low, high, n))
+
+
+def _line(claim_text: str, command: str, measured: str, claim: Claim, found: Verdict) -> str:
     return f"| {claim_text} | {command} | {measured} | {claim.text()} | {found} |"
 
 
