@@ -152,17 +152,27 @@ def write_tinyimagenet(
 
 
 def leaderboard_cell(
-    kind, defense, attack=None, *, round=0, seed=0, status="ok", scale=None, victims=None, **metrics
+    kind,
+    defense,
+    attack=None,
+    *,
+    round=0,
+    seed=0,
+    status="ok",
+    scale=None,
+    victims=None,
+    model="m",
+    **metrics,
 ):
-    """A stored cell for the leaderboard's tests: model ``m``, ``metrics`` as given (None values left
-    out), an error text when it failed; ``victims``: each victim's SSIM (one image each; the cell's
-    ``ssim`` is their mean unless given)."""
+    """A stored cell for the leaderboard's and the reproduction rows' tests: ``model`` (default ``m``),
+    ``metrics`` as given (None values left out), an error text when it failed; ``victims``: each
+    victim's SSIM (one image each; the cell's ``ssim`` is their mean unless given)."""
     from leakshield.experiment.store import CellRecord
 
     values = {k: v for k, v in metrics.items() if v is not None}
     rows = [{"ssim": [v]} for v in victims] if victims is not None else []
     if victims and "ssim" not in values:
         values["ssim"] = sum(victims) / len(victims)
-    key = f"{kind}/{defense}/{attack}/{round}/{seed}/{scale}"
-    return CellRecord(key, kind, "m", defense, attack, round, seed, status, values, rows,
+    key = f"{kind}/{model}/{defense}/{attack}/{round}/{seed}/{scale}"
+    return CellRecord(key, kind, model, defense, attack, round, seed, status, values, rows,
                       None if status == "ok" else "boom", None, 1.0, 0.0, scale=scale)  # fmt: skip

@@ -203,19 +203,17 @@ def test_the_rows_script_reads_per_victim_scores_and_paired_drops(tmp_path):
 def _fake_precode_runs(precode_at_50: float = 0.05, undefended_at_50: float = 0.99):
     """Stored cells of the four PRECODE runs with the paper's own numbers (40 victims within ± 0.004 of
     each value, three seeds within ± 0.002 of each paper accuracy), keyed by run directory name."""
-    from leakshield.experiment.store import CellRecord
+    from helpers import leaderboard_cell
 
     rows = _rows_script()
     spread = [-0.004, -0.003, -0.001, 0.0, 0.0, 0.001, 0.003, 0.004] * 5  # 40: 0 of 40 bounds a share < 0.1
 
-    def cell(kind, model=None, defense=None, at=None, seed=0, value=None, accuracy=None):
-        victims = [{"ssim": [value + d]} for d in spread] if value is not None else []
-        metrics = {"accuracy": accuracy} if accuracy is not None else {"ssim": 0.237}
+    def cell(kind, model=None, defense=None, at=0, seed=0, value=None, accuracy=None):
+        victims = [value + d for d in spread] if value is not None else None
         attack = "iga-precode" if kind == "attack" else None
-        key = f"{kind}-{model}-{defense}-{at}-{seed}"
-        return CellRecord(
-            key, kind, model, defense, attack, at, seed, "ok", metrics, victims, None, None, 0.0, 0.0
-        )
+        ssim = 0.237 if kind == "baseline" else None  # the no-information level
+        return leaderboard_cell(kind, defense, attack, round=at, seed=seed, model=model, victims=victims,
+                                accuracy=accuracy, ssim=ssim)  # fmt: skip
 
     cpu, accuracy, training, epoch50 = [cell("baseline")], [], [cell("baseline")], [cell("baseline")]
     for model, (leak, cut, before, after) in rows.PRECODE_TABLE1.items():
