@@ -476,6 +476,9 @@ MUTANTS: list[Mutant] = [
     Mutant("dataset", "svhn", "rows and columns swapped", "data/svhn.py",
            'mat["X"].transpose(3, 0, 1, 2)', 'mat["X"].transpose(3, 1, 0, 2)',
            ("tests/test_dataset_files.py::test_svhn_pixels_keep_their_row_column_channel_and_sample",)),
+    Mutant("dataset", "npz", "channels-first images read with rows and columns swapped", "data/npz.py",
+           "images = images.transpose(0, 2, 3, 1)", "images = images.transpose(0, 3, 2, 1)",
+           ("tests/test_npz_dataset.py::test_layouts_and_value_ranges",)),
 ]  # fmt: skip
 
 

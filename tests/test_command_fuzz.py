@@ -197,10 +197,14 @@ def write_format(name: str, root: Path) -> Path:
     if name == "tinyimagenet":
         wnids = ("n01443537", "n01629819")
         return write_tinyimagenet(root, wnids, per_class=3, val=1) / "val" / "val_annotations.txt"
+    if name == "npz":
+        images = rng.integers(0, 256, (12, 8, 8, 3), dtype=np.uint8)
+        np.savez(root / "images.npz", images=images, labels=np.arange(12) % 3)
+        return root / "images.npz"
     raise AssertionError(name)
 
 
-FORMATS = ["cifar10", "imagefolder", "mnist", "svhn", "tinyimagenet"]
+FORMATS = ["cifar10", "imagefolder", "mnist", "npz", "svhn", "tinyimagenet"]
 
 
 def check_format(tmp: Path, name: str, edits: list[tuple]) -> None:

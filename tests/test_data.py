@@ -154,6 +154,7 @@ def test_every_registered_dataset_is_listed():
         "svhn",
         "tinyimagenet",
         "celeba",
+        "npz",
     }
 
 

@@ -1,6 +1,6 @@
 """Datasets (registry + loaders that read local files only) and client partitioning."""
 
-from leakshield.data import celeba, cifar, digits, idx, imagefolder, svhn, tinyimagenet  # noqa: F401
+from leakshield.data import celeba, cifar, digits, idx, imagefolder, npz, svhn, tinyimagenet  # noqa: F401
 from leakshield.data.partition import (
     ByClassPartition,
     DirichletPartition,

@@ -42,7 +42,7 @@ MAX_CELLS = 100_000
 #: (path, default) of fields added after runs were stored; a path is the keys from the payload's root
 ADDED_FIELDS = ((("fl", "aggregator"), "mean"), (("fl", "local", "optimizer"), "sgd"),
                 (("attack", "update", "optimizer"), "sgd"), (("fl", "secure_aggregation"), False),
-                (("fl", "secagg_drop_rate"), 0.0),
+                (("fl", "secagg_drop_rate"), 0.0), (("metrics", "no_information"), "public-mean"),
                 (("axes",), {"batch_size": None, "clients": None}))  # fmt: skip
 
 

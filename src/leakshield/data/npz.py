@@ -1,0 +1,102 @@
+"""Images and labels from one NumPy ``.npz`` file (read without pickle): a fixed set of victims, such as
+the 128 CIFAR-10 test images PRECODE attacks, or any small image set saved from NumPy."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pydantic
+import torch
+
+from leakshield.data.cifar import CIFAR10_CLASSES
+from leakshield.data.registry import DATASETS, DatasetParams, RawDataset
+from leakshield.data.transforms import to_float_images
+from leakshield.data.types import ImageSet
+from leakshield.errors import DataFileMissingError
+
+#: class names a file's labels may be read with (``classes``)
+CLASS_NAMES = {"cifar10": CIFAR10_CLASSES}
+
+
+class NpzParams(DatasetParams):
+    """file: the ``.npz`` under ``--data-root`` (or an absolute path); images (N×H×W, N×H×W×C or
+    N×C×H×W with C 1 or 3; uint8 in 0–255 or floats in [0, 1]) and labels (N integers) are its arrays
+    ``images_key`` and ``labels_key``. num_classes: None takes the largest label + 1."""
+
+    file: str = pydantic.Field(default="images.npz", min_length=1, description="the .npz file")
+    images_key: str = "images"
+    labels_key: str = "labels"
+    num_classes: int | None = pydantic.Field(default=None, ge=2)
+    classes: str | None = pydantic.Field(default=None, description=f"names: one of {sorted(CLASS_NAMES)}")
+
+    @pydantic.field_validator("classes")
+    @classmethod
+    def _known(cls, value: str | None) -> str | None:
+        if value is not None and value not in CLASS_NAMES:
+            raise ValueError(f"classes: {value!r}; allowed: {', '.join(sorted(CLASS_NAMES))} or null")
+        return value
+
+
+def read_npz_images(path: Path, images_key: str = "images", labels_key: str = "labels") -> ImageSet:
+    """The image set of ``path`` (float N×C×H×W in [0, 1], int64 labels); one-line errors."""
+    if not path.is_file():
+        raise DataFileMissingError(f"npz: {path} does not exist; give dataset.file under --data-root")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            missing = [k for k in (images_key, labels_key) if k not in npz.files]
+            if missing:
+                raise DataFileMissingError(
+                    f"{path}: no array {missing[0]!r}; the file holds {sorted(npz.files)}"
+                )
+            images, labels = npz[images_key], npz[labels_key]
+    except zipfile.BadZipFile as exc:  # not an OSError: the registry's damaged-file line misses it
+        raise DataFileMissingError(f"{path}: not a readable .npz archive ({exc})") from None
+    if images.ndim == 4 and images.shape[1] in (1, 3) and images.shape[-1] not in (1, 3):
+        images = images.transpose(0, 2, 3, 1)  # channels first → last
+    if images.ndim not in (3, 4) or (images.ndim == 4 and images.shape[-1] not in (1, 3)):
+        raise DataFileMissingError(
+            f"{path}: images of shape {images.shape}; expected N×H×W(×C) with C 1 or 3"
+        )
+    if labels.ndim != 1 or len(labels) != len(images) or not np.issubdtype(labels.dtype, np.integer):
+        raise DataFileMissingError(
+            f"{path}: labels of shape {labels.shape} and type {labels.dtype}; expected {len(images)} integers"
+        )
+    if images.dtype == np.uint8:
+        x = to_float_images(images)
+    elif (
+        np.issubdtype(images.dtype, np.floating)
+        and images.size
+        and 0.0 <= images.min() <= images.max() <= 1.0
+    ):
+        x = to_float_images(images, scale=1.0)
+    else:
+        raise DataFileMissingError(
+            f"{path}: images of type {images.dtype}; expected uint8 or floats in [0, 1]"
+        )
+    return ImageSet(x, torch.from_numpy(labels.astype(np.int64)))
+
+
+@DATASETS.register(
+    "npz",
+    summary="images and labels arrays of one .npz file (dataset.file under --data-root); test split drawn",
+    reference="NumPy's .npz format, read with allow_pickle=False",
+    params=NpzParams,
+)
+def load_npz(params: NpzParams, root: Path | None = None) -> RawDataset:
+    path = Path(params.file).expanduser()
+    if not path.is_absolute():
+        if root is None:
+            raise DataFileMissingError(
+                f"npz: no data root given (--data-root or dataset.root) for the relative file {params.file}"
+            )
+        path = root / path
+    data = read_npz_images(path, params.images_key, params.labels_key)
+    if len(data.y) < 2:
+        raise DataFileMissingError(f"{path}: {len(data.y)} images; a dataset needs at least two")
+    num_classes = params.num_classes or int(data.y.max()) + 1
+    names = CLASS_NAMES[params.classes] if params.classes else ()
+    if names and len(names) != num_classes:
+        raise DataFileMissingError(f"{path}: {num_classes} classes but {params.classes} names {len(names)}")
+    return RawDataset(train=data, test=None, num_classes=num_classes, class_names=names)
