@@ -132,6 +132,22 @@ def share_row(claim_text: str, command: str, claim: Claim, hits: Sequence[bool],
     return _line(claim_text, command, measured, claim, verdict(claim, low, high, n))
 
 
+def interval_row(
+    claim_text: str,
+    command: str,
+    claim: Claim,
+    value: float,
+    interval: tuple[float, float],
+    n: int,
+    note: str,
+) -> str:
+    """A row on one statistic with its own 95 % interval (a correlation's Fisher interval, say) rather
+    than a t-interval over values; the number column parses back as :func:`row`'s does."""
+    low, high = interval
+    measured = f"{value:.3f} [{low:.3f}, {high:.3f}], n = {n} ({note})"
+    return _line(claim_text, command, measured, claim, verdict(claim, low, high, n))
+
+
 def _line(claim_text: str, command: str, measured: str, claim: Claim, found: Verdict) -> str:
     return f"| {claim_text} | {command} | {measured} | {claim.text()} | {found} |"
 
