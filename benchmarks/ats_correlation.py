@@ -13,21 +13,25 @@ For each random policy (the same seeded sequence on every run):
   guess's PSNR, attack or not; the partial correlation of S_pri and the attack's PSNR with this one held
   fixed says whether S_pri predicts more than that.
 
-Each policy's result is one JSON line of ``--out``, written as it finishes, so an interrupted run resumes
-where it stopped (rerun the same command). ``--dry-run`` times one policy (S_pri in full, IG for
-``--dry-steps`` steps) and prints how many policies fit in ``--minutes``. The rows (Pearson r, the
-partial r and Spearman's ρ, each with a 95 % Fisher interval, and the verdicts) are printed at the end,
-and alone with ``--rows``:
+Each policy's result is one JSON line of ``--out`` (``--shard I/N``: of ``OUT-I-of-N.jsonl`` beside it,
+one thread each), written as it finishes, so an interrupted run resumes where it stopped (rerun the same
+command; a policy any shard finished is not redone). ``--dry-run`` times one policy (S_pri in full, IG
+for ``--dry-steps`` steps) and prints how many policies fit in ``--minutes``. The rows (Pearson's r, the
+partial r and Spearman's ρ, each with its 95 % interval, and the verdicts by the reproductions page's
+rule) follow a run without shards, and ``--rows`` prints them from every file once all have finished:
 
     python benchmarks/ats_correlation.py --dry-run
     python benchmarks/ats_correlation.py --policies N --out runs/ats-fig5.jsonl
-    python benchmarks/ats_correlation.py --policies N --out runs/ats-fig5.jsonl --rows
+    python benchmarks/ats_correlation.py --policies N --shard 0/2 &   # and 1/2: two cores
+    python benchmarks/ats_correlation.py --policies N --rows
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -58,24 +62,42 @@ def parse() -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", default="resnet20")
-    parser.add_argument("--size", type=int, default=16)
-    parser.add_argument("--policies", type=int, default=20, help="random policies to score and attack")
-    parser.add_argument("--victims", type=int, default=16, help="victims attacked per policy")
-    parser.add_argument("--iterations", type=int, default=2500, help="IG steps (the paper: 2,500)")
-    parser.add_argument("--images-per-class", type=int, default=10, help="S_pri's images (the paper: 10)")
+    parser.add_argument("--size", type=positive, default=16)
+    parser.add_argument("--policies", type=positive, default=20, help="random policies to score and attack")
+    parser.add_argument("--victims", type=positive, default=16, help="victims attacked per policy")
+    parser.add_argument("--iterations", type=positive, default=2500, help="IG steps (the paper: 2,500)")
+    parser.add_argument(
+        "--images-per-class", type=positive, default=10, help="S_pri's images (the paper: 10)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/ats-fig5.jsonl"), help="results, resumable")
     parser.add_argument("--dry-run", action="store_true", help="time one policy and estimate the count")
-    parser.add_argument("--dry-steps", type=int, default=50, help="IG steps timed by --dry-run")
+    parser.add_argument("--dry-steps", type=positive, default=50, help="IG steps timed by --dry-run")
     parser.add_argument("--minutes", type=float, default=60.0, help="the budget --dry-run sizes against")
     parser.add_argument("--rows", action="store_true", help="print the rows of --out and stop")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument(
+        "--threads", type=positive, default=None, help="torch threads (default: 1 with shards, else torch's)"
+    )
     parser.add_argument(
         "--shard",
-        default="0/1",
+        type=shard,
+        default=(0, 1),
         help="I/N: run the policies k with k mod N = I (N one-thread processes use N cores)",
     )
     return parser.parse_args()
+
+
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
+def shard(text: str) -> tuple[int, int]:
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+        raise argparse.ArgumentTypeError(f"{text!r}; give I/N with 0 ≤ I < N, e.g. 0/2")
+    return int(index), int(count)
 
 
 class Fig5:
@@ -142,13 +164,23 @@ def shard_file(out: Path, index: int, count: int) -> Path:
     return out if count == 1 else out.with_name(f"{out.stem}-{index}-of-{count}{out.suffix}")
 
 
-def load(path: Path, settings: dict) -> list[dict]:
+def load(path: Path, settings: dict, repair: bool = False) -> list[dict]:
+    """The finished policies of one file. A last line cut short by a crash (unparsable, or without its
+    newline) is left out, and with ``repair`` cut from the file, so that the next entry starts afresh."""
     if not path.is_file():
         return []
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    if lines and lines[0] != {"settings": settings}:
-        raise SystemExit(f"{path}: written with other settings {lines[0]}; pass another --out")
-    return lines[1:]
+    lines = path.read_text().splitlines(keepends=True)
+    try:
+        entries = [json.loads(line) for line in lines[:-1]]
+    except json.JSONDecodeError as error:
+        raise SystemExit(f"{path}: a damaged line before the last ({error}); pass another --out") from None
+    with contextlib.suppress(json.JSONDecodeError):  # a last line cut short by a crash: left out
+        entries += [json.loads(lines[-1])] if lines and lines[-1].endswith("\n") else []
+    if lines and len(entries) < len(lines) and repair:
+        path.write_text("".join(lines[:-1]))
+    if entries and entries[0] != {"settings": settings}:
+        raise SystemExit(f"{path}: written with other settings {entries[0]}; pass another --out")
+    return entries[1:]
 
 
 def load_all(out: Path, settings: dict) -> list[dict]:
@@ -166,7 +198,13 @@ def rows(done: list[dict], out: Path, args: argparse.Namespace) -> None:
         raise SystemExit(f"{out}: {n} policies; the rows need at least 5")
     psnrs = [d["psnr"] for d in done]
     trivial = [d["trivial_psnr"] for d in done]
-    command = f"`python benchmarks/ats_correlation.py --policies {n}`"
+    if [d["k"] for d in done] != list(range(n)):
+        missing = sorted(set(range(max(d["k"] for d in done) + 1)) - {d["k"] for d in done})
+        raise SystemExit(f"{out}: policies {missing} are not finished (a shard still running?)")
+    options = (
+        f"--victims {args.victims} --iterations {args.iterations} --images-per-class {args.images_per_class}"
+    )
+    command = f"`python benchmarks/ats_correlation.py --policies {n} {options}`"
     where = f"{args.victims} victims, {args.iterations} steps, {args.images_per_class} images per class"
     print(f"{n} policies; {where}")
     print(
@@ -186,7 +224,7 @@ def rows(done: list[dict], out: Path, args: argparse.Namespace) -> None:
         for label, found, kind in (
             ("Pearson r", pearson(s_pri, psnrs), "policies"),
             ("partial r, the trivial guess's PSNR held fixed", partial(s_pri, psnrs, trivial), "policies"),
-            ("Spearman ρ", spearman(s_pri, psnrs), "policies; Fisher interval, rough for ranks"),
+            ("Spearman ρ", spearman(s_pri, psnrs), "policies; Bonett–Wright interval"),
         ):
             claim = (
                 f"S_pri predicts IG's PSNR against the transformed image (Fig. 5: r 0.755); {label}, "
@@ -197,17 +235,18 @@ def rows(done: list[dict], out: Path, args: argparse.Namespace) -> None:
 
 def main() -> None:
     args = parse()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    index, count = args.shard
+    if args.threads or count > 1:
+        torch.set_num_threads(args.threads or 1)
     settings = {k: getattr(args, k) for k in SETTINGS}
-    index, count = (int(v) for v in args.shard.split("/"))
-    if not 0 <= index < count:
-        raise SystemExit(f"--shard: {args.shard}; give I/N with 0 ≤ I < N")
     if args.rows:
-        rows(load_all(args.out, settings), args.out, args)
+        try:
+            rows(load_all(args.out, settings), args.out, args)
+        except ValueError as error:  # a constant or non-finite series: no correlation to state
+            raise SystemExit(f"{args.out}: {error}") from None
         return
     path = shard_file(args.out, index, count)
-    done = load(path, settings)
+    done = load(path, settings, repair=True)
     fig = Fig5(args)
     if args.dry_run:
         start = time.perf_counter()
@@ -227,7 +266,7 @@ def main() -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if not done:
         path.write_text(json.dumps({"settings": settings}) + "\n")
-    finished = {d["k"] for d in done}
+    finished = {d["k"] for d in load_all(args.out, settings)}  # by any shard, or by a run without
     for k in range(args.policies):
         policy = fig.policy(k)  # drawn for every k, so that each shard sees the same sequence
         if k % count != index or k in finished:
@@ -243,9 +282,12 @@ def main() -> None:
             "trivial_psnr": statistics.fmean(trivial),
             "psnr_victims": ig,
             "seconds": round(time.perf_counter() - start, 1),
+            "threads": torch.get_num_threads(),
         }
         with path.open("a") as handle:
             handle.write(json.dumps(entry) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
         done.append(entry)
         print(
             f"[{k + 1}/{args.policies}] {policy!s:<10} S_pri {s_pri['global']:.4f} / "
@@ -254,7 +296,9 @@ def main() -> None:
             flush=True,
         )
     if count == 1:
-        rows(done, args.out, args)
+        rows(load_all(args.out, settings), args.out, args)
+    else:
+        print(f"shard {index}/{count} done; the rows: rerun with --rows once every shard has finished")
 
 
 if __name__ == "__main__":

@@ -11,10 +11,22 @@ import pytest
 from scipy import stats
 
 from leakshield.leaderboard.correlation import Correlation, partial, pearson, ranks, spearman
-from leakshield.leaderboard.verdicts import Claim, check_row, interval_row
+from leakshield.leaderboard.verdicts import check_row, interval_row
 
-#: Fig. 5's rule: r 0.755, counting down to 0.655, against no correlation
-FIG5 = Claim(0.755, 0.1, 0.0, one_sided=True)
+
+def _script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "ats_correlation.py"
+    spec = importlib.util.spec_from_file_location("ats_correlation", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: Fig. 5's rule as the benchmark states it: r 0.755, counting down to 0.655, against no correlation
+FIG5 = _script().CLAIM
 
 
 def _series(seed: int, n: int, rho: float) -> tuple[list[float], list[float]]:
@@ -22,6 +34,10 @@ def _series(seed: int, n: int, rho: float) -> tuple[list[float], list[float]]:
     a = rng.standard_normal(n)
     b = rho * a + math.sqrt(1 - rho**2) * rng.standard_normal(n)
     return a.tolist(), b.tolist()
+
+
+def _fisher(r: float, half: float) -> tuple[float, float]:
+    return math.tanh(math.atanh(r) - half), math.tanh(math.atanh(r) + half)
 
 
 def test_the_statistics_match_numpy_and_scipy():
@@ -34,6 +50,16 @@ def test_the_statistics_match_numpy_and_scipy():
     res = [np.asarray(v) - design @ np.linalg.lstsq(design, v, rcond=None)[0] for v in (a, b)]
     assert partial(a, b, c).r == pytest.approx(np.corrcoef(*res)[0, 1], abs=1e-10)
     assert partial(a, b, c).controls == 1
+    low, high = Correlation(0.5, 20, controls=1).interval  # n − 4 degrees of freedom
+    half = 1.959963984540054 / math.sqrt(16)
+    assert (low, high) == pytest.approx(
+        (math.tanh(math.atanh(0.5) - half), math.tanh(math.atanh(0.5) + half))
+    )
+    rho = spearman(a, b)  # Bonett–Wright: wider than Fisher's by √(1 + ρ²/2)
+    half = 1.959963984540054 * math.sqrt((1 + rho.r**2 / 2) / 22)
+    assert rho.interval == pytest.approx(
+        (math.tanh(math.atanh(rho.r) - half), math.tanh(math.atanh(rho.r) + half))
+    )
     low, high = pearson(a, b).interval
     z, half = math.atanh(pearson(a, b).r), 1.959963984540054 / math.sqrt(22)
     assert (low, high) == pytest.approx((math.tanh(z - half), math.tanh(z + half)))
@@ -47,6 +73,30 @@ def test_refusals():
         pearson([1.0, 2.0, 3.0], [1.0, 2.0])
     with pytest.raises(ValueError, match="need more"):
         _ = Correlation(0.5, 4, controls=1).interval
+    with pytest.raises(ValueError, match="not finite"):
+        spearman([1.0, math.nan, 3.0, 4.0, 5.0], [1.0, 2.0, 3.0, 4.0, 5.0])  # ranks would hide the NaN
+    with pytest.raises(ValueError, match="perfect"):
+        _ = pearson([1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 4.0, 6.0, 8.0, 10.0]).interval
+
+
+def test_the_benchmark_resumes_from_its_files_and_drops_a_line_cut_short(tmp_path):
+    """ats_correlation.py: policies from every shard's file, in order, each once; a last line cut short
+    by a crash is left out (and cut from the file on resume); another run's settings are refused."""
+    import json
+
+    script = _script()
+    settings = {"victims": 16}
+    out = tmp_path / "fig5.jsonl"
+    header = json.dumps({"settings": settings}) + "\n"
+    entry = lambda k: json.dumps({"k": k, "psnr": float(k)}) + "\n"  # noqa: E731
+    (tmp_path / "fig5-0-of-2.jsonl").write_text(header + entry(0) + entry(2) + '{"k": 4, "ps')
+    (tmp_path / "fig5-1-of-2.jsonl").write_text(header + entry(1) + entry(3)[:-1])  # no newline yet
+    assert [e["k"] for e in script.load_all(out, settings)] == [0, 1, 2]
+    shard = tmp_path / "fig5-0-of-2.jsonl"
+    assert [e["k"] for e in script.load(shard, settings, repair=True)] == [0, 2]
+    assert shard.read_text() == header + entry(0) + entry(2)
+    with pytest.raises(SystemExit, match="other settings"):
+        script.load(shard, {"victims": 3})
 
 
 def _verdict(found: Correlation) -> str:

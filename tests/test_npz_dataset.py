@@ -9,7 +9,7 @@ import torch
 
 from leakshield.data import load_dataset
 from leakshield.errors import ConfigError, DataFileMissingError
-from leakshield.experiment.reference_cells import leave_one_out
+from leakshield.experiment.world import leave_batch_out
 
 
 def _write(path, images, labels, **extra):
@@ -57,7 +57,14 @@ def test_layouts_and_value_ranges(tmp_path):
         (np.zeros((4, 8, 8, 3), np.uint8), np.zeros(4, np.float32), {}, "expected 4 integers"),
         (np.full((4, 8, 8, 3), 2.0), np.zeros(4, np.int64), {}, "uint8 or floats in"),
         (np.zeros((4, 8, 8, 5), np.uint8), np.zeros(4, np.int64), {}, "C 1 or 3"),
-        (np.zeros((4, 8, 8, 3), np.uint8), np.full(4, 12), {"classes": "cifar10"}, "13 classes but cifar10"),
+        (
+            np.zeros((4, 8, 8, 3), np.uint8),
+            np.full(4, 12),
+            {"classes": "cifar10"},
+            "label 12; classes are 0..9",
+        ),
+        (np.zeros((4, 8, 8, 3), np.uint8), np.zeros(4, np.int64), {}, "every label is 0"),
+        (np.zeros((0, 8, 8, 3), np.uint8), np.zeros(0, np.int64), {}, "no images"),
     ],
 )
 def test_one_line_errors(tmp_path, images, labels, params, message):
@@ -75,6 +82,13 @@ def test_refusals_name_the_field(tmp_path):
         load_dataset("npz", {"file": "v.npz", "classes": "mnist"}, root=tmp_path)
 
 
+def test_a_single_array_file_is_named(tmp_path):
+    np.save(tmp_path / "v.npy", np.zeros((4, 8, 8), np.uint8))
+    (tmp_path / "v.npy").rename(tmp_path / "v.npz")
+    with pytest.raises(DataFileMissingError, match=r"v\.npz: a single array"):
+        load_dataset("npz", {"file": str(tmp_path / "v.npz")})
+
+
 def test_a_pickled_array_is_never_loaded(tmp_path):
     """Object arrays need pickle; the loader reads with allow_pickle=False and names the file."""
     images = np.empty(4, dtype=object)
@@ -83,21 +97,25 @@ def test_a_pickled_array_is_never_loaded(tmp_path):
         load_dataset("npz", {"file": "v.npz"}, root=tmp_path)
 
 
-def test_leave_one_out_is_the_mean_of_the_other_images():
+def test_the_guess_is_the_mean_of_the_images_outside_the_batch():
     gen = torch.Generator().manual_seed(0)
     every = torch.rand(6, 1, 2, 2, generator=gen)
-    picked = every[[1, 4]]
-    guesses = leave_one_out(every, picked)
-    for guess, i in zip(guesses, (1, 4), strict=True):
-        others = torch.cat([every[:i], every[i + 1 :]])
-        assert torch.allclose(guess, others.mean(dim=0), atol=1e-6)
-    assert not torch.allclose(guesses[0], every.mean(dim=0))  # the victim itself is left out
+    total = every.double().sum(dim=0, keepdim=True)
+    for picked in ([1], [1, 4]):
+        guess = leave_batch_out(total, 6, every[picked])
+        others = every[[i for i in range(6) if i not in picked]]
+        assert torch.allclose(guess[0], others.mean(dim=0), atol=1e-6) and guess.dtype == every.dtype
+    assert not torch.allclose(leave_batch_out(total, 6, every[[1]])[0], every.mean(dim=0))
 
 
-def test_the_baseline_cell_scores_each_victim_against_the_mean_of_the_others(tmp_path, monkeypatch):
-    """A run with ``metrics.no_information: leave-one-out`` scores each victim against the mean of every
-    other image of the file (all 30, across the splits); the default keeps the public split's mean."""
-    from leakshield.experiment import ExperimentRunner, ResultStore, parse_config, reference_cells
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_the_baseline_cell_scores_each_victim_against_the_mean_of_the_others(
+    tmp_path, monkeypatch, batch_size
+):
+    """A run with ``metrics.no_information: leave-one-out`` scores each victim batch against the mean of
+    every image of the file outside it (all 30, across the splits), one guess for the whole batch, so
+    that matching cannot pair an image with a guess that holds it; the default keeps the public mean."""
+    from leakshield.experiment import ExperimentRunner, ResultStore, parse_config, world
     from leakshield.metrics import ssim
 
     from helpers import tiny_config
@@ -108,29 +126,31 @@ def test_the_baseline_cell_scores_each_victim_against_the_mean_of_the_others(tmp
     _write(tmp_path / "v.npz", images, np.arange(30) % 3)
     calls = []
 
-    def spy(every, victims):
-        calls.append((every.clone(), victims.clone()))
-        return leave_one_out(every, victims)
+    def spy(total, count, victims):
+        calls.append((total.clone(), count, victims.clone()))
+        return leave_batch_out(total, count, victims)
 
-    monkeypatch.setattr(reference_cells, "leave_one_out", spy)
+    monkeypatch.setattr(world, "leave_batch_out", spy)
     stored = {}
     for guess in ("leave-one-out", "public-mean"):
         config = tiny_config(
             dataset={"name": "npz", "file": "v.npz", "root": str(tmp_path)},
             fl={"clients": 1, "local": {"algorithm": "fedavg", "local_lr": 0.1, "batch_size": 8}},
+            victims={"count": 2, "batch_size": batch_size, "seed": 0},
             metrics={"no_information": guess},
             attacks=[{"name": "ig", "iterations": 1}],
             utility={"rounds": 0},
         )
-        out = tmp_path / guess
+        out = tmp_path / f"{guess}-{batch_size}"
         assert ExperimentRunner(parse_config(config), out, device="cpu", progress=False).run().failed == 0
         (cell,) = [r for r in ResultStore(out / "results.sqlite").records() if r.kind == "baseline"]
         stored[guess] = cell.metrics["ssim"]
-    assert len(calls) == 2  # two victims, leave-one-out only
-    every = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0
+    assert len(calls) == 2  # two victim batches, leave-one-out only
+    every = torch.from_numpy(images).permute(0, 3, 1, 2).double() / 255.0
     expected = []
-    for seen, victim in calls:
-        assert torch.allclose(seen.sum(dim=0), every.sum(dim=0), atol=1e-4) and len(seen) == 30
-        expected.append(float(ssim(leave_one_out(every, victim), victim).mean()))
+    for total, count, victim in calls:
+        assert count == 30 and torch.allclose(total, every.sum(dim=0, keepdim=True), atol=1e-9)
+        rest = (every.sum(dim=0, keepdim=True) - victim.double().sum(dim=0, keepdim=True)) / (30 - batch_size)
+        expected.append(float(ssim(rest.float().expand_as(victim), victim).mean()))
     assert stored["leave-one-out"] == pytest.approx(sum(expected) / 2, abs=1e-4)
     assert stored["public-mean"] != pytest.approx(stored["leave-one-out"], abs=1e-3)

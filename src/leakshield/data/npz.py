@@ -4,6 +4,7 @@ the 128 CIFAR-10 test images PRECODE attacks, or any small image set saved from 
 from __future__ import annotations
 
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +23,9 @@ CLASS_NAMES = {"cifar10": CIFAR10_CLASSES}
 
 class NpzParams(DatasetParams):
     """file: the ``.npz`` under ``--data-root`` (or an absolute path); images (N×H×W, N×H×W×C or
-    N×C×H×W with C 1 or 3; uint8 in 0–255 or floats in [0, 1]) and labels (N integers) are its arrays
-    ``images_key`` and ``labels_key``. num_classes: None takes the largest label + 1."""
+    N×C×H×W with C 1 or 3; uint8 in 0–255 or floats in [0, 1]) and labels (N integers) are its
+    arrays ``images_key`` and ``labels_key``. A 4-d array whose last axis is 1 or 3 is read channels
+    last. num_classes: None takes the names' count (``classes``), else the largest label + 1."""
 
     file: str = pydantic.Field(default="images.npz", min_length=1, description="the .npz file")
     images_key: str = "images"
@@ -44,25 +46,33 @@ def read_npz_images(path: Path, images_key: str = "images", labels_key: str = "l
     if not path.is_file():
         raise DataFileMissingError(f"npz: {path} does not exist; give dataset.file under --data-root")
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise DataFileMissingError(f"{path}: a single array (.npy), not an .npz archive of named arrays")
+        with loaded as npz:
             missing = [k for k in (images_key, labels_key) if k not in npz.files]
             if missing:
                 raise DataFileMissingError(
                     f"{path}: no array {missing[0]!r}; the file holds {sorted(npz.files)}"
                 )
             images, labels = npz[images_key], npz[labels_key]
-    except zipfile.BadZipFile as exc:  # not an OSError: the registry's damaged-file line misses it
-        raise DataFileMissingError(f"{path}: not a readable .npz archive ({exc})") from None
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, zlib.error) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataFileMissingError(f"{path}: not a readable .npz archive ({first})") from None
     if images.ndim == 4 and images.shape[1] in (1, 3) and images.shape[-1] not in (1, 3):
         images = images.transpose(0, 2, 3, 1)  # channels first → last
     if images.ndim not in (3, 4) or (images.ndim == 4 and images.shape[-1] not in (1, 3)):
         raise DataFileMissingError(
             f"{path}: images of shape {images.shape}; expected N×H×W(×C) with C 1 or 3"
         )
+    if images.size == 0:
+        raise DataFileMissingError(f"{path}: no images (array {images_key!r} is empty)")
     if labels.ndim != 1 or len(labels) != len(images) or not np.issubdtype(labels.dtype, np.integer):
         raise DataFileMissingError(
             f"{path}: labels of shape {labels.shape} and type {labels.dtype}; expected {len(images)} integers"
         )
+    if labels.dtype == np.uint64 and labels.max() > np.iinfo(np.int64).max:
+        raise DataFileMissingError(f"{path}: label {int(labels.max())} is not a class index")
     if images.dtype == np.uint8:
         x = to_float_images(images)
     elif (
@@ -95,8 +105,12 @@ def load_npz(params: NpzParams, root: Path | None = None) -> RawDataset:
     data = read_npz_images(path, params.images_key, params.labels_key)
     if len(data.y) < 2:
         raise DataFileMissingError(f"{path}: {len(data.y)} images; a dataset needs at least two")
-    num_classes = params.num_classes or int(data.y.max()) + 1
     names = CLASS_NAMES[params.classes] if params.classes else ()
+    num_classes = params.num_classes or (len(names) if names else int(data.y.max()) + 1)
+    if num_classes < 2:
+        raise DataFileMissingError(
+            f"{path}: every label is 0; give num_classes (≥ 2) or labels of two classes"
+        )
     if names and len(names) != num_classes:
         raise DataFileMissingError(f"{path}: {num_classes} classes but {params.classes} names {len(names)}")
     return RawDataset(train=data, test=None, num_classes=num_classes, class_names=names)

@@ -18,7 +18,7 @@ CellKind = Literal["baseline", "utility", "attack", "detection"]
 
 @dataclass(frozen=True)
 class Cell:
-    """``baseline``: the no-information reconstruction (mean public image) scored on the victims.
+    """``baseline``: the no-information reconstruction (``metrics.no_information``) scored on the victims.
     ``utility``: FL training under a defense → accuracy. ``attack``: one attack on every victim.
     ``detection``: a defense setting's client guard judged on malicious and honest models (``round``:
     the honest rounds judged)."""

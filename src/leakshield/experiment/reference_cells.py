@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import torch
-
-from leakshield.attacks.base import Reconstruction
 from leakshield.data import ImageSet
 from leakshield.defenses.convergence import fit_convergence, worst
-from leakshield.errors import LeakshieldError
 from leakshield.experiment.cells import Cell
 from leakshield.experiment.protocols import CellOutput, register_protocol
 from leakshield.experiment.world import ExperimentContext
@@ -15,27 +11,13 @@ from leakshield.metrics.sensitivity import sensitive_subset
 from leakshield.metrics.utility import accuracy
 
 
-@register_protocol("baseline", "a mean image as every victim's reconstruction (metrics.no_information)")
+@register_protocol("baseline", "an attacker's no-information guess as every victim's reconstruction")
 def run_baseline(world: ExperimentContext, cell: Cell) -> CellOutput:
-    """The no-information 'reconstruction': the public split's mean image for every victim, or with
-    ``metrics.no_information: leave-one-out`` the mean of every other image of the dataset."""
+    """The no-information 'reconstruction' (:meth:`ExperimentContext.no_information_guess`): the public
+    split's mean image, or with ``metrics.no_information: leave-one-out`` the mean of the dataset's
+    images outside each victim's batch."""
     victims = world.victims_of(cell.scale)
-    if world.config.metrics.no_information == "leave-one-out":
-        data = world.data
-        every = torch.cat([data.train.x, data.public.x, data.test.x])
-        guesses = [Reconstruction(images=leave_one_out(every, b.x)) for b in victims]
-    else:
-        mean_image = world.data.public.x.mean(dim=0, keepdim=True)
-        guesses = [Reconstruction(images=mean_image.expand(len(b), -1, -1, -1).clone()) for b in victims]
-    return world.score(guesses, list(victims))
-
-
-def leave_one_out(every: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
-    """For each of ``images`` (each one of ``every``'s), the mean of the other images of ``every``."""
-    if len(every) < 2:
-        raise LeakshieldError("metrics.no_information: leave-one-out needs a dataset of two images or more")
-    total = every.sum(dim=0, keepdim=True)
-    return ((total - images) / (len(every) - 1)).to(images.dtype)
+    return world.score([world.no_information_guess(b) for b in victims], list(victims))
 
 
 @register_protocol("utility", "FL training under the defense setting → test accuracy and privacy spent")

@@ -72,9 +72,9 @@ class MetricSection(Section):
     metric reconstructions are matched to the truth on. sensitive: which training samples of the
     defended clients count as sensitive for ``accuracy_sensitive`` (DCS² Table 1), the same samples for
     every row; None uses the rule of a defense that has one (DCS²) and leaves other rows without it.
-    no_information: the baseline's guess for each victim image: ``public-mean``, the public split's mean
-    image; ``leave-one-out``, the mean of every other image the dataset holds (train, public and test),
-    for a small fixed set such as a file of 128 victims (its level: the mean of the other 127)."""
+    no_information: the baseline's guess for each victim image (and a refused victim's): ``public-mean``,
+    the public split's mean image; ``leave-one-out``, the mean of every image the dataset holds (train,
+    public and test) outside the victim's batch, for a small fixed set such as a file of 128 victims."""
 
     asr_threshold: float = pydantic.Field(default=0.6, ge=0, le=1)
     match_on: Literal["ssim", "psnr", "mse"] = "ssim"

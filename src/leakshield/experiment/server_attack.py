@@ -92,12 +92,11 @@ def run_server_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
             [observations[k].views for k in heard], seeds=seeds, progress=world.progress
         )
     by_victim = dict(zip(heard, found, strict=True))
-    mean_image = world.data.public.x.mean(dim=0, keepdim=True)
     reconstructions, extra = [], []
     for k, (batch, observation) in enumerate(zip(victims, observations, strict=True)):
         reconstruction = by_victim.get(k)
         if reconstruction is None:  # refused: nothing was shared, the no-information guess remains
-            reconstruction = Reconstruction(images=mean_image.expand(len(batch), -1, -1, -1).clone())
+            reconstruction = world.no_information_guess(batch)
         elif observation.others is not None:  # the other clients' samples claim their own images
             claimed = claimed_by_victim(reconstruction.images, batch, observation.others)
             reconstruction = dataclasses.replace(reconstruction, images=claimed)

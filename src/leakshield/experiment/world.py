@@ -61,6 +61,7 @@ class ExperimentContext:
         check_aggregates(config, self.clients)
         self.lpips, self.lpips_reason = load_cell_lpips(config.metrics.lpips, device)
         self.cache = cache or ArtifactCache()
+        self._every: tuple[torch.Tensor, int] | None = None  # the dataset's pixel sum and image count
         self.models = TrainedModels(
             config,
             self.data,
@@ -80,6 +81,22 @@ class ExperimentContext:
     @property
     def artifacts_used(self) -> list[ArtifactUse]:
         return self.models.used
+
+    def no_information_guess(self, batch: ImageSet) -> Reconstruction:
+        """The guess of an attacker that learned nothing (``metrics.no_information``): the public split's
+        mean image for every image of ``batch``, or (``leave-one-out``) the mean of every image of the
+        dataset outside the batch — the same for each of its images, so that matching cannot pair an
+        image with a guess that holds it. Images ``max_train`` dropped are not counted."""
+        if self.config.metrics.no_information == "leave-one-out":
+            if self._every is None:
+                splits = (self.data.train.x, self.data.public.x, self.data.test.x)
+                total = sum(x.to(torch.float64).sum(dim=0, keepdim=True) for x in splits)
+                self._every = (total, sum(len(x) for x in splits))
+            total, count = self._every
+            guess = leave_batch_out(total, count, batch.x)
+        else:
+            guess = self.data.public.x.mean(dim=0, keepdim=True)
+        return Reconstruction(images=guess.expand(len(batch), -1, -1, -1).clone())
 
     def score(
         self,
@@ -102,3 +119,14 @@ class ExperimentContext:
             std=self.info.std,
             components=components,
         )
+
+
+def leave_batch_out(total: torch.Tensor, count: int, batch: torch.Tensor) -> torch.Tensor:
+    """The mean image of a dataset of ``count`` images summing to ``total`` (1×C×H×W) without the images
+    of ``batch`` (each of them one of the dataset's), on ``batch``'s device and dtype."""
+    if count - len(batch) < 1:
+        raise LeakshieldError(
+            "metrics.no_information: leave-one-out needs an image outside the victim's batch"
+        )
+    rest = total.to(batch.device) - batch.to(torch.float64).sum(dim=0, keepdim=True)
+    return (rest / (count - len(batch))).to(batch.dtype)

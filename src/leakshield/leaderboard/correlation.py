@@ -1,13 +1,15 @@
 """Pearson and partial correlations with their 95 % intervals (Fisher's z), for claims that one score
 predicts another (ATS's Fig. 5: S_pri against the attack's PSNR over random policies).
 
-The interval of a correlation r over n pairs is tanh(atanh(r) ± 1.96 / √(n − 3 − k)), with k the
-number of variables held fixed (0 for Pearson's r, 1 for a partial correlation on one control)
-(Fisher 1924). It is approximate for small n and assumes roughly normal pairs; it is what the
-reproduction rows state, since a t-interval over pairs does not exist."""
+The interval of a correlation r over n pairs is tanh(atanh(r) ± 1.96 · s), s = 1 / √(n − 3 − k) with k
+the number of variables held fixed (0 for Pearson's r, 1 for a partial correlation on one control)
+(Fisher 1924); for Spearman's ρ, s = √((1 + ρ²/2) / (n − 3)) (Bonett & Wright 2000), wider. Both are
+approximate for small n; they are what the reproduction rows state, since a t-interval over pairs does
+not exist. A perfect correlation (|r| = 1) has no such interval and is refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,18 +25,22 @@ class Correlation:
     r: float
     n: int
     controls: int = 0
+    ranked: bool = False  #: Spearman's ρ (Bonett–Wright's wider interval)
 
     @property
     def interval(self) -> tuple[float, float]:
-        """The 95 % Fisher-z interval; needs n > 3 + controls (else ValueError)."""
+        """The 95 % Fisher-z interval; needs n > 3 + controls and |r| < 1 (else ValueError)."""
         df = self.n - 3 - self.controls
         if df < 1:
             raise ValueError(
                 f"correlation interval: n = {self.n} pairs with {self.controls} controls; need more"
             )
         if abs(self.r) >= 1.0:
-            return self.r, self.r
-        z, half = math.atanh(self.r), Z95 / math.sqrt(df)
+            raise ValueError(
+                f"correlation interval: r = {self.r} over {self.n} pairs is perfect; no interval"
+            )
+        spread = (1.0 + self.r**2 / 2.0) if self.ranked else 1.0
+        z, half = math.atanh(self.r), Z95 * math.sqrt(spread / df)
         return math.tanh(z - half), math.tanh(z + half)
 
 
@@ -88,5 +94,6 @@ def ranks(values: Sequence[float]) -> list[float]:
 
 
 def spearman(a: Sequence[float], b: Sequence[float]) -> Correlation:
-    """Spearman's ρ (Pearson's r of the ranks); its Fisher interval is a rough guide only."""
-    return pearson(ranks(a), ranks(b))
+    """Spearman's ρ (Pearson's r of the ranks), with Bonett–Wright's interval."""
+    _check(a, b)
+    return dataclasses.replace(pearson(ranks(a), ranks(b)), ranked=True)

@@ -20,7 +20,7 @@ CONVENTIONS = (
     "true images (on {match_on}). PSNR: per image, images clamped to [0, 1], data range 1, capped at "
     "100 dB. SSIM: 11×11 Gaussian window (σ 1.5), K1 0.01, K2 0.03, mean over the valid region "
     "(scikit-image's convention). ASR: share of images with SSIM ≥ {asr}. {accuracy} The "
-    "no-information baseline scores the mean image of the public split as every reconstruction: an "
+    "no-information baseline scores {guess} as every reconstruction: an "
     "attack that does not beat it learned nothing about the victims. Values are means over victims "
     "(± std over seeds or other unlisted dimensions)."
 )
@@ -100,8 +100,13 @@ def build_report(run_dir: str | Path) -> ReportFiles:
             f"Accuracy: test accuracy after {rounds} FL rounds under the defense; ADR = (acc_none − "
             "acc_defense) / acc_none."
         )
+    guess = (
+        "the mean of the dataset's other images (those outside the victim's batch)"
+        if config.metrics.no_information == "leave-one-out"
+        else "the mean image of the public split"
+    )
     conventions = CONVENTIONS.format(
-        match_on=config.metrics.match_on, asr=config.metrics.asr_threshold, accuracy=accuracy
+        match_on=config.metrics.match_on, asr=config.metrics.asr_threshold, accuracy=accuracy, guess=guess
     )
     if config.fl.secure_aggregation:
         conventions += AGGREGATE_CONVENTION
@@ -134,6 +139,7 @@ def build_report(run_dir: str | Path) -> ReportFiles:
             run_dir,
             config.report.scatter,
             config.report.sweeps,
+            "leave-one-out mean" if config.metrics.no_information == "leave-one-out" else "mean public image",
         ).encode(),
     )
     return files
@@ -150,6 +156,7 @@ def _html(
     run_dir: Path,
     scatter_metric: str,
     sweeps: list = (),
+    guess_caption: str = "mean public image",
 ) -> str:
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
@@ -187,7 +194,7 @@ def _html(
     for r in records:
         if r.images and (run_dir / r.images).is_file():
             caption = (
-                "no-information baseline (mean public image)"
+                f"no-information baseline ({guess_caption})"
                 if r.kind == "baseline"
                 else f"{r.model} · {r.defense} · {r.attack} · round {r.round} · seed {r.seed}"
             )

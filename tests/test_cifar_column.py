@@ -1,0 +1,111 @@
+"""benchmarks/cifar_column.py: the CIFAR-10 rows of PRECODE and DCS², each with the digits run's verdict
+beside it and whether the dataset changes it, on stored cells with the papers' own numbers."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+
+from test_verdicts import _fake_precode_runs
+
+from leakshield.leaderboard.verdicts import check_row
+
+from helpers import leaderboard_cell
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "cifar_column.py"
+
+
+def _column():
+    spec = importlib.util.spec_from_file_location("cifar_column", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module, sys.modules["reproduction_rows"]
+
+
+def _parsed(lines):
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+
+
+def _use(monkeypatch, column, rows, stores):
+    monkeypatch.setattr(rows, "_records", lambda run: tuple(stores[run.name]))
+    monkeypatch.setattr(column, "has_run", lambda run: run.name in stores)
+
+
+def test_precode_rows_on_cifar_with_the_digits_verdict_beside(monkeypatch):
+    column, rows = _column()
+    digits = _fake_precode_runs()["precode-cpu"]
+    _use(monkeypatch, column, rows, {"precode-cifar": digits, "precode-cpu": digits})
+    lines = column.precode_column(Path("runs"))
+    assert len(lines) == 3 * 2 + 2 * 4  # Table 1's two SSIM rows per model, Table 2's four per model
+    parsed = _parsed(lines)
+    assert all(check_row(measured, rule, said) is None for _, _, measured, rule, said in parsed)
+    assert all(
+        said == "holds" and "digits:" in m and ": the same verdict" in m for _, _, m, _, said in parsed
+    )
+    # PRECODE leaks on the CIFAR-10 DMLP only: that row fails, and says the dataset changes its verdict
+    leaky = [
+        dataclasses.replace(c, victims=[{"ssim": [0.8]}] * len(c.victims), metrics={**c.metrics, "ssim": 0.8})
+        if (c.model, c.defense) == ("dmlp", "PRECODE")
+        else c
+        for c in digits
+    ]
+    _use(monkeypatch, column, rows, {"precode-cifar": leaky, "precode-cpu": digits})
+    changed = [p for p in _parsed(column.precode_column(Path("runs"))) if "changes the verdict" in p[2]]
+    assert len(changed) == 1 and "PRECODE cuts IGA's SSIM on the DMLP" in changed[0][0]
+    assert changed[0][4] == "does not hold" and "digits: 0.010" in changed[0][2]
+    _use(monkeypatch, column, rows, {"precode-cifar": digits})  # no digits run: the CIFAR-10 rows alone
+    assert not any("digits" in p[2] for p in _parsed(column.precode_column(Path("runs"))))
+
+
+def _dcs2_run(ig: float, imprint: float) -> list:
+    """A DCS² run: the undefended attacks rebuild the sensitive sample (SSIM 1.0), DCS² cuts them."""
+    spread = [-0.004, -0.002, 0.0, 0.0, 0.002, 0.004] * 2
+
+    def cell(defense, attack, value):
+        made = leaderboard_cell(
+            "attack", defense, attack, model="lenet-tanh", victims=[value + d for d in spread]
+        )
+        return dataclasses.replace(made, victims=[{**v, "sensitive": [True]} for v in made.victims])
+
+    cells = [leaderboard_cell("baseline", None, model=None, ssim=0.3, ssim_sensitive=0.3)]
+    for attack, cut in (("ig", ig), ("imprint", imprint)):
+        cells += [cell("none", attack, 0.99)]
+        cells += [cell(label, attack, cut) for label in ("DCS2-eq10", "DCS2-eq10-unboxed")]
+    return cells
+
+
+def test_dcs2_rows_on_cifar(monkeypatch):
+    column, rows = _column()
+    _use(monkeypatch, column, rows, {"dcs2-cifar": _dcs2_run(0.15, 0.79), "dcs2": _dcs2_run(0.5, 0.79)})
+    parsed = _parsed(column.dcs2_column(Path("runs")))
+    assert [p[4] for p in parsed] == ["holds"] * 4
+    assert all(check_row(m, rule, said) is None for _, _, m, rule, said in parsed)
+    ig = [p for p in parsed if p[0].startswith("IG")]
+    assert len(ig) == 2 and all("digits: 0.500" in p[2] and "changes the verdict" in p[2] for p in ig)
+    imprint = [p for p in parsed if p[0].startswith("The imprint")]
+    assert all("the same verdict" in p[2] for p in imprint)
+
+
+def test_the_cifar_configs_change_only_the_images():
+    """configs/precode-cifar.yaml and configs/dcs2-cifar.yaml run their digits configs' models, defenses,
+    attacks and training at the same image size; only the images, the victims' pool (one client: nothing
+    is trained) and the no-information guess (the other images' mean) differ."""
+    import yaml
+
+    from helpers import CONFIGS
+
+    for digits_name, cifar_name in (("precode-cpu", "precode-cifar"), ("dcs2", "dcs2-cifar")):
+        digits, cifar = (
+            yaml.safe_load((CONFIGS / f"{n}.yaml").read_text()) for n in (digits_name, cifar_name)
+        )
+        for key in ("models", "attacks", "attack"):
+            assert cifar[key] == digits[key], key
+        assert all(d in digits["defenses"] for d in cifar["defenses"])
+        assert cifar["fl"]["local"] == digits["fl"]["local"] and cifar["fl"]["clients"] == 1
+        assert cifar["dataset"]["name"] == "npz" and cifar["dataset"]["file"] == "cifar10_victims128.npz"
+        assert cifar["dataset"]["size"] == digits["dataset"]["size"]
+        assert cifar["metrics"]["no_information"] == "leave-one-out" and cifar["utility"]["rounds"] == 0
+    precode = yaml.safe_load((CONFIGS / "precode-cifar.yaml").read_text())
+    assert precode["defenses"] == yaml.safe_load((CONFIGS / "precode-cpu.yaml").read_text())["defenses"]
