@@ -28,6 +28,17 @@ TINY: dict[str, Any] = {
 }
 
 
+def benchmark_script(name: str):
+    """A script of ``benchmarks/`` (not a package) loaded as a module, for tests of its functions."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def tiny_config(**overrides: Any) -> dict[str, Any]:
     config = copy.deepcopy(TINY)
     config.update(overrides)

@@ -4,7 +4,6 @@ beside it and whether the dataset changes it, on stored cells with the papers' o
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -12,16 +11,11 @@ from test_verdicts import _fake_precode_runs
 
 from leakshield.leaderboard.verdicts import check_row
 
-from helpers import leaderboard_cell
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "cifar_column.py"
+from helpers import benchmark_script, leaderboard_cell
 
 
 def _column():
-    spec = importlib.util.spec_from_file_location("cifar_column", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module, sys.modules["reproduction_rows"]
+    return benchmark_script("cifar_column"), sys.modules["reproduction_rows"]
 
 
 def _parsed(lines):

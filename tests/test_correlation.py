@@ -15,14 +15,9 @@ from leakshield.leaderboard.verdicts import check_row, interval_row
 
 
 def _script():
-    import importlib.util
-    from pathlib import Path
+    from helpers import benchmark_script
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "ats_correlation.py"
-    spec = importlib.util.spec_from_file_location("ats_correlation", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("ats_correlation")
 
 
 #: Fig. 5's rule as the benchmark states it: r 0.755, counting down to 0.655, against no correlation

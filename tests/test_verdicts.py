@@ -138,13 +138,9 @@ def test_the_reproductions_page_rows_follow_their_numbers():
 
 
 def _rows_script():
-    import importlib.util
+    from helpers import benchmark_script
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "reproduction_rows.py"
-    spec = importlib.util.spec_from_file_location("reproduction_rows", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("reproduction_rows")
 
 
 def test_the_rows_script_reads_per_victim_scores_and_paired_drops(tmp_path):
