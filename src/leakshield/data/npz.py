@@ -28,9 +28,11 @@ class NpzParams(DatasetParams):
     last. num_classes: None takes the names' count (``classes``), else the largest label + 1."""
 
     file: str = pydantic.Field(default="images.npz", min_length=1, description="the .npz file")
-    images_key: str = "images"
-    labels_key: str = "labels"
-    num_classes: int | None = pydantic.Field(default=None, ge=2)
+    images_key: str = pydantic.Field(default="images", min_length=1, description="the images' array name")
+    labels_key: str = pydantic.Field(default="labels", min_length=1, description="the labels' array name")
+    num_classes: int | None = pydantic.Field(
+        default=None, ge=2, description="classes (None: the names' count, else the largest label + 1)"
+    )
     classes: str | None = pydantic.Field(default=None, description=f"names: one of {sorted(CLASS_NAMES)}")
 
     @pydantic.field_validator("classes")

@@ -27,7 +27,13 @@ from leakshield.leaderboard.ranking import Standing, standings
 from leakshield.leaderboard.staleness import provenance_table
 from leakshield.leaderboard.tables import html_table, leak_text, ranked_records
 from leakshield.leaderboard.threats import cell_threat, threat_of
-from leakshield.report.html import CLASS_SSIM_CONVENTION, CONVENTIONS, _img, restore_missing_images
+from leakshield.report.html import (
+    CLASS_SSIM_CONVENTION,
+    CONVENTIONS,
+    _img,
+    guess_text,
+    restore_missing_images,
+)
 
 STYLE = (
     "<style>body{font-family:sans-serif;max-width:1150px;margin:2em auto;color:#222}"
@@ -137,6 +143,7 @@ def _conventions(run_dir: Path, records: list[CellRecord]) -> str:
         accuracy=f"Accuracy: test accuracy after {config.utility.rounds} FedAvg rounds under the defense; "
         "ADR = (acc_none − acc_defense) / acc_none; cost: the defended clients' seconds per update relative "
         "to no defense, measured during that training.",
+        guess=guess_text(config.metrics.no_information),
     )
     if any("class_ssim" in r.metrics for r in records):
         sizes = sorted({int(r.metrics["samples"]) for r in records if "samples" in r.metrics})

@@ -47,6 +47,13 @@ class ReportFiles:
     html: Path
 
 
+def guess_text(no_information: str) -> str:
+    """The no-information guess of ``metrics.no_information``, in the conventions' words."""
+    if no_information == "leave-one-out":
+        return "the mean of the dataset's other images (those outside the victim's batch)"
+    return "the mean image of the public split"
+
+
 def _img(data: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
 
@@ -100,13 +107,11 @@ def build_report(run_dir: str | Path) -> ReportFiles:
             f"Accuracy: test accuracy after {rounds} FL rounds under the defense; ADR = (acc_none − "
             "acc_defense) / acc_none."
         )
-    guess = (
-        "the mean of the dataset's other images (those outside the victim's batch)"
-        if config.metrics.no_information == "leave-one-out"
-        else "the mean image of the public split"
-    )
     conventions = CONVENTIONS.format(
-        match_on=config.metrics.match_on, asr=config.metrics.asr_threshold, accuracy=accuracy, guess=guess
+        match_on=config.metrics.match_on,
+        asr=config.metrics.asr_threshold,
+        accuracy=accuracy,
+        guess=guess_text(config.metrics.no_information),
     )
     if config.fl.secure_aggregation:
         conventions += AGGREGATE_CONVENTION
