@@ -127,9 +127,8 @@ def share_row(claim_text: str, command: str, claim: Claim, hits: Sequence[bool],
     (Clopper–Pearson) 95 % interval, which a t-interval of 0/1 values is not (it has no width at 0 of n),
     and the claim's verdict on it; the number column parses back as :func:`row`'s does."""
     n, k = len(hits), sum(hits)
-    low, high = clopper_pearson(k, n)
-    measured = f"{k / n:.3f} [{low:.3f}, {high:.3f}], n = {n} ({note}; {k} of {n}, exact binomial)"
-    return _line(claim_text, command, measured, claim, verdict(claim, low, high, n))
+    interval = clopper_pearson(k, n)
+    return interval_row(claim_text, command, claim, k / n, interval, n, f"{note}; {k} of {n}, exact binomial")
 
 
 def interval_row(
