@@ -6,10 +6,13 @@ Sections, each timed and each skipped once ``--deadline`` seconds have passed (m
 - ``demo``: ``leakshield demo --device cuda`` end to end, wall seconds (the README gives 2 CPU cores');
 - ``table``: IG victims·steps per second (v·s/s) on untrained 32-px digits victims: a plain research
   loop (benchmarks/attack_throughput.py's) against leakshield's paths, LeNet with 16, 1,024 and 4,096
-  victims and ResNet-18 with 8 and 64, ``path: loop`` beside the plain loop;
-- ``idlg``: the demo's iDLG victims (LeNet, 8) by ``path: auto`` (calibration and compilation
-  included), eager and compiled, batched L-BFGS's bookkeeping on the device (the default) and on the
-  host: evaluation rounds per second;
+  victims and ResNet-18 with 8 and 64, ``path: loop`` beside the plain loop, compiled steps with and
+  without CUDA graphs;
+- ``idlg``: the demo's iDLG victims (LeNet, 8) compiled with and without CUDA graphs, batched
+  L-BFGS's bookkeeping on the device (the default) and on the host, eager, and by ``path: auto``
+  (calibration and compilation included): evaluation rounds per second;
+- ``straggler``: the demo's iDLG victims at the full 300 outer steps, ``path: auto``, with no evaluation
+  budget and with ``lbfgs_max_evaluations`` 2,000: seconds, each victim's evaluations, PSNR;
 - ``tf32``: the same IG attacks in float32 and in TF32: seconds, PSNR and SSIM;
 - ``memory``: ResNet-18, 64 victims, under a 24 GiB card emulated by the process memory fraction:
   the chunk, the peak memory, and the largest difference from the unlimited run.
@@ -105,12 +108,25 @@ def quality(out, truth) -> dict[str, float]:
 
 def section_tests() -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "tests/test_gpu.py"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-m",
+            "gpu",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:warnings",
+            "--tb=short",
+            "tests/test_gpu.py",
+        ],
         capture_output=True,
         text=True,
         timeout=240,
     )
-    say("tests", {"rc": run.returncode, "tail": run.stdout[-1500:] + run.stderr[-500:]})
+    say("tests", {"rc": run.returncode, "tail": run.stdout[-4000:] + run.stderr[-500:]})
 
 
 def section_demo(out: Path) -> None:
@@ -136,9 +152,9 @@ def section_demo(out: Path) -> None:
 
     from leakshield.experiment.rundir import STORE_FILE
 
-    with sqlite3.connect(out / STORE_FILE) as db:
-        rows = db.execute("SELECT kind, attack, seconds, metrics FROM cells").fetchall()
-    say("demo cells", [(kind, attack, seconds, metrics[:300]) for kind, attack, seconds, metrics in rows])
+    with sqlite3.connect(out / "demo" / STORE_FILE) as db:
+        rows = db.execute("SELECT kind, attack, seconds, metrics, victims FROM cells").fetchall()
+    say("demo cells", [(k, a, sec, metrics[:300], victims[:900]) for k, a, sec, metrics, victims in rows])
 
 
 def plain_rate(views, steps: int) -> float:
@@ -153,9 +169,9 @@ def plain_rate(views, steps: int) -> float:
 
 def section_table(device: torch.device, only: str | None) -> None:
     rows = [  # model, victims, steps, paths, plain loop victims (None: not run)
-        ("lenet", 16, 200, ("vectorized", "compiled"), 16),
+        ("lenet", 16, 200, ("vectorized", "compiled", "compiled-without-graphs"), 16),
         ("resnet18", 8, 20, ("vectorized", "loop"), 8),
-        ("lenet", 1024, 200, ("vectorized", "compiled"), None),
+        ("lenet", 1024, 200, ("vectorized", "compiled", "compiled-without-graphs"), None),
         ("lenet", 4096, 100, ("vectorized",), None),
         ("resnet18", 64, 10, ("vectorized",), None),
     ]
@@ -170,7 +186,8 @@ def section_table(device: torch.device, only: str | None) -> None:
             row["plain_vs_per_s"] = plain_rate(views[:plain_victims], steps)
         for path in paths:
             reset_peak()
-            seconds, out = timed_many(ig(steps, path=path), views)
+            settings = {"path": "compiled", "cuda_graphs": False} if "without" in path else {"path": path}
+            seconds, out = timed_many(ig(steps, **settings), views)
             row[f"{path}_vs_per_s"] = count * steps / seconds
             row[f"{path}_peak_gib"] = peak_gib()
             row[f"{path}_chunk"] = out[0].stats.get("chunk")
@@ -184,15 +201,16 @@ def section_table(device: torch.device, only: str | None) -> None:
 def section_idlg(device: torch.device, iterations: int) -> None:
     count, iterations = sized(8, iterations)
     views, truth = victims("lenet", count, device)
-    for where, path in (
-        ("device", "auto"),
-        ("device", "vectorized"),
-        ("device", "compiled"),
-        ("host", "compiled"),
+    for where, path, graphs in (
+        ("device", "compiled", True),
+        ("device", "compiled", False),
+        ("host", "compiled", True),
+        ("device", "vectorized", False),
+        ("device", "auto", True),
     ):
-        attack = create_attack("idlg", {"iterations": iterations, "lbfgs_bookkeeping": where, "path": path})
-        settings = {"iterations": 1, "lbfgs_bookkeeping": where, "path": path}
-        create_attack("idlg", settings).reconstruct_many(views, seeds=list(range(count)))  # warm-up
+        settings = {"lbfgs_bookkeeping": where, "path": path, "cuda_graphs": graphs}
+        attack = create_attack("idlg", {"iterations": iterations, **settings})
+        create_attack("idlg", {**settings, "iterations": 1}).reconstruct_many(views, seeds=list(range(count)))
         sync()
         start = time.perf_counter()
         out = attack.reconstruct_many(views, seeds=list(range(count)))
@@ -200,7 +218,7 @@ def section_idlg(device: torch.device, iterations: int) -> None:
         seconds = time.perf_counter() - start
         evaluations = [r.stats["evaluations"] for r in out]
         say(
-            f"idlg bookkeeping {where} {path}",
+            f"idlg bookkeeping {where} {path}{' cuda graphs' if graphs and path != 'vectorized' else ''}",
             {
                 "iterations": iterations,
                 "seconds": seconds,
@@ -208,6 +226,27 @@ def section_idlg(device: torch.device, iterations: int) -> None:
                 "evaluation_rounds_per_s": max(evaluations) / seconds,
                 "path": out[0].stats.get("path"),
                 "calibration": {k: v for k, v in out[0].stats.items() if k.startswith("calibration")},
+                **quality(out, truth),
+            },
+        )
+
+
+def section_straggler(device: torch.device) -> None:
+    count, iterations = sized(8, 300)
+    views, truth = victims("lenet", count, device)
+    for budget in (None, 2000):
+        settings = {"iterations": iterations, "lbfgs_max_evaluations": budget, "path": "auto"}
+        start = time.perf_counter()
+        out = create_attack("idlg", settings).reconstruct_many(views, seeds=list(range(count)))
+        sync()
+        say(
+            f"straggler budget {budget}",
+            {
+                "seconds": time.perf_counter() - start,
+                "evaluations": [r.stats["evaluations"] for r in out],
+                "budget_hit": [r.stats.get("evaluation_budget_hit") for r in out],
+                "path": out[0].stats.get("path"),
+                "psnr_each": [float(psnr(r.images, t[None])) for r, t in zip(out, truth, strict=True)],
                 **quality(out, truth),
             },
         )
@@ -256,7 +295,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", type=Path, default=Path("gpu_speed.json"))
-    parser.add_argument("--only", default="tests,demo,table,idlg,tf32,memory")
+    parser.add_argument("--only", default="tests,demo,idlg,straggler,tf32,memory,table")
     parser.add_argument("--deadline", type=float, default=480.0, help="skip sections started after this")
     parser.add_argument("--idlg-iterations", type=int, default=40)
     parser.add_argument("--rows", default=None, help="table rows to run, e.g. lenet:1024,lenet:4096")
@@ -277,6 +316,7 @@ def main() -> None:
         "demo": lambda: section_demo(args.demo_out),
         "table": lambda: section_table(device, args.rows),
         "idlg": lambda: section_idlg(device, args.idlg_iterations),
+        "straggler": lambda: section_straggler(device),
         "tf32": lambda: section_tf32(device),
         "memory": lambda: section_memory(device),
     }

@@ -86,3 +86,24 @@ def test_tf32_is_used_only_when_asked_for():
             os.environ[ENV] = saved[0]
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[1], saved[2]
     assert ieee < 1e-5 < tf32  # TF32 keeps a 10-bit mantissa: about 1e-3 relative
+
+
+def test_a_step_replayed_as_a_cuda_graph_equals_eager_and_survives_the_next_replay():
+    """The compiled step replayed as a CUDA graph computes eager's image gradients (relative to their
+    norm, the bound the compile check uses), and what one call returned is not overwritten by the next
+    replay (batched L-BFGS keeps gradients across evaluations). An earlier version compared whole iDLG
+    runs with and without graphs, which L-BFGS's line search makes chaotic; it failed on an H200."""
+    from leakshield.attacks.passive.inversion.vectorized import VectorizedObjective
+
+    views = _views(CUDA, 4)
+    model, names = views[0].model, [n for n, _ in views[0].model.named_parameters()]
+    objective = VectorizedObjective(model, names, distance="cosine", weights=[1.0] * len(names), tv=1e-4)
+    labels = torch.stack([v.labels for v in views])
+    targets = [torch.stack([v.update.delta[n] for v in views]) for n in names]
+    gen = torch.Generator().manual_seed(0)
+    first, second = (torch.rand(4, 1, 3, 16, 16, generator=gen).to(CUDA) for _ in range(2))
+    assert objective.compile(first, labels, targets, cuda_graphs=True)
+    kept = objective.step(first, labels, *targets)[0]
+    objective.step(second, labels, *targets)
+    want = objective.eager(first, labels, *targets)[0]
+    assert float((kept - want).norm() / want.norm()) < 1e-3

@@ -115,6 +115,33 @@ def test_compiled_step_matches_eager_or_falls_back(record_property):
         assert objective.step is objective.eager
 
 
+@pytest.mark.parametrize("joint", [False, True])
+def test_a_replayed_graph_step_returns_copies_its_next_call_does_not_overwrite(joint):
+    """A CUDA graph's outputs live in its memory pool and its next replay overwrites them (batched
+    L-BFGS keeps a victim's gradient across evaluations): the wrapper hands out copies. Emulated on a CPU
+    with a step that writes every call into the same buffers."""
+    from leakshield.attacks.passive.inversion.vectorized import replayed
+
+    pool = {
+        "grad": torch.zeros(2, 3),
+        "logits": torch.zeros(2, 4),
+        "loss": torch.zeros(2),
+        "score": torch.zeros(2),
+    }
+
+    def graph(x: torch.Tensor):
+        for buffer in pool.values():
+            buffer.fill_(float(x))
+        grads = (pool["grad"], pool["logits"]) if joint else pool["grad"]
+        return grads, (pool["loss"], pool["score"])
+
+    step = replayed(graph)
+    first_grads, (first_loss, first_score) = step(torch.tensor(1.0))
+    step(torch.tensor(2.0))
+    for kept in [*(first_grads if joint else [first_grads]), first_loss, first_score]:
+        assert bool((kept == 1.0).all())
+
+
 def test_batch_norm_is_folded_so_vmap_needs_no_fallback(digits3):
     """An eval-mode BatchNorm becomes its affine map (same function) and vmap batches it: no per-victim
     fallback loop, same gradients as the one-victim engine."""
@@ -180,10 +207,24 @@ def test_batched_lbfgs_evaluates_the_points_torch_lbfgs_evaluates(lr, line_searc
     problem (measured: ≤ 2.3e-13; bound 1e-10): the line search (bracketing and zoom: lr 4 and 20
     overshoot), the stopping rules, the state kept across steps and the compact-form direction with a
     history shorter than the run (its ring buffer wraps) are torch's."""
+    f, start = _smooth_problems(4, 6)
+    _assert_torch_lbfgs_points(f, start, lr, line_search)
+
+
+def test_batched_lbfgs_stops_on_the_largest_gradient_entry_as_torch_does():
+    """A loss that ignores one coordinate has a zero entry in every gradient: torch stops an outer step on
+    the gradient's largest entry, so the victims still run torch's points (a rule on the smallest entry
+    would stop them at their first evaluation)."""
+    f, start = _smooth_problems(4, 6)
+    _assert_torch_lbfgs_points(
+        lambda v, x: f(v, torch.cat([x[:-1], x.new_zeros(1)])), start, 1.0, "strong_wolfe"
+    )
+
+
+def _assert_torch_lbfgs_points(f, start, lr, line_search) -> None:
     from leakshield.attacks.passive.inversion.batched_lbfgs import lbfgs_many
     from leakshield.attacks.passive.inversion.params import GradientInversionParams
 
-    f, start = _smooth_problems(4, 6)
     p = GradientInversionParams(
         iterations=3, lbfgs_max_iter=7, lbfgs_history=4, tolerance=0.0, lr=lr, lbfgs_line_search=line_search
     )

@@ -14,7 +14,14 @@ import pydantic
 from leakshield.registry import Params
 
 #: the field names an attack entry of a config may carry besides its parameters
-EXECUTION_FIELDS = ("path", "compile_after", "victim_shards", "lbfgs_bookkeeping", "memory_limit_gib")
+EXECUTION_FIELDS = (
+    "path",
+    "compile_after",
+    "victim_shards",
+    "lbfgs_bookkeeping",
+    "memory_limit_gib",
+    "cuda_graphs",
+)
 
 
 class Execution(Params):
@@ -31,9 +38,12 @@ class Execution(Params):
     path measurements are remembered (the run's ``--cache-dir``; default: the default cache folder).
     lbfgs_bookkeeping: where batched L-BFGS keeps its per-victim state: ``device`` (beside the
     evaluations, the default) or ``host`` (the CPU, so that a GPU holds only the evaluations; on an H200
-    it ran 68 evaluation rounds per second against 90 on the device: docs/speed-and-scale.md).
+    it ran 170 evaluation rounds per second against 166 on the device: docs/speed-and-scale.md).
     memory_limit_gib: attack as if the device had at most this much memory (chunks sized to half of
-    what is free under it; None: the device's own free memory), to plan for a smaller card."""
+    what is free under it; None: the device's own free memory), to plan for a smaller card.
+    cuda_graphs: on a CUDA device, replay a compiled step as one CUDA graph (torch.compile's
+    ``reduce-overhead`` mode; default true): small models' steps are many short kernels whose launches,
+    not their arithmetic, set the pace there. Ignored on a CPU and on the other paths."""
 
     path: Literal["auto", "loop", "vectorized", "compiled"] = "auto"
     compile_after: float | None = pydantic.Field(default=None, ge=0)
@@ -41,6 +51,7 @@ class Execution(Params):
     calibration_dir: str | None = None
     lbfgs_bookkeeping: Literal["device", "host"] = "device"
     memory_limit_gib: float | None = pydantic.Field(default=None, gt=0)
+    cuda_graphs: bool = True
 
 
 def split_execution(params: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -45,6 +45,7 @@ BatchEvaluate = Callable[[list[int], torch.Tensor], tuple[torch.Tensor, torch.Te
 @dataclass
 class _Evaluate:
     point: torch.Tensor
+    direction: torch.Tensor | None = None  # the line search's: the reply carries the slope along it
 
 
 @dataclass
@@ -161,17 +162,21 @@ def _cubic_minimum(x1, f1, g1, x2, f2, g2, bounds=None) -> float:
 Requests = Generator["_Evaluate | _Direction", object, object]
 
 
-def _evaluate(point: torch.Tensor) -> Requests:
-    loss, grad = yield _Evaluate(point)
-    return loss, grad
+def _evaluate(point: torch.Tensor, direction: torch.Tensor | None = None) -> Requests:
+    """(loss, (gradient, its largest magnitude), slope along ``direction``): the scalars come from the
+    driver, computed for every victim of an evaluation round at once (on a GPU each read of a scalar is a
+    synchronization)."""
+    loss, grad, grad_max, slope = yield _Evaluate(point, direction)
+    return loss, (grad, grad_max), slope
 
 
-def _strong_wolfe(x, t: float, d, f: float, g, gtd: float, max_ls: int) -> Requests:
+def _strong_wolfe(x, t: float, d, d_max: float, f: float, g, gtd: float, max_ls: int) -> Requests:
     """torch.optim.LBFGS's line search (a port of minFunc's): bracket a step satisfying the strong
-    Wolfe conditions, then zoom by safeguarded cubic interpolation. Returns (f, g, t, evaluations)."""
-    d_norm = float(d.abs().max())
-    f_new, g_new = yield from _evaluate(x + t * d)
-    evals, gtd_new = 1, float(g_new.dot(d))
+    Wolfe conditions, then zoom by safeguarded cubic interpolation. ``g``: (gradient, its largest
+    magnitude); ``d_max``: the direction's. Returns (f, g, t, evaluations)."""
+    d_norm = d_max
+    f_new, g_new, gtd_new = yield from _evaluate(x + t * d, d)
+    evals = 1
     t_prev, f_prev, g_prev, gtd_prev = 0.0, f, g, gtd
     done, ls_iter = False, 0
     bracket, bracket_f, bracket_g, bracket_gtd = [], [], [], []
@@ -190,8 +195,8 @@ def _strong_wolfe(x, t: float, d, f: float, g, gtd: float, max_ls: int) -> Reque
         bounds = (t + 0.01 * (t - t_prev), t * 10)
         t_prev, t = t, _cubic_minimum(t_prev, f_prev, gtd_prev, t, f_new, gtd_new, bounds)
         f_prev, g_prev, gtd_prev = f_new, g_new, gtd_new
-        f_new, g_new = yield from _evaluate(x + t * d)
-        evals, gtd_new, ls_iter = evals + 1, float(g_new.dot(d)), ls_iter + 1
+        f_new, g_new, gtd_new = yield from _evaluate(x + t * d, d)
+        evals, ls_iter = evals + 1, ls_iter + 1
     if ls_iter == max_ls:
         bracket, bracket_f, bracket_g = [0.0, t], [f, f_new], [g, g_new]
     insufficient = False
@@ -211,8 +216,8 @@ def _strong_wolfe(x, t: float, d, f: float, g, gtd: float, max_ls: int) -> Reque
                 insufficient = True
         else:
             insufficient = False
-        f_new, g_new = yield from _evaluate(x + t * d)
-        evals, gtd_new, ls_iter = evals + 1, float(g_new.dot(d)), ls_iter + 1
+        f_new, g_new, gtd_new = yield from _evaluate(x + t * d, d)
+        evals, ls_iter = evals + 1, ls_iter + 1
         if f_new > f + C1 * t * gtd or f_new >= bracket_f[low]:
             bracket[high], bracket_f[high], bracket_g[high], bracket_gtd[high] = t, f_new, g_new, gtd_new
             low, high = (0, 1) if bracket_f[0] <= bracket_f[1] else (1, 0)
@@ -239,30 +244,33 @@ def _victim(
     d = prev_grad = None
     t, prev_loss = 0.0, 0.0
     for _ in range(p.iterations):
-        first_loss, grad = yield from _evaluate(x)
+        first_loss, (grad, grad_max), _ = yield from _evaluate(x)
         loss, evals, n_iter = first_loss, 1, 0
-        while float(grad.abs().max()) > TOLERANCE_GRAD and n_iter < max_iter:
+        while grad_max > TOLERANCE_GRAD and n_iter < max_iter:
             n_iter, total = n_iter + 1, total + 1
             if total == 1:
-                d = -grad
+                d, d_max = -grad, grad_max
+                gtd = float(grad.dot(d))
             else:
-                d = yield _Direction(grad, prev_grad, d, t)
+                d, gtd, d_max = yield _Direction(grad, prev_grad, d, t)
             prev_grad, prev_loss = grad, loss
             t = min(1.0, 1.0 / float(grad.abs().sum())) * p.lr if total == 1 else p.lr
-            gtd = float(grad.dot(d))
             if gtd > -TOLERANCE_CHANGE:
                 break
             if p.lbfgs_line_search == "strong_wolfe":
-                loss, grad, t, spent = yield from _strong_wolfe(x, t, d, loss, grad, gtd, max_eval - evals)
+                at = (grad, grad_max)
+                loss, (grad, grad_max), t, spent = yield from _strong_wolfe(
+                    x, t, d, d_max, loss, at, gtd, max_eval - evals
+                )
                 x = x + t * d
             else:
                 x, spent = x + t * d, 0
                 if n_iter != max_iter:
-                    (loss, grad), spent = (yield from _evaluate(x)), 1
+                    (loss, (grad, grad_max), _), spent = (yield from _evaluate(x)), 1
             evals += spent
-            if n_iter == max_iter or evals >= max_eval or float(grad.abs().max()) <= TOLERANCE_GRAD:
+            if n_iter == max_iter or evals >= max_eval or grad_max <= TOLERANCE_GRAD:
                 break
-            if float((d * t).abs().max()) <= TOLERANCE_CHANGE or abs(loss - prev_loss) < TOLERANCE_CHANGE:
+            if d_max * t <= TOLERANCE_CHANGE or abs(loss - prev_loss) < TOLERANCE_CHANGE:
                 break
         spent_in_all += evals
         if not math.isfinite(first_loss) or not bool(torch.isfinite(x).all()) or solved():
@@ -302,16 +310,23 @@ def lbfgs_many(
     while requests:
         asking = sorted(v for v, r in requests.items() if isinstance(r, _Direction))
         if asking:
-            directions = memory.update_and_direct(asking, [requests[v] for v in asking])  # type: ignore[misc]
-            replies = dict(zip(asking, directions, strict=True))
+            asked: list[_Direction] = [requests[v] for v in asking]  # type: ignore[misc]
+            directions = memory.update_and_direct(asking, asked)
+            slope = (torch.stack([r.grad for r in asked]) * directions).sum(1)
+            slopes, largest = torch.stack([slope, directions.abs().amax(1)]).tolist()  # one read
+            replies = {v: (directions[i], slopes[i], largest[i]) for i, v in enumerate(asking)}
         else:
             running = sorted(requests)
-            points = torch.stack([requests[v].point for v in running]).to(device)  # type: ignore[union-attr]
+            evaluations: list[_Evaluate] = [requests[v] for v in running]  # type: ignore[misc]
+            points = torch.stack([r.point for r in evaluations]).to(device)
             loss, distance, grads = evaluate(running, points)
             remember(running, points, loss, distance)
             grads = grads.to(keep)
-            values = loss.tolist()
-            replies = {v: (values[i], grads[i]) for i, v in enumerate(running)}
+            zero = grads.new_zeros(grads.shape[1])
+            along = torch.stack([zero if r.direction is None else r.direction for r in evaluations])
+            scalars = torch.stack([loss.to(grads), grads.abs().amax(1), (grads * along).sum(1)])
+            values, largest, slopes = scalars.tolist()  # one read for the whole round
+            replies = {v: (values[i], grads[i], largest[i], slopes[i]) for i, v in enumerate(running)}
             bar.update()
             bar.set_postfix(running=len(running), lowest_loss=f"{min(values):.3g}")
         for v, reply in replies.items():

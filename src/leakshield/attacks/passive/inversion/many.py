@@ -88,7 +88,7 @@ class ManyVictims:
         def compile_chunk(chunk: int) -> bool:
             idx = list(range(chunk))
             x, y, targets = self.step_inputs(idx, probe[:chunk], logits[:chunk])
-            return self.objective.compile(x, y, targets)
+            return self.objective.compile(x, y, targets, self.attack.execution.cuda_graphs)
 
         return Candidates(loop, vectorized, compile_chunk)
 
@@ -211,9 +211,10 @@ def _lbfgs(problem: ManyVictims, idx: list[int], x0, logits0, progress: bool):
 
     def remember(victims: list[int], points: torch.Tensor, loss: torch.Tensor, score: torch.Tensor) -> None:
         at = torch.tensor(victims, device=problem.device)
-        better = torch.isfinite(loss) & (loss < best_loss[at])
-        at = at[better]
-        best[at], best_loss[at], best_score[at] = points[better], loss[better], score[better]
+        better = torch.isfinite(loss) & (loss < best_loss[at])  # selected by where: a mask would sync a GPU
+        best[at] = torch.where(better[:, None], points, best[at])
+        best_loss[at] = torch.where(better, loss, best_loss[at])
+        best_score[at] = torch.where(better, score, best_score[at])
 
     host = _bookkeeping_host(problem)
     lo, hi = (problem.lo, problem.hi) if host is None else (problem.lo.to(host), problem.hi.to(host))

@@ -134,10 +134,16 @@ class VectorizedObjective:
             loss = loss + self.task * self.task_loss(self.matched, x, y)
         return loss, (loss.detach(), grad_distance.detach())
 
-    def compile(self, x: torch.Tensor, y: torch.Tensor, targets: Sequence[torch.Tensor]) -> bool:
-        """Compile the vectorized step; keep it only if it runs and matches eager on (x, y, targets)."""
+    def compile(
+        self, x: torch.Tensor, y: torch.Tensor, targets: Sequence[torch.Tensor], cuda_graphs: bool = False
+    ) -> bool:
+        """Compile the vectorized step; keep it only if it runs and matches eager on (x, y, targets).
+        ``cuda_graphs``: on a CUDA device, replay the compiled kernels as one CUDA graph (torch.compile's
+        ``reduce-overhead`` mode), the step's outputs copied out of the graph's memory."""
+        graphs = cuda_graphs and x.is_cuda
         try:
-            compiled = torch.compile(self.eager, dynamic=False)
+            compiled = torch.compile(self.eager, dynamic=False, mode="reduce-overhead" if graphs else None)
+            compiled = replayed(compiled) if graphs else compiled
             got = _first(compiled(x, y, *targets)[0])
             want = _first(self.eager(x, y, *targets)[0])
         except Exception as exc:  # compilation support varies by platform and version
@@ -151,6 +157,19 @@ class VectorizedObjective:
             return False
         self.step = compiled
         return True
+
+
+def replayed(step: StepFn) -> StepFn:
+    """A CUDA-graph step whose outputs outlive its next call: a graph's outputs live in its memory pool
+    and its next replay overwrites them, so each call starts a new step and returns copies."""
+
+    def copied(*args: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        torch.compiler.cudagraph_mark_step_begin()
+        grads, (loss, score) = step(*args)
+        grads = tuple(g.clone() for g in grads) if isinstance(grads, tuple) else grads.clone()
+        return grads, (loss.clone(), score.clone())
+
+    return copied
 
 
 def _first(gradient: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor:
