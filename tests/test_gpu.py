@@ -89,10 +89,13 @@ def test_tf32_is_used_only_when_asked_for():
 
 
 def test_a_step_replayed_as_a_cuda_graph_equals_eager_and_survives_the_next_replay():
-    """The compiled step replayed as a CUDA graph computes eager's image gradients (relative to their
-    norm, the bound the compile check uses), and what one call returned is not overwritten by the next
-    replay (batched L-BFGS keeps gradients across evaluations). An earlier version compared whole iDLG
-    runs with and without graphs, which L-BFGS's line search makes chaotic; it failed on an H200."""
+    """The compiled step replayed as a CUDA graph (recorded on its second call, replayed from its third)
+    computes eager's image gradients on inputs it was not recorded on (relative to their norm, the bound
+    the compile check uses), no graph is skipped, and what one call returned is not overwritten by the
+    next replay (batched L-BFGS keeps gradients across evaluations). An earlier version compared whole
+    iDLG runs with and without graphs; it failed on an H200 with its message lost."""
+    from torch._dynamo.utils import counters
+
     from leakshield.attacks.passive.inversion.vectorized import VectorizedObjective
 
     views = _views(CUDA, 4)
@@ -101,9 +104,12 @@ def test_a_step_replayed_as_a_cuda_graph_equals_eager_and_survives_the_next_repl
     labels = torch.stack([v.labels for v in views])
     targets = [torch.stack([v.update.delta[n] for v in views]) for n in names]
     gen = torch.Generator().manual_seed(0)
-    first, second = (torch.rand(4, 1, 3, 16, 16, generator=gen).to(CUDA) for _ in range(2))
-    assert objective.compile(first, labels, targets, cuda_graphs=True)
-    kept = objective.step(first, labels, *targets)[0]
-    objective.step(second, labels, *targets)
-    want = objective.eager(first, labels, *targets)[0]
-    assert float((kept - want).norm() / want.norm()) < 1e-3
+    inputs = [torch.rand(4, 1, 3, 16, 16, generator=gen).to(CUDA) for _ in range(4)]
+    skipped = counters["inductor"]["cudagraph_skips"]
+    assert objective.compile(inputs[0], labels, targets, cuda_graphs=True, other_x=inputs[1])
+    kept = [objective.step(x, labels, *targets)[0] for x in inputs[2:]]
+    kept.append(objective.step(inputs[2], labels, *targets)[0])
+    for x, got in zip([inputs[2], inputs[3], inputs[2]], kept, strict=True):
+        want = objective.eager(x, labels, *targets)[0]
+        assert float((got - want).norm() / want.norm()) < 1e-3
+    assert counters["inductor"]["cudagraph_skips"] == skipped

@@ -38,7 +38,8 @@ class Execution(Params):
     path measurements are remembered (the run's ``--cache-dir``; default: the default cache folder).
     lbfgs_bookkeeping: where batched L-BFGS keeps its per-victim state: ``device`` (beside the
     evaluations, the default) or ``host`` (the CPU, so that a GPU holds only the evaluations; on an H200
-    it ran 170 evaluation rounds per second against 166 on the device: docs/speed-and-scale.md).
+    it ran about as fast as on the device, 170 against 166 evaluation rounds per second with CUDA
+    graphs: docs/speed-and-scale.md).
     memory_limit_gib: attack as if the device had at most this much memory (chunks sized to half of
     what is free under it; None: the device's own free memory), to plan for a smaller card.
     cuda_graphs: on a CUDA device, replay a compiled step as one CUDA graph (torch.compile's

@@ -174,7 +174,6 @@ def _strong_wolfe(x, t: float, d, d_max: float, f: float, g, gtd: float, max_ls:
     """torch.optim.LBFGS's line search (a port of minFunc's): bracket a step satisfying the strong
     Wolfe conditions, then zoom by safeguarded cubic interpolation. ``g``: (gradient, its largest
     magnitude); ``d_max``: the direction's. Returns (f, g, t, evaluations)."""
-    d_norm = d_max
     f_new, g_new, gtd_new = yield from _evaluate(x + t * d, d)
     evals = 1
     t_prev, f_prev, g_prev, gtd_prev = 0.0, f, g, gtd
@@ -202,7 +201,7 @@ def _strong_wolfe(x, t: float, d, d_max: float, f: float, g, gtd: float, max_ls:
     insufficient = False
     low, high = (0, 1) if bracket_f[0] <= bracket_f[-1] else (1, 0)
     while not done and ls_iter < max_ls:
-        if abs(bracket[1] - bracket[0]) * d_norm < TOLERANCE_CHANGE:
+        if abs(bracket[1] - bracket[0]) * d_max < TOLERANCE_CHANGE:
             break
         t = _cubic_minimum(bracket[0], bracket_f[0], bracket_gtd[0], bracket[1], bracket_f[1], bracket_gtd[1])
         # too close to an end of the bracket twice in a row, or outside it: 0.1 of its length inside
@@ -258,9 +257,9 @@ def _victim(
             if gtd > -TOLERANCE_CHANGE:
                 break
             if p.lbfgs_line_search == "strong_wolfe":
-                at = (grad, grad_max)
+                here = (grad, grad_max)
                 loss, (grad, grad_max), t, spent = yield from _strong_wolfe(
-                    x, t, d, d_max, loss, at, gtd, max_eval - evals
+                    x, t, d, d_max, loss, here, gtd, max_eval - evals
                 )
                 x = x + t * d
             else:
@@ -296,9 +295,9 @@ def lbfgs_many(
     every evaluation (the caller keeps the best iterate); ``solved(v)`` stops a victim. ``progress``
     shows the evaluation rounds and the victims still running. ``host``: keep the per-victim
     bookkeeping (points, directions, curvature pairs, the line search's scalars) on that device, and
-    only the evaluations on ``start``'s: on a GPU every scalar the line search reads would otherwise be
-    a synchronization, several per victim and evaluation. Returns each victim's (evaluations, whether
-    ``lbfgs_max_evaluations`` stopped it)."""
+    only the evaluations on ``start``'s (a GPU then holds no curvature pairs). The scalars the line
+    searches read are computed for all victims of a round at once and read in one transfer. Returns each
+    victim's (evaluations, whether ``lbfgs_max_evaluations`` stopped it)."""
     victims, device = len(start), start.device
     keep = host if host is not None else device
     start = start.to(keep)
@@ -324,7 +323,10 @@ def lbfgs_many(
             grads = grads.to(keep)
             zero = grads.new_zeros(grads.shape[1])
             along = torch.stack([zero if r.direction is None else r.direction for r in evaluations])
-            scalars = torch.stack([loss.to(grads), grads.abs().amax(1), (grads * along).sum(1)])
+            wide = torch.float64  # the loss at its own precision or better (the Armijo test reads it)
+            scalars = torch.stack(
+                [loss.to(keep, wide), grads.abs().amax(1).to(wide), (grads * along).sum(1).to(wide)]
+            )
             values, largest, slopes = scalars.tolist()  # one read for the whole round
             replies = {v: (values[i], grads[i], largest[i], slopes[i]) for i, v in enumerate(running)}
             bar.update()

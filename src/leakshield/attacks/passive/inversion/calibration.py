@@ -198,6 +198,9 @@ def _chunk(
 ) -> tuple[int, float | None]:
     """Victims per vectorized chunk that fit in half the free memory, from a measured step of a few."""
     probe = min(victims, 4)
+    # one step first: what a first step allocates once (cuBLAS's workspace, which torch frees again
+    # around every CUDA-graph recording) is no victim's
+    candidates.vectorized(probe, 1)
     before = _reset_peak(device)
     candidates.vectorized(probe, 1)
     peak = _peak(device)

@@ -88,7 +88,8 @@ class ManyVictims:
         def compile_chunk(chunk: int) -> bool:
             idx = list(range(chunk))
             x, y, targets = self.step_inputs(idx, probe[:chunk], logits[:chunk])
-            return self.objective.compile(x, y, targets, self.attack.execution.cuda_graphs)
+            other = torch.randn(probe[:chunk].shape, generator=torch.Generator().manual_seed(1))
+            return self.objective.compile(x, y, targets, self.attack.execution.cuda_graphs, other.to(x))
 
         return Candidates(loop, vectorized, compile_chunk)
 
@@ -114,6 +115,8 @@ def attack_many(
         "params": p.model_dump(mode="json", exclude={"iterations", "restarts", "tolerance"}),
         "batch": problem.n,
         "shape": problem.info.shape,
+        # a compiled step's speed (and memory) differs with and without CUDA graphs
+        "cuda_graphs": attack.execution.cuda_graphs and problem.device.type == "cuda",
     }
     choice = choose_path(
         key,
@@ -174,7 +177,7 @@ def attack_many(
         reconstruction = Reconstruction(
             images=images, labels=y.detach().cpu(), stats=stats, normalized=best_x[i].detach().cpu()
         )
-        results.append(_with_stats(reconstruction, choice, vectorized=True))
+        results.append(_with_stats(reconstruction, choice, vectorized=True, graphs=key["cuda_graphs"]))
     return results
 
 
@@ -251,7 +254,10 @@ def _bookkeeping_host(problem: ManyVictims) -> torch.device | None:
     return torch.device("cpu") if problem.attack.execution.lbfgs_bookkeeping == "host" else None
 
 
-def _with_stats(reconstruction: Reconstruction, choice: PathChoice, *, vectorized: bool) -> Reconstruction:
+def _with_stats(
+    reconstruction: Reconstruction, choice: PathChoice, *, vectorized: bool, graphs: bool = False
+) -> Reconstruction:
     stats = {**reconstruction.stats, "vectorized": float(vectorized), **choice.stats()}
     stats["compiled"] = float(choice.path == "compiled")
+    stats["cuda_graphs"] = float(graphs and choice.path == "compiled")
     return dataclasses.replace(reconstruction, stats=stats)

@@ -12,8 +12,9 @@ erased the gain on BatchNorm models (ConvNet, ResNet) and broke ``torch.compile`
 therefore runs a copy of the model whose eval-mode BatchNorm layers compute that affine map from the
 same parameters and running statistics (:func:`fold_batch_norm`): the same function, batched.
 
-Optionally the vectorized step is compiled with ``torch.compile``; a compiled step is checked against the
-eager one on the first call and dropped (with a warning) if compilation fails or disagrees.
+Optionally the vectorized step is compiled with ``torch.compile`` (on a CUDA device replayed as a CUDA
+graph: :func:`replayed`); a compiled step is checked against the eager one before it is used and dropped
+(with a warning) if compilation fails or disagrees.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -135,17 +137,27 @@ class VectorizedObjective:
         return loss, (loss.detach(), grad_distance.detach())
 
     def compile(
-        self, x: torch.Tensor, y: torch.Tensor, targets: Sequence[torch.Tensor], cuda_graphs: bool = False
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        targets: Sequence[torch.Tensor],
+        cuda_graphs: bool = False,
+        other_x: torch.Tensor | None = None,
     ) -> bool:
         """Compile the vectorized step; keep it only if it runs and matches eager on (x, y, targets).
         ``cuda_graphs``: on a CUDA device, replay the compiled kernels as one CUDA graph (torch.compile's
-        ``reduce-overhead`` mode), the step's outputs copied out of the graph's memory."""
+        ``reduce-overhead`` mode), the step's outputs copied out of the graph's memory; the graph is
+        recorded on the second call and replayed from the third, so the check makes three, the last on
+        ``other_x`` (another input of x's shape) when given, and compares every gradient."""
         graphs = cuda_graphs and x.is_cuda
+        check_x = x if other_x is None else other_x
         try:
             compiled = torch.compile(self.eager, dynamic=False, mode="reduce-overhead" if graphs else None)
             compiled = replayed(compiled) if graphs else compiled
-            got = _first(compiled(x, y, *targets)[0])
-            want = _first(self.eager(x, y, *targets)[0])
+            for _ in range(2 if graphs else 0):  # the warm-up call and the recording
+                compiled(x, y, *targets)
+            got = _flat(compiled(check_x, y, *targets)[0])
+            want = _flat(self.eager(check_x, y, *targets)[0])
         except Exception as exc:  # compilation support varies by platform and version
             warnings.warn(f"torch.compile of the attack step failed, running eager: {exc}", stacklevel=2)
             return False
@@ -163,7 +175,7 @@ def replayed(step: StepFn) -> StepFn:
     """A CUDA-graph step whose outputs outlive its next call: a graph's outputs live in its memory pool
     and its next replay overwrites them, so each call starts a new step and returns copies."""
 
-    def copied(*args: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def copied(*args: torch.Tensor) -> tuple[Any, tuple[torch.Tensor, torch.Tensor]]:
         torch.compiler.cudagraph_mark_step_begin()
         grads, (loss, score) = step(*args)
         grads = tuple(g.clone() for g in grads) if isinstance(grads, tuple) else grads.clone()
@@ -172,5 +184,7 @@ def replayed(step: StepFn) -> StepFn:
     return copied
 
 
-def _first(gradient: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor:
-    return gradient[0] if isinstance(gradient, tuple) else gradient
+def _flat(gradient: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """Every gradient of a step (the image's, and the label logits' with joint labels) in one vector."""
+    parts = gradient if isinstance(gradient, tuple) else (gradient,)
+    return torch.cat([g.flatten() for g in parts])
