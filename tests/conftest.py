@@ -28,6 +28,12 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
+def rotten_tomatoes_csv(shared_data: Path) -> Path:
+    """The Rotten Tomatoes corpus (critic snippets and plot summaries), bzip2-compressed CSV."""
+    return shared_data / "rotten_tomatoes_corpus_full.csv.bz2"
+
+
+@pytest.fixture(scope="session")
 def cifar_victims(shared_data: Path) -> tuple[torch.Tensor, torch.Tensor]:
     """The PRECODE paper's 128 CIFAR-10 victims as float images N×3×32×32 in [0, 1] and labels."""
     with np.load(shared_data / "cifar10_victims128.npz", allow_pickle=False) as npz:

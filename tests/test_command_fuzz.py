@@ -10,6 +10,7 @@ surface (seconds); ``pytest -m slow`` draws 5,000 a surface (about ten minutes w
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import shutil
 import tempfile
@@ -250,3 +251,49 @@ def test_a_damaged_data_file_loads_or_is_one_line(tmp_path_factory, capsys, name
     tmp = tmp_path_factory.mktemp("data")
     fuzz(examples, lambda edits: check_format(tmp, name, edits))
     report(capsys, f"data {name}")
+
+
+# ------------------------------------------------------------------ the text track's corpus files
+
+CORPUS_CSV = (b"category,text,movie_name,has_plot_and_reviews\nfresh,A fine film.,m1,False\n"
+              b"rotten,\"Dull, long.\",m1,False\nplot,A plot.,m1,True\n")  # fmt: skip
+TEXT_FILES = {
+    "rotten-tomatoes": ("corpus.csv.bz2", bz2.compress(CORPUS_CSV)),
+    "rt-polarity": ("rt-polarity.pos", "a caf\xe9 of a film\nfun\n".encode("cp1252")),
+    "sst2": ("train.tsv", b"sentence\tlabel\nit 's charming . \t1\nflat \t0\n"),
+    "cola": ("in_domain_train.tsv", b"gj04\t1\t\tThe sailors rode.\ngj04\t0\t*\tHim left.\n"),
+}  # fmt: skip
+
+
+def read_text_file(name: str, path: Path):
+    from leakshield.text import read_glue_tsv, read_rotten_tomatoes_csv, read_rt_polarity
+
+    if name == "rotten-tomatoes":
+        return read_rotten_tomatoes_csv(path)
+    if name == "rt-polarity":
+        (path.parent / "rt-polarity.neg").write_bytes(b"dull\n")
+        return read_rt_polarity(path.parent)
+    return read_glue_tsv(path, name)  # type: ignore[arg-type]
+
+
+def check_text_file(tmp: Path, name: str, edits: list[tuple]) -> None:
+    folder = Path(tempfile.mkdtemp(dir=tmp))
+    file_name, content = TEXT_FILES[name]
+    (folder / file_name).write_bytes(damage(content, edits))
+    with watchdog():
+        try:
+            read_text_file(name, folder / file_name)
+            result = "ok"
+        except LeakshieldError as exc:
+            assert str(exc) and "\n" not in str(exc), str(exc)
+            result = "refused"
+    COUNTS[(f"text {name}", result)] += 1
+    shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize("examples", BUDGETS)
+@pytest.mark.parametrize("name", sorted(TEXT_FILES))
+def test_a_damaged_corpus_file_reads_or_is_one_line(tmp_path_factory, capsys, name, examples):
+    tmp = tmp_path_factory.mktemp("text")
+    fuzz(examples, lambda edits: check_text_file(tmp, name, edits))
+    report(capsys, f"text {name}")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from leakshield import __version__, cli_ats, cli_leaderboard
+from leakshield import __version__, cli_ats, cli_fetch, cli_leaderboard
 from leakshield.cli_common import (
     EXIT_USAGE,
     OneLineParser,
@@ -149,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_options(demo)
     cli_ats.add_parser(sub)
     cli_leaderboard.add_parser(sub)
+    cli_fetch.add_parser(sub)
     return parser
 
 
@@ -244,6 +245,7 @@ COMMANDS = {
     "demo": cmd_demo,
     "ats": cmd_ats,
     "leaderboard": cli_leaderboard.cmd_leaderboard,
+    "fetch-corpus": cli_fetch.cmd_fetch_corpus,
 }
 
 

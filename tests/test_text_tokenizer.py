@@ -1,0 +1,107 @@
+"""The server's tokenizer: merges learned deterministically, trained on the public split only, ids laid
+out for the models, and cached by the texts it saw."""
+
+from __future__ import annotations
+
+import builtins
+import json
+
+import pytest
+
+from leakshield.artifacts import ArtifactCache
+from leakshield.errors import LeakshieldError
+from leakshield.text import (
+    deduplicated,
+    public_tokenizer,
+    read_rotten_tomatoes_csv,
+    split_by_group,
+    train_tokenizer,
+)
+from leakshield.text import tokenizer as tokenizer_module
+from leakshield.text.bpe import learn_bpe
+from leakshield.text.tokenizer import CLS, PAD, SEP, UNK
+
+
+def test_merges_take_the_most_frequent_pair_and_the_smallest_on_a_tie():
+    """Worked by hand: 'low' ×5, 'lower' ×2, 'newest' ×6, 'widest' ×3. ('##e', '##s') and ('##s', '##t')
+    both occur 9 times: the smaller pair goes first; then '##est' (9); ('##o', '##w') and ('l', '##o')
+    tie at 7, and '#' sorts before 'l'."""
+    alphabet, merges = learn_bpe({"low": 5, "lower": 2, "newest": 6, "widest": 3}, vocab_size=100)
+    assert alphabet == sorted(["l", "n", "w", "##o", "##w", "##e", "##r", "##s", "##t", "##i", "##d"])
+    assert merges[:4] == [("##e", "##s"), ("##es", "##t"), ("##o", "##w"), ("l", "##ow")]
+
+
+def test_merges_stop_at_the_vocabulary_size_and_at_pairs_seen_once():
+    counts = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
+    alphabet, merges = learn_bpe(counts, vocab_size=14, reserved=2)
+    assert len(alphabet) + len(merges) + 2 == 14
+    _, frequent = learn_bpe({**counts, "zq": 1}, vocab_size=1000, min_frequency=2)
+    _, with_singles = learn_bpe({**counts, "zq": 1}, vocab_size=1000, min_frequency=1)
+    assert ("z", "##q") not in frequent and with_singles == [*frequent, ("z", "##q")]
+
+
+@pytest.fixture(scope="module")
+def public_texts(rotten_tomatoes_csv) -> tuple[str, ...]:
+    corpus, _ = deduplicated(read_rotten_tomatoes_csv(rotten_tomatoes_csv))
+    return split_by_group(corpus, 0.2, 0.2, seed=0).public.texts
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+def test_training_twice_gives_the_same_tokenizer(public_texts, kind):
+    """``tokenizers``' own trainers moved 158 of 2,000 ids between two trainings on these texts."""
+    first = train_tokenizer(public_texts, kind, 600)
+    assert first.vocab_size == 600
+    assert train_tokenizer(public_texts, kind, 600).to_json() == first.to_json()
+    vocab = json.loads(first.to_json())["model"]["vocab"]
+    assert [vocab[t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]")] == [PAD, UNK, CLS, SEP]
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+def test_ids_frame_the_text_and_decode_back(public_texts, kind):
+    tok = train_tokenizer(public_texts, kind, 2000)
+    ids = tok.encode(["A film of quiet, Haunting beauty.", "Dull."], max_length=16)
+    assert ids.shape == (2, 16) and ids.dtype.is_floating_point is False
+    for row in ids:
+        length = int((row != PAD).sum())
+        assert row[0] == CLS and row[length - 1] == SEP and (row[length:] == PAD).all()
+    assert tok.decode(ids[0]) == "a film of quiet, haunting beauty."
+    cut = tok.encode(["one two three four five six seven"], max_length=5)[0]
+    assert cut.tolist()[0] == CLS and cut.tolist()[-1] == SEP and tok.decode(cut) == "one two three"
+    assert UNK in tok.encode(["\u4e2d"], max_length=4)[0].tolist()  # a character no public text has
+    with pytest.raises(LeakshieldError, match="max_length 2"):
+        tok.encode(["x"], max_length=2)
+
+
+def test_the_public_tokenizer_is_cached_by_the_texts_it_saw(public_texts, tmp_path, monkeypatch):
+    cache = ArtifactCache(tmp_path)
+    first = public_tokenizer(public_texts, "wordpiece", 500, cache=cache)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(tokenizer_module, "train_tokenizer", refuse)
+    assert public_tokenizer(public_texts, "wordpiece", 500, cache=cache).to_json() == first.to_json()
+    with pytest.raises(AssertionError, match="trained again"):
+        public_tokenizer(public_texts[:-1], "wordpiece", 500, cache=cache)
+    with pytest.raises(AssertionError, match="trained again"):
+        public_tokenizer(public_texts, "wordpiece", 501, cache=cache)
+
+
+def test_without_the_text_extra_the_error_names_it(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_tokenizers(name, *args, **kwargs):
+        if name == "tokenizers":
+            raise ImportError("No module named 'tokenizers'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tokenizers)
+    with pytest.raises(LeakshieldError, match=r"pip install 'leakshield\[text\]'"):
+        train_tokenizer(["a b"], "wordpiece", 10)
+
+
+def test_settings_outside_the_allowed_values_are_one_line_errors():
+    with pytest.raises(LeakshieldError, match="expected 'wordpiece' or 'bpe'"):
+        train_tokenizer(["a"], "unigram", 100)  # type: ignore[arg-type]
+    with pytest.raises(LeakshieldError, match="must exceed the 4 special tokens"):
+        train_tokenizer(["a"], "bpe", 4)
