@@ -1,6 +1,9 @@
 """Federated language models: text corpora read from users' files, the server's tokenizer trained on the
-public split (``pip install 'leakshield[text]'`` for the tokenizer and models)."""
+public split, small transformers built from configs, what their updates leak (the bag of words, the
+length, a single label, TAG's reconstruction) and ROUGE scores against the truth (``pip install
+'leakshield[text]'`` for the tokenizer, the models and ROUGE)."""
 
+from leakshield.text.bag_of_words import bag_of_words, embedding_parameter
 from leakshield.text.corpus import (
     TextCorpus,
     TextSplits,
@@ -11,20 +14,34 @@ from leakshield.text.corpus import (
     split_by_group,
 )
 from leakshield.text.fetch import default_corpus_path, fetch_rotten_tomatoes
+from leakshield.text.models import TextClassifier
+from leakshield.text.scores import matched, no_information_text, text_scores, token_accuracy
+from leakshield.text.tag import TagResult, leaked_label, leaked_length, tag_attack
 from leakshield.text.tokenizer import TextTokenizer, public_tokenizer, text_fingerprint, train_tokenizer
 
 __all__ = [
+    "TagResult",
+    "TextClassifier",
     "TextCorpus",
     "TextSplits",
     "TextTokenizer",
+    "bag_of_words",
     "deduplicated",
     "default_corpus_path",
+    "embedding_parameter",
     "fetch_rotten_tomatoes",
+    "leaked_label",
+    "leaked_length",
+    "matched",
+    "no_information_text",
     "public_tokenizer",
     "read_glue_tsv",
     "read_rotten_tomatoes_csv",
     "read_rt_polarity",
     "split_by_group",
+    "tag_attack",
     "text_fingerprint",
+    "text_scores",
+    "token_accuracy",
     "train_tokenizer",
 ]

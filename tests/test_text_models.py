@@ -1,0 +1,80 @@
+"""Small transformers built from configs, and the bag-of-words leak of their word embeddings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from leakshield.text import deduplicated, read_rotten_tomatoes_csv, split_by_group, train_tokenizer
+from leakshield.text.bag_of_words import bag_of_words, embedding_parameter
+from leakshield.text.models import TextClassifier
+from leakshield.text.tokenizer import CLS, PAD, SEP
+
+KINDS = ["bert", "gpt2"]
+
+
+@pytest.fixture(scope="module")
+def tokenized(rotten_tomatoes_csv):
+    corpus, _ = deduplicated(read_rotten_tomatoes_csv(rotten_tomatoes_csv))
+    splits = split_by_group(corpus, 0.2, 0.2, seed=0)
+    tokenizer = train_tokenizer(splits.public.texts, "wordpiece", 1000)
+    ids = tokenizer.encode(splits.train.texts[:16], max_length=32)
+    return ids, torch.tensor(splits.train.labels[:16]), tokenizer.vocab_size
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_model_is_its_seed_and_ignores_padding(kind):
+    model = TextClassifier(kind, 100, 12, 3, width=16, heads=2, seed=0).eval()
+    same = TextClassifier(kind, 100, 12, 3, width=16, heads=2, seed=0)
+    other = TextClassifier(kind, 100, 12, 3, width=16, heads=2, seed=1)
+    pairs = list(zip(model.parameters(), same.parameters(), other.parameters(), strict=True))
+    assert all(torch.equal(a, b) for a, b, _ in pairs) and not all(torch.equal(a, c) for a, _, c in pairs)
+    short = torch.tensor([[CLS, 7, 8, 9, SEP, PAD]])
+    padded = torch.tensor([[CLS, 7, 8, 9, SEP, PAD, PAD, PAD, PAD, PAD]])
+    assert model(short).shape == (1, 3)
+    assert torch.allclose(model(short), model(padded), atol=1e-5)
+    embeddings = model.word_embeddings(short)
+    assert torch.equal(model.forward_embeddings(embeddings, short != PAD), model(short))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("batch", [1, 4, 16])
+def test_the_bag_of_words_is_the_batch_tokens_on_an_untied_embedding(tokenized, kind, batch):
+    ids, labels, vocab = tokenized
+    model = TextClassifier(kind, vocab, 32, 2, width=32, heads=2)
+    loss = F.cross_entropy(model(ids[:batch]), labels[:batch])
+    name = embedding_parameter(model)
+    gradient = torch.autograd.grad(loss, dict(model.named_parameters())[name])[0]
+    truth = set(ids[:batch].flatten().tolist()) - {PAD}
+    assert set(bag_of_words(gradient).tolist()) == truth
+
+
+def test_with_a_tied_language_model_head_the_bag_is_the_whole_vocabulary(tokenized):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    ids, _, vocab = tokenized
+    config = GPT2Config(vocab_size=vocab, n_positions=32, n_embd=32, n_layer=1, n_head=2,
+                        bos_token_id=CLS, eos_token_id=SEP, pad_token_id=PAD)  # fmt: skip
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config)
+    assert model.lm_head.weight is model.transformer.wte.weight
+    loss = model(input_ids=ids[:1], labels=ids[:1]).loss
+    gradient = torch.autograd.grad(loss, model.transformer.wte.weight)[0]
+    assert len(bag_of_words(gradient)) == vocab
+
+
+def test_a_tolerance_keeps_noise_out():
+    gradient = torch.zeros(5, 3)
+    gradient[1, 0], gradient[3, 2] = 1.0, 1e-4
+    assert bag_of_words(gradient).tolist() == [1, 3]
+    assert bag_of_words(gradient, tolerance=1e-3).tolist() == [1]
+
+
+def test_settings_outside_the_allowed_values_are_one_line_errors():
+    from leakshield.errors import LeakshieldError
+
+    with pytest.raises(LeakshieldError, match="expected 'bert' or 'gpt2'"):
+        TextClassifier("lstm", 10, 8, 2)  # type: ignore[arg-type]
+    with pytest.raises(LeakshieldError, match="multiple of heads"):
+        TextClassifier("bert", 10, 8, 2, width=10, heads=3)
