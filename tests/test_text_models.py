@@ -78,3 +78,46 @@ def test_settings_outside_the_allowed_values_are_one_line_errors():
         TextClassifier("lstm", 10, 8, 2)  # type: ignore[arg-type]
     with pytest.raises(LeakshieldError, match="multiple of heads"):
         TextClassifier("bert", 10, 8, 2, width=10, heads=3)
+
+
+def test_per_sample_gradients_of_a_transformer_are_each_samples_own():
+    """vmap cannot batch transformers' mask code: the per-sample gradients (DP-SGD's clipping) go one
+    sample after another and equal each sample's own gradient."""
+    from leakshield.gradients import per_sample_gradients
+
+    model = TextClassifier("bert", 60, 8, 2, width=16, heads=2).eval()
+    ids = torch.tensor(
+        [[CLS, 10, 11, 12, SEP, PAD], [CLS, 40, 41, SEP, PAD, PAD], [CLS, 7, SEP, PAD, PAD, PAD]]
+    )
+    labels = torch.tensor([0, 1, 1])
+    each = per_sample_gradients(model, ids, labels)
+    for k in range(3):
+        own = torch.autograd.grad(
+            F.cross_entropy(model(ids[k : k + 1]), labels[k : k + 1]), list(model.parameters())
+        )
+        for (name, _), g in zip(model.named_parameters(), own, strict=True):
+            assert torch.allclose(each[name][k], g, atol=1e-6), name
+
+
+def test_dp_sgd_clips_and_noises_a_transformers_update():
+    from leakshield.data.types import DatasetInfo, ImageSet
+    from leakshield.defenses import DefensePipeline
+    from leakshield.defenses.base import ClientContext
+
+    model = TextClassifier("bert", 60, 8, 2, width=16, heads=2).eval()
+    ids = torch.tensor([[CLS, 10, 11, 12, SEP, PAD], [CLS, 40, 41, SEP, PAD, PAD]])
+    labels = torch.tensor([0, 1])
+    placeholder = ImageSet(torch.zeros(2, 1, 1, 1), labels)  # the defense reads no pixels
+    context = ClientContext(0, 0, placeholder, DatasetInfo("text", (1, 1, 1), 2, (0.0,), (1.0,)),
+                            torch.Generator().manual_seed(0)).at_step(placeholder, 0)  # fmt: skip
+    clipped = DefensePipeline.from_config(
+        [{"name": "dpsgd", "params": {"noise_multiplier": 0.0, "clip": 0.01}}]
+    )
+    update = clipped.gradient(model, ids, labels, context)
+    norm = torch.sqrt(sum((g**2).sum() for g in update.values()))
+    assert float(norm) <= 0.01 + 1e-6
+    noisy = DefensePipeline.from_config(
+        [{"name": "dpsgd", "params": {"noise_multiplier": 1.0, "clip": 0.01}}]
+    )
+    word = noisy.gradient(model, ids, labels, context)[embedding_parameter(model)]
+    assert len(bag_of_words(word)) == 60  # noise on every row: the bag of words is gone

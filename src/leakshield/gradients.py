@@ -32,8 +32,10 @@ def plain_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[s
 
 def per_sample_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
     """∇θ of each sample's training loss, stacked along a leading batch dimension (``torch.func.vmap``
-    of ``grad``, the computation of Opacus's functorch path). Model buffers are read, not updated;
-    stochastic layers draw independent randomness per sample."""
+    of ``grad``, the computation of Opacus's functorch path; one sample after another for a model whose
+    ``per_sample_by_loop`` is true, such as ``transformers``' models, whose mask code branches on the
+    data, which vmap cannot batch). Model buffers are read, not updated; stochastic layers draw
+    independent randomness per sample."""
     params = {k: v.detach() for k, v in model.named_parameters()}
     buffers = dict(model.named_buffers())
 
@@ -41,4 +43,7 @@ def per_sample_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> 
         logits = functional_call(model, {**p, **buffers}, (xi.unsqueeze(0),))
         return training_loss(model, logits, yi.unsqueeze(0))
 
+    if getattr(model, "per_sample_by_loop", False):
+        each = [grad(sample_loss)(params, xi, yi) for xi, yi in zip(x, y, strict=True)]
+        return {name: torch.stack([g[name] for g in each]) for name in params}
     return vmap(grad(sample_loss), in_dims=(None, 0, 0), randomness="different")(params, x, y)

@@ -43,6 +43,10 @@ class TextClassifier(nn.Module):
     ``vocab_size`` token ids and up to ``max_length`` positions, classifying into ``num_classes``;
     weights drawn from ``seed`` (the global RNG is left as it was)."""
 
+    #: ``transformers``' attention-mask code branches on the data, which ``vmap`` cannot batch: per-sample
+    #: gradients (DP-SGD) go one sample after another
+    per_sample_by_loop = True
+
     def __init__(
         self,
         kind: TextModelKind,
