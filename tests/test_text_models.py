@@ -121,3 +121,13 @@ def test_dp_sgd_clips_and_noises_a_transformers_update():
     )
     word = noisy.gradient(model, ids, labels, context)[embedding_parameter(model)]
     assert len(bag_of_words(word)) == 60  # noise on every row: the bag of words is gone
+
+
+def test_under_known_noise_the_bag_keeps_the_rows_noise_alone_does_not_explain():
+    """Rows of pure noise (σ = 0.01, width 64) against rows carrying a signal of norm 0.2: the χ² test
+    keeps the signal rows and no noise row."""
+    gen = torch.Generator().manual_seed(0)
+    gradient = 0.01 * torch.randn(2000, 64, generator=gen)
+    signal = torch.tensor([3, 50, 700])
+    gradient[signal] += 0.2 * F.normalize(torch.randn(3, 64, generator=gen), dim=1)
+    assert bag_of_words(gradient, noise_std=0.01).tolist() == signal.tolist()

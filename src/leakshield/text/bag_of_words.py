@@ -28,7 +28,16 @@ def embedding_parameter(model: nn.Module) -> str:
     raise ValueError(f"{type(model).__name__} has no input word embedding")
 
 
-def bag_of_words(embedding_gradient: torch.Tensor, tolerance: float = 0.0) -> torch.Tensor:
+def bag_of_words(
+    embedding_gradient: torch.Tensor, tolerance: float = 0.0, noise_std: float | None = None
+) -> torch.Tensor:
     """Sorted token ids whose embedding row has an entry of magnitude above ``tolerance`` (vocab ×
-    width gradient; 0 for exact arithmetic, larger where a defense adds noise)."""
+    width gradient; 0 for exact arithmetic). ``noise_std``: the standard deviation of Gaussian noise a
+    defense added to every entry (an attacker knows the defense's parameters); then a row is kept when
+    its squared norm exceeds what noise alone reaches 5 standard deviations above its mean (σ²·χ²_w:
+    mean w·σ², standard deviation σ²·√(2w) for width w)."""
+    if noise_std is not None:
+        width = embedding_gradient.shape[1]
+        limit = noise_std**2 * (width + 5 * (2 * width) ** 0.5)
+        return (embedding_gradient.pow(2).sum(dim=1) > limit).nonzero().flatten()
     return (embedding_gradient.abs() > tolerance).any(dim=1).nonzero().flatten()
