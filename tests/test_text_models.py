@@ -64,13 +64,6 @@ def test_with_a_tied_language_model_head_the_bag_is_the_whole_vocabulary(tokeniz
     assert len(bag_of_words(gradient)) == vocab
 
 
-def test_a_tolerance_keeps_noise_out():
-    gradient = torch.zeros(5, 3)
-    gradient[1, 0], gradient[3, 2] = 1.0, 1e-4
-    assert bag_of_words(gradient).tolist() == [1, 3]
-    assert bag_of_words(gradient, tolerance=1e-3).tolist() == [1]
-
-
 def test_settings_outside_the_allowed_values_are_one_line_errors():
     from leakshield.errors import LeakshieldError
 
@@ -124,10 +117,24 @@ def test_dp_sgd_clips_and_noises_a_transformers_update():
 
 
 def test_under_known_noise_the_bag_keeps_the_rows_noise_alone_does_not_explain():
-    """Rows of pure noise (σ = 0.01, width 64) against rows carrying a signal of norm 0.2: the χ² test
-    keeps the signal rows and no noise row."""
+    """Rows of pure noise (σ = 0.01) against rows carrying a signal of norm 0.2, at widths 16 and 64: the
+    χ² test keeps the signal rows and at most one noise row (a noise row passes in 1 % of matrices: at
+    width 64 this draw has one, row 1919); any non-zero row would keep them all."""
+    for width in (16, 64):
+        gen = torch.Generator().manual_seed(width)
+        gradient = 0.01 * torch.randn(2000, width, generator=gen)
+        signal = torch.tensor([3, 50, 700])
+        gradient[signal] += 0.2 * F.normalize(torch.randn(3, width, generator=gen), dim=1)
+        found = set(bag_of_words(gradient, noise_std=0.01).tolist())
+        assert set(signal.tolist()) <= found and len(found) <= 4
+        assert len(bag_of_words(gradient)) == 2000
+
+
+def test_noise_alone_passes_the_test_at_its_stated_rate():
+    """2,000 rows × 200 matrices of pure noise at width 16: at a false-row rate of 1 % per matrix, about
+    2 matrices show a row. Bound: at most 8 (binomial, 200 × 0.01: P(≥ 8) < 1e-3)."""
+    from leakshield.text.bag_of_words import rows_with_signal
+
     gen = torch.Generator().manual_seed(0)
-    gradient = 0.01 * torch.randn(2000, 64, generator=gen)
-    signal = torch.tensor([3, 50, 700])
-    gradient[signal] += 0.2 * F.normalize(torch.randn(3, 64, generator=gen), dim=1)
-    assert bag_of_words(gradient, noise_std=0.01).tolist() == signal.tolist()
+    passed = sum(bool(len(rows_with_signal(torch.randn(2000, 16, generator=gen), 1.0))) for _ in range(200))
+    assert passed <= 8

@@ -44,8 +44,8 @@ def test_an_update_leaks_the_longest_length_and_a_single_label(setting, kind):
 
 def test_tag_recovers_a_short_review_far_above_the_no_information_guess(setting):
     """A 2-layer BERT of width 64, untrained, one 10-token review: TAG at 1,000 steps recovered it
-    exactly (measured, 24 s); at the 150 steps here it read '##ithful three - hour cinema master
-    class.' (ROUGE-1 0.83 against 0.20 for the public split's most frequent words, ', the a. of ands -').
+    exactly (measured, 10 s); at the 150 steps here it read '##ithful three - hour cinema master
+    class.' (ROUGE-1 0.83 against 0.20 for the public split's most frequent words, ", the a. of and - '").
     Bound: ROUGE-1 above 0.5 and 0.3 above the guess."""
     splits, tokenizer = setting
     model = TextClassifier("bert", tokenizer.vocab_size, 32, 2, width=64, heads=2).eval()

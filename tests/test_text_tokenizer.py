@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import json
+from itertools import pairwise
 
 import pytest
 
@@ -105,3 +106,45 @@ def test_settings_outside_the_allowed_values_are_one_line_errors():
         train_tokenizer(["a"], "unigram", 100)  # type: ignore[arg-type]
     with pytest.raises(LeakshieldError, match="must exceed the 4 special tokens"):
         train_tokenizer(["a"], "bpe", 4)
+
+
+def test_the_bpe_model_cuts_words_as_the_learned_merges_replay(public_texts):
+    """tokenizers' BPE model, loaded with the learned merges, must cut every word as replaying the merges
+    in order does (the learner and the model agree on '##' pieces)."""
+    from collections import Counter
+
+    from leakshield.text.bpe import PREFIX
+
+    tok = train_tokenizer(public_texts, "bpe", 1500)
+    merges = [
+        tuple(m.split(" ")) if isinstance(m, str) else tuple(m)
+        for m in json.loads(tok.to_json())["model"]["merges"]
+    ]
+    rank = {pair: k for k, pair in enumerate(merges)}
+    words = Counter(
+        w for text in public_texts[:400] for w in text.lower().split() if w.isascii() and w.isalpha()
+    )
+    for word in sorted(words)[:300]:
+        symbols = [word[0], *(PREFIX + c for c in word[1:])]
+        while True:
+            pairs = [(rank.get((a, b), len(rank)), k) for k, (a, b) in enumerate(pairwise(symbols))]
+            best, k = min(pairs, default=(len(rank), 0))
+            if best == len(rank):
+                break
+            symbols[k : k + 2] = [symbols[k] + symbols[k + 1][len(PREFIX) :]]
+        assert tok.tokens(tok.encode([word], 40)[0][1:-1][: len(symbols)]) == symbols, word
+
+
+def test_a_review_that_spells_a_special_token_stays_text(public_texts):
+    tok = train_tokenizer(public_texts, "wordpiece", 1000)
+    ids = tok.encode(["great [SEP] film [PAD] end"], 16)[0].tolist()
+    inner = ids[1 : ids.index(SEP)]
+    assert PAD not in inner and SEP not in inner and CLS not in inner
+    assert tok.decode(ids) == "great sep film pad end"  # no public text has a bracket: [UNK], dropped
+
+
+def test_a_vocabulary_smaller_than_the_alphabet_is_refused():
+    with pytest.raises(LeakshieldError, match="distinct characters"):
+        train_tokenizer(["hello world", "hello there"], "wordpiece", 6)
+    tok = train_tokenizer(["hello world", "hello there"] * 3, "bpe", 20)
+    assert tok.vocab_size <= 20

@@ -1,5 +1,6 @@
 """The bag-of-words leak: which tokens a client's batch holds, read off the word embedding's gradient
-(Melis et al., IEEE S&P 2019; the first step of LAMP and DAGER).
+(Melis et al., IEEE S&P 2019; the token set LAMP starts from, which DAGER reads from the first
+attention layer's gradient instead).
 
 A token's embedding row receives gradient only through the positions that hold it, so with an input
 embedding tied to no output layer the rows with a non-zero gradient are exactly the batch's tokens
@@ -14,6 +15,7 @@ vocabulary and says nothing (tested).
 from __future__ import annotations
 
 import torch
+from scipy.stats import chi2
 from torch import nn
 
 
@@ -28,16 +30,23 @@ def embedding_parameter(model: nn.Module) -> str:
     raise ValueError(f"{type(model).__name__} has no input word embedding")
 
 
-def bag_of_words(
-    embedding_gradient: torch.Tensor, tolerance: float = 0.0, noise_std: float | None = None
-) -> torch.Tensor:
-    """Sorted token ids whose embedding row has an entry of magnitude above ``tolerance`` (vocab ×
-    width gradient; 0 for exact arithmetic). ``noise_std``: the standard deviation of Gaussian noise a
-    defense added to every entry (an attacker knows the defense's parameters); then a row is kept when
-    its squared norm exceeds what noise alone reaches 5 standard deviations above its mean (σ²·χ²_w:
-    mean w·σ², standard deviation σ²·√(2w) for width w)."""
-    if noise_std is not None:
-        width = embedding_gradient.shape[1]
-        limit = noise_std**2 * (width + 5 * (2 * width) ** 0.5)
-        return (embedding_gradient.pow(2).sum(dim=1) > limit).nonzero().flatten()
-    return (embedding_gradient.abs() > tolerance).any(dim=1).nonzero().flatten()
+#: the chance that a row of noise alone passes :func:`rows_with_signal` anywhere in the matrix
+FALSE_ROW_RATE = 0.01
+
+
+def rows_with_signal(gradient: torch.Tensor, noise_std: float | None = None) -> torch.Tensor:
+    """Sorted indices of the rows of ``gradient`` (rows × width) that carry a gradient: any non-zero
+    entry, or with ``noise_std``, the standard deviation of Gaussian noise a defense added to every
+    entry (an attacker knows the defense's parameters), a squared norm above what noise alone reaches
+    (σ²·χ²_w) in any row but with chance :data:`FALSE_ROW_RATE` (Bonferroni over the rows)."""
+    if noise_std is None:
+        return (gradient != 0).any(dim=1).nonzero().flatten()
+    rows, width = gradient.shape
+    limit = noise_std**2 * float(chi2.isf(FALSE_ROW_RATE / rows, width))
+    return (gradient.double().pow(2).sum(dim=1) > limit).nonzero().flatten()
+
+
+def bag_of_words(embedding_gradient: torch.Tensor, noise_std: float | None = None) -> torch.Tensor:
+    """Sorted token ids whose word-embedding row (vocab × width gradient) carries a gradient
+    (:func:`rows_with_signal`; ``noise_std`` under a known Gaussian noise)."""
+    return rows_with_signal(embedding_gradient, noise_std)

@@ -31,8 +31,9 @@ def learn_bpe(
     word_counts: Mapping[str, int], vocab_size: int, min_frequency: int = 2, reserved: int = 0
 ) -> tuple[list[str], list[tuple[str, str]]]:
     """(alphabet, merges) for ``word_counts``: the alphabet (word-initial characters and ``##``-marked
-    inner ones, sorted) then one new token per merge, most frequent pair first (ties: the smallest pair),
-    until ``reserved`` + the tokens reach ``vocab_size`` or no pair occurs ``min_frequency`` times."""
+    inner ones, sorted) then one merge after another, most frequent pair first (ties: the smallest
+    pair), until ``reserved`` + the distinct tokens (two merges can spell one) reach ``vocab_size`` or
+    no pair occurs ``min_frequency`` times."""
     words = [_split(w) for w in sorted(word_counts) if w]
     counts = [word_counts[w] for w in sorted(word_counts) if w]
     alphabet = sorted({symbol for symbols in words for symbol in symbols})
@@ -46,7 +47,7 @@ def learn_bpe(
     heapq.heapify(heap)
     merges: list[tuple[str, str]] = []
     known = set(alphabet)
-    while reserved + len(alphabet) + len(merges) < vocab_size and heap:
+    while reserved + len(known) < vocab_size and heap:
         negative, pair = heapq.heappop(heap)
         if pairs.get(pair, 0) != -negative:
             continue  # stale: the pair's count changed since this entry was pushed

@@ -66,13 +66,13 @@ class TextCorpus:
 
 
 def deduplicated(corpus: TextCorpus) -> tuple[TextCorpus, int]:
-    """``corpus`` without repeated texts (the first occurrence kept, compared after stripping
-    surrounding whitespace) and how many were dropped. Drop them before splitting: a repeated text
-    could otherwise sit in a client's data and in the public split at once."""
+    """``corpus`` without repeated texts (the first occurrence kept, compared case-folded with runs of
+    whitespace as one space, as the tokenizer sees them) and how many were dropped. Drop them before
+    splitting: a repeated text could otherwise sit in a client's data and in the public split at once."""
     seen: set[str] = set()
     keep = []
     for i, text in enumerate(corpus.texts):
-        key = text.strip()
+        key = " ".join(text.casefold().split())
         if key not in seen:
             seen.add(key)
             keep.append(i)
@@ -145,8 +145,12 @@ def read_rt_polarity(folder: str | Path) -> TextCorpus:
     labels: list[int] = []
     for label, name in enumerate(("rt-polarity.neg", "rt-polarity.pos")):
         file = _existing(Path(folder) / name, f"Pang & Lee's sentence polarity file {name}")
-        with _readable(file, "Windows-1252 text"):
-            lines = [line.strip() for line in file.read_text(encoding="cp1252").splitlines()]
+        raw = file.read_bytes()
+        try:
+            decoded = raw.decode("cp1252")
+        except UnicodeDecodeError:  # the 5 bytes cp1252 leaves undefined: Latin-1 reads every byte
+            decoded = raw.decode("latin-1")
+        lines = [line.strip() for line in decoded.split("\n")]
         texts += [line for line in lines if line]
         labels += [label] * sum(1 for line in lines if line)
     return TextCorpus(

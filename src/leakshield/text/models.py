@@ -96,6 +96,10 @@ class TextClassifier(nn.Module):
 
     def forward_embeddings(self, embeddings: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Logits of word embeddings (N × L × width) with ``mask`` (N × L, true at real tokens)."""
+        if embeddings.shape[1] > self.max_length:
+            raise LeakshieldError(
+                f"sequences of {embeddings.shape[1]} tokens: the model holds {self.max_length}"
+            )
         out = self.backbone(inputs_embeds=embeddings, attention_mask=mask.long())
         if self.kind == "bert":
             return self.head(out.pooler_output)

@@ -62,7 +62,11 @@ def token_accuracy(predicted: torch.Tensor, truth: torch.Tensor) -> float:
 
 
 def no_information_text(public_ids: torch.Tensor, length: int, tokenizer: TextTokenizer) -> str:
-    """The guess without information: the ``length`` − 2 most frequent words of the public split (by
-    token), decoded, for a victim of ``length`` tokens with ``[CLS]`` and ``[SEP]``."""
-    counts = Counter(i for i in public_ids.flatten().tolist() if i >= len(SPECIALS))
+    """The guess without information: the ``length`` − 2 most frequent whole words of the public split
+    (tokens that are no special token and no ``##`` piece), decoded, for a victim of ``length`` tokens
+    with ``[CLS]`` and ``[SEP]``."""
+    pieces = {
+        i for i, token in enumerate(tokenizer.tokens(range(tokenizer.vocab_size))) if token.startswith("##")
+    }
+    counts = Counter(i for i in public_ids.flatten().tolist() if i >= len(SPECIALS) and i not in pieces)
     return tokenizer.decode([i for i, _ in counts.most_common(max(length - 2, 0))])

@@ -62,7 +62,7 @@ class TextTokenizer:
     def decode(self, ids: torch.Tensor | Sequence[int]) -> str:
         """The text of one sequence of ids, special tokens dropped."""
         values = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
-        return self.backend.decode([int(i) for i in values], skip_special_tokens=True)
+        return self.backend.decode([int(i) for i in values if int(i) >= len(SPECIALS)])
 
     def tokens(self, ids: torch.Tensor | Sequence[int]) -> list[str]:
         """The token strings of ``ids`` (special tokens included)."""
@@ -97,6 +97,11 @@ def train_tokenizer(
         word for text in texts for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))
     )
     alphabet, merges = learn_bpe(words, vocab_size, min_frequency=2, reserved=len(SPECIALS))
+    if len(SPECIALS) + len(alphabet) > vocab_size:
+        raise LeakshieldError(
+            f"vocab_size {vocab_size}: the texts hold {len(alphabet)} distinct characters (word-initial "
+            f"and inner), which with the {len(SPECIALS)} special tokens need {len(SPECIALS) + len(alphabet)}"
+        )
     vocab: dict[str, int] = {}
     for token in [*SPECIALS, *alphabet, *(a + b[len(PREFIX) :] for a, b in merges)]:
         vocab.setdefault(token, len(vocab))  # two merges can spell one token: it keeps its first id
@@ -107,7 +112,7 @@ def train_tokenizer(
     backend = tk.Tokenizer(model)
     backend.normalizer, backend.pre_tokenizer = normalizer, pre_tokenizer
     backend.decoder = tk.decoders.WordPiece(prefix=PREFIX)
-    backend.add_special_tokens(list(SPECIALS))  # already in the vocabulary: their ids stay 0–3
+    # the specials are vocabulary entries, not added tokens: a review that spells "[SEP]" is text
     return TextTokenizer(backend, kind, backend.get_vocab_size())
 
 
