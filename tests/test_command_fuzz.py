@@ -212,15 +212,19 @@ def check_format(tmp: Path, name: str, edits: list[tuple]) -> None:
     root = Path(tempfile.mkdtemp(dir=tmp))
     target = write_format(name, root)
     target.write_bytes(damage(target.read_bytes(), edits))
+    COUNTS[(f"data {name}", read_or_refuse(lambda: load_dataset(name, {"size": 16}, root=root)))] += 1
+    shutil.rmtree(root)
+
+
+def read_or_refuse(read: Callable[[], object]) -> str:
+    """``ok`` when ``read()`` succeeds, ``refused`` when it raises a one-line LeakshieldError."""
     with watchdog():
         try:
-            load_dataset(name, {"size": 16}, root=root)
-            result = "ok"
+            read()
+            return "ok"
         except LeakshieldError as exc:
             assert str(exc) and "\n" not in str(exc), str(exc)
-            result = "refused"
-    COUNTS[(f"data {name}", result)] += 1
-    shutil.rmtree(root)
+            return "refused"
 
 
 #: examples per surface: the default suite, and the long mode (`pytest -m slow`)
@@ -280,14 +284,7 @@ def check_text_file(tmp: Path, name: str, edits: list[tuple]) -> None:
     folder = Path(tempfile.mkdtemp(dir=tmp))
     file_name, content = TEXT_FILES[name]
     (folder / file_name).write_bytes(damage(content, edits))
-    with watchdog():
-        try:
-            read_text_file(name, folder / file_name)
-            result = "ok"
-        except LeakshieldError as exc:
-            assert str(exc) and "\n" not in str(exc), str(exc)
-            result = "refused"
-    COUNTS[(f"text {name}", result)] += 1
+    COUNTS[(f"text {name}", read_or_refuse(lambda: read_text_file(name, folder / file_name)))] += 1
     shutil.rmtree(folder)
 
 
