@@ -108,8 +108,8 @@ def cell(name: str, batch: int, victims: int, iterations: int, setting) -> dict:
         decoded = [tokenizer.decode(r) for r in result.ids]
         true_texts = [tokenizer.decode(r) for r in ids]
         rows += text_scores(decoded, true_texts)
-        for k in range(batch):  # the guess gets the length TAG read from the update
-            guess = no_information_text(public_ids, result.length, tokenizer)
+        guess = no_information_text(public_ids, result.length, tokenizer)  # the length TAG read
+        for k in range(batch):
             rows[-batch + k]["floor_rouge1"] = text_scores([guess], [true_texts[k]])[0]["rouge1"]
     mean = {key: statistics.fmean(r[key] for r in rows) for key in rows[0]}
     return {"defense": name, "batch": batch, "victims": victims, "sequences": len(rows),

@@ -3,8 +3,8 @@ out for the models, and cached by the texts it saw."""
 
 from __future__ import annotations
 
-import builtins
 import json
+import sys
 from itertools import pairwise
 
 import pytest
@@ -20,6 +20,8 @@ from leakshield.text import (
 )
 from leakshield.text import tokenizer as tokenizer_module
 from leakshield.text.bpe import learn_bpe
+from leakshield.text.models import TextClassifier
+from leakshield.text.scores import text_scores
 from leakshield.text.tokenizer import CLS, PAD, SEP, UNK
 
 
@@ -89,16 +91,14 @@ def test_the_public_tokenizer_is_cached_by_the_texts_it_saw(public_texts, tmp_pa
 
 
 def test_without_the_text_extra_the_error_names_it(monkeypatch):
-    real_import = builtins.__import__
-
-    def no_tokenizers(name, *args, **kwargs):
-        if name == "tokenizers":
-            raise ImportError("No module named 'tokenizers'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_tokenizers)
+    for module in ("tokenizers", "transformers", "rouge_score.rouge_scorer"):  # None: "not installed"
+        monkeypatch.setitem(sys.modules, module, None)
     with pytest.raises(LeakshieldError, match=r"pip install 'leakshield\[text\]'"):
         train_tokenizer(["a b"], "wordpiece", 10)
+    with pytest.raises(LeakshieldError, match=r"pip install 'leakshield\[text\]'"):
+        TextClassifier("bert", 10, 8, 2)
+    with pytest.raises(LeakshieldError, match=r"pip install 'leakshield\[text\]'"):
+        text_scores(["a"], ["a"])
 
 
 def test_settings_outside_the_allowed_values_are_one_line_errors():

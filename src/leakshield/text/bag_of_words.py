@@ -24,10 +24,17 @@ def embedding_parameter(model: nn.Module) -> str:
     embedding = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     if embedding is None and hasattr(model, "word_embeddings"):
         embedding = model.word_embeddings
-    for name, parameter in model.named_parameters():
-        if embedding is not None and parameter is embedding.weight:
-            return name
-    raise ValueError(f"{type(model).__name__} has no input word embedding")
+    if embedding is None:
+        raise ValueError(f"{type(model).__name__} has no input word embedding")
+    return parameter_name(model, embedding.weight)
+
+
+def parameter_name(model: nn.Module, parameter: torch.Tensor) -> str:
+    """The name (in ``named_parameters``) of ``parameter``, a parameter of ``model``."""
+    name = next((n for n, p in model.named_parameters() if p is parameter), None)
+    if name is None:
+        raise ValueError(f"{type(model).__name__} holds no such parameter")
+    return name
 
 
 #: the chance that a row of noise alone passes :func:`rows_with_signal` anywhere in the matrix

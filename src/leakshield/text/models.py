@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from leakshield.errors import LeakshieldError
+from leakshield.text.extra import text_extra
 from leakshield.text.tokenizer import CLS, PAD, SEP
 
 TextModelKind = Literal["bert", "gpt2"]
@@ -31,11 +32,7 @@ TextModelKind = Literal["bert", "gpt2"]
 
 def _transformers() -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        import transformers
-    except ImportError as exc:
-        raise LeakshieldError("the text track needs its extra: pip install 'leakshield[text]'") from exc
-    return transformers
+    return text_extra("transformers")
 
 
 class TextClassifier(nn.Module):
@@ -89,6 +86,11 @@ class TextClassifier(nn.Module):
     def word_embeddings(self) -> nn.Embedding:
         """The input embedding: one row per token id."""
         return self.backbone.get_input_embeddings()
+
+    @property
+    def position_embeddings(self) -> nn.Embedding:
+        """The position embedding: one row per position."""
+        return self.backbone.wpe if self.kind == "gpt2" else self.backbone.embeddings.position_embeddings
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Logits (N × classes) of token ids (N × L, ``[PAD]`` after each sequence)."""

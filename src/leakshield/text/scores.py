@@ -13,36 +13,38 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from leakshield.errors import LeakshieldError
+from leakshield.text.extra import text_extra
 from leakshield.text.tokenizer import SPECIALS, TextTokenizer
 
 ROUGE = ("rouge1", "rouge2", "rougeL")
 
 
-def _scorer() -> Any:
-    try:
-        from rouge_score import rouge_scorer
-    except ImportError as exc:
-        raise LeakshieldError("the text track needs its extra: pip install 'leakshield[text]'") from exc
-    return rouge_scorer.RougeScorer(list(ROUGE))
+def _pair_scores(predicted: Sequence[str], truth: Sequence[str]) -> list[list[Any]]:
+    """ROUGE-1/2/L of every (true, predicted) pair: row per true text."""
+    if len(predicted) != len(truth):
+        raise LeakshieldError(f"{len(predicted)} reconstructed texts for {len(truth)} true ones")
+    scorer = text_extra("rouge_score.rouge_scorer").RougeScorer(list(ROUGE))
+    return [[scorer.score(t, p) for p in predicted] for t in truth]
+
+
+def _pairing(scores: list[list[Any]]) -> list[int]:
+    gain = [[pair["rouge1"].fmeasure for pair in row] for row in scores]
+    rows, columns = linear_sum_assignment(gain, maximize=True)
+    return [int(c) for _, c in sorted(zip(rows, columns, strict=True))]
 
 
 def matched(predicted: Sequence[str], truth: Sequence[str]) -> list[int]:
     """For each true text, the index of the predicted text paired with it: the pairing that maximizes
     the summed ROUGE-1 F-measure (Hungarian algorithm)."""
-    if len(predicted) != len(truth):
-        raise LeakshieldError(f"{len(predicted)} reconstructed texts for {len(truth)} true ones")
-    scorer = _scorer()
-    gain = [[scorer.score(t, p)["rouge1"].fmeasure for p in predicted] for t in truth]
-    rows, columns = linear_sum_assignment(gain, maximize=True)
-    return [int(c) for _, c in sorted(zip(rows, columns, strict=True))]
+    return _pairing(_pair_scores(predicted, truth))
 
 
 def text_scores(predicted: Sequence[str], truth: Sequence[str]) -> list[dict[str, float]]:
     """Per true text (after :func:`matched` pairing): ROUGE-1/2/L F-measures and exact match."""
-    scorer, order = _scorer(), matched(predicted, truth)
+    every = _pair_scores(predicted, truth)
     out = []
-    for t, k in zip(truth, order, strict=True):
-        scores = scorer.score(t, predicted[k])
+    for i, (t, k) in enumerate(zip(truth, _pairing(every), strict=True)):
+        scores = every[i][k]
         out.append(
             {
                 **{name: scores[name].fmeasure for name in ROUGE},

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from leakshield.errors import LeakshieldError
-from leakshield.text.bag_of_words import embedding_parameter, rows_with_signal
+from leakshield.text.bag_of_words import embedding_parameter, parameter_name, rows_with_signal
 from leakshield.text.models import TextClassifier
 from leakshield.text.tokenizer import CLS, SEP, SPECIALS
 
@@ -55,10 +55,7 @@ def leaked_length(
     """The longest sequence's length: the last position-embedding row that carries a gradient, + 1
     (:func:`~leakshield.text.bag_of_words.rows_with_signal`; ``noise_std`` under known Gaussian noise,
     where rows whose gradient noise drowns are not seen)."""
-    backbone = model.backbone
-    weight = backbone.wpe.weight if model.kind == "gpt2" else backbone.embeddings.position_embeddings.weight
-    name = next(n for n, p in model.named_parameters() if p is weight)
-    used = rows_with_signal(gradient[name], noise_std)
+    used = rows_with_signal(gradient[parameter_name(model, model.position_embeddings.weight)], noise_std)
     if not len(used):
         raise LeakshieldError("the update's position embedding is all zero: no length can be read")
     return int(used.max()) + 1
@@ -97,8 +94,9 @@ def tag_attack(
     if length < 3:
         raise LeakshieldError(f"a leaked length of {length}: nothing between [CLS] and [SEP]")
     skip = embedding_parameter(model)
-    names = [n for n, _ in model.named_parameters() if n != skip and n in gradient]
-    params = [dict(model.named_parameters())[n] for n in names]
+    named = dict(model.named_parameters())
+    names = [n for n in named if n != skip and n in gradient]
+    params = [named[n] for n in names]
     targets = [gradient[n].detach() for n in names]
     weights = [1.0 - i / len(names) for i in range(len(names))]
     table = model.word_embeddings.weight.detach()

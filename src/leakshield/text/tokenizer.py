@@ -26,18 +26,11 @@ import torch
 from leakshield.artifacts import Artifact, ArtifactCache, FitKey
 from leakshield.errors import LeakshieldError
 from leakshield.text.bpe import PREFIX, learn_bpe
+from leakshield.text.extra import text_extra
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
 PAD, UNK, CLS, SEP = range(4)
 TokenizerKind = Literal["wordpiece", "bpe"]
-
-
-def _tokenizers() -> Any:
-    try:
-        import tokenizers
-    except ImportError as exc:
-        raise LeakshieldError("the text track needs its extra: pip install 'leakshield[text]'") from exc
-    return tokenizers
 
 
 @dataclass(frozen=True)
@@ -74,7 +67,7 @@ class TextTokenizer:
 
     @classmethod
     def from_json(cls, text: str, kind: TokenizerKind) -> TextTokenizer:
-        backend = _tokenizers().Tokenizer.from_str(text)
+        backend = text_extra("tokenizers").Tokenizer.from_str(text)
         return cls(backend, kind, backend.get_vocab_size())
 
 
@@ -83,7 +76,7 @@ def train_tokenizer(
 ) -> TextTokenizer:
     """A ``kind`` tokenizer of at most ``vocab_size`` ids trained on ``texts``: the same for the same
     arguments (:mod:`leakshield.text.bpe` learns the merges; a merge needs a pair seen twice)."""
-    tk = _tokenizers()
+    tk = text_extra("tokenizers")
     if kind not in ("wordpiece", "bpe"):
         raise LeakshieldError(f"tokenizer kind {kind!r}: expected 'wordpiece' or 'bpe'")
     if vocab_size <= len(SPECIALS):
