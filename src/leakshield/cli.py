@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from leakshield import __version__, cli_ats, cli_fetch, cli_leaderboard
+from leakshield import __version__, cli_ats, cli_fetch, cli_leaderboard, cli_text
 from leakshield.cli_common import (
     EXIT_USAGE,
     OneLineParser,
@@ -57,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="folder with the dataset's files (overrides dataset.root)",
+    )
+    run.add_argument(
+        "--corpus",
+        type=Path,
+        default=None,
+        help="text grids (track: text): the corpus file, overriding corpus.path",
     )
     run.add_argument("--retry-failed", action="store_true", help="recompute cells stored as failed")
     run.add_argument(
@@ -143,9 +149,22 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--quick",
         action="store_true",
-        help="a smoke test in well under a minute: 2 victims, shortened attacks, 3 FL rounds",
+        help="a smoke test in well under a minute: 2 victims, shortened attacks, 3 FL rounds (with --text: "
+        "2 victims of one review, 30 TAG steps, 2 FL rounds on 600 training reviews)",
     )
     demo.add_argument("--print-config", action="store_true", help="print the demo's config and exit")
+    demo.add_argument(
+        "--text",
+        action="store_true",
+        help="the text track's demo instead: what a small BERT's update leaks about Rotten Tomatoes "
+        "reviews, untrained and FL-trained, undefended and noised (needs pip install 'leakshield[text]')",
+    )
+    demo.add_argument(
+        "--corpus",
+        type=Path,
+        default=None,
+        help="with --text: the corpus file (default: the one 'leakshield fetch-corpus' put in the cache)",
+    )
     add_common_options(demo)
     cli_ats.add_parser(sub)
     cli_leaderboard.add_parser(sub)
@@ -169,6 +188,15 @@ def _load(args: argparse.Namespace):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from leakshield.experiment.yaml_files import read_yaml
+
+    data = read_yaml(args.config)
+    if isinstance(data, dict) and data.get("track") == "text":
+        if args.data_root is not None:
+            raise LeakshieldError("--data-root: a text grid reads a corpus; give it with --corpus")
+        return cli_text.run_text(data, str(args.config), args)
+    if args.corpus is not None:
+        raise LeakshieldError("--corpus: only text grids (track: text) read a corpus; use --data-root")
     config = _load(args)
     out = args.out or Path("runs") / config.name
     return run_grid(config, out, args)
@@ -196,6 +224,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from leakshield.experiment import parse_config
 
+    if args.text:
+        return cli_text.run_text_demo(args)
+    if args.corpus is not None:
+        raise LeakshieldError("--corpus: only the text demo (--text) reads a corpus")
     text = demo_config_text()
     if args.print_config:
         print(text, end="")
@@ -225,7 +257,10 @@ def quick_demo(data: dict) -> dict:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from leakshield.report import build_report
+    from leakshield.text_grid.report import is_text_run
 
+    if is_text_run(args.run_dir):
+        return cli_text.report_text(args.run_dir, args.quiet)
     files = build_report(args.run_dir)
     if not args.quiet:
         print(files.markdown.read_text(), end="")

@@ -15,7 +15,8 @@ from leakshield.registry import NoParams, field_descriptions
 NO_PARAMS_DOC = NoParams.__doc__
 
 LISTABLE = (
-    "datasets", "models", "defenses", "attacks", "threats", "aggregators", "metrics", "transformations",
+    "datasets", "models", "defenses", "attacks", "text-attacks", "threats", "aggregators", "metrics",
+    "transformations",
 )  # fmt: skip
 
 
@@ -162,7 +163,8 @@ def _default(info: Any) -> str:
 
 
 def registry_of(what: str) -> Any:
-    """The registry ``leakshield list WHAT`` lists (datasets, models, defenses, aggregators, attacks)."""
+    """The registry ``leakshield list WHAT`` lists (datasets, models, defenses, aggregators, attacks,
+    text-attacks)."""
     if what == "datasets":
         from leakshield.data import DATASETS
 
@@ -179,6 +181,10 @@ def registry_of(what: str) -> Any:
         from leakshield.fl import AGGREGATORS
 
         return AGGREGATORS
+    if what == "text-attacks":
+        from leakshield.text_grid.attacks import TEXT_ATTACKS
+
+        return TEXT_ATTACKS
     from leakshield.attacks import ATTACKS
 
     return ATTACKS

@@ -101,7 +101,7 @@ def tag_attack(
     weights = [1.0 - i / len(names) for i in range(len(names))]
     table = model.word_embeddings.weight.detach()
     generator = torch.Generator().manual_seed(seed)
-    inner = torch.randn(batch, length - 2, table.shape[1], generator=generator) * table.std()
+    inner = torch.randn(batch, length - 2, table.shape[1], generator=generator) * float(table.std())
     inner = inner.to(table.device).requires_grad_(True)
     frame = table[torch.tensor([CLS, SEP], device=table.device)]
     mask = torch.ones(batch, length, dtype=torch.bool, device=table.device)

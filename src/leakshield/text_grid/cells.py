@@ -1,0 +1,225 @@
+"""The cells of a text grid and how one group of them is computed: for one seed, model, defense setting,
+model state and batch size, every victim's update is computed once through the client's defense
+pipeline and handed to every attack; each attack's reconstructions are scored against the truth.
+
+Scores (per sequence after Hungarian pairing on ROUGE-1, :func:`~leakshield.text.scores.text_scores`):
+ROUGE-1/2/L F-measures, exact match and token accuracy; beside them the no-information guess's ROUGE-1/2
+(the public split's most frequent words at the sequence's true length: a guess that even knows the
+length). An attack that recovers a set and no order (the bag of words) is scored once per victim batch:
+its recall and precision on token ids, and ROUGE-1 of its tokens against the batch's distinct tokens
+(each token a word, word pieces without their ``##``)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from leakshield.experiment.config import Component, DefenseSetting
+from leakshield.experiment.store import CellRecord
+from leakshield.seeds import mix
+from leakshield.text.scores import matched, no_information_text, text_scores, token_accuracy
+from leakshield.text.tokenizer import SPECIALS
+from leakshield.text_grid.attacks import (
+    TEXT_ATTACKS,
+    TextAttackInput,
+    create_text_attack,
+    known_noise_std,
+    step_sizes,
+    threat_of,
+)
+from leakshield.text_grid.config import TextExperimentConfig, TextModelSpec
+from leakshield.text_grid.world import TextWorld, Victim
+
+WORDS = len(SPECIALS)  # ids from here on are words and word pieces
+
+
+@dataclass(frozen=True)
+class TextCell:
+    seed: int
+    model: TextModelSpec
+    state: str
+    defense: DefenseSetting
+    attack: Component
+    batch: int
+
+    @property
+    def key(self) -> str:
+        return (
+            f"text|seed={self.seed}|model={self.model.display}|state={self.state}|"
+            f"defense={self.defense.display}|attack={self.attack.display}|batch={self.batch}"
+        )
+
+    @property
+    def group(self) -> tuple:
+        """Cells of one group share their victims' updates."""
+        return (self.seed, self.model.display, self.defense.display, self.state, self.batch)
+
+
+def expand_text_grid(config: TextExperimentConfig) -> list[TextCell]:
+    """Every cell, a group's cells next to each other."""
+    return [
+        TextCell(seed, model, state, defense, attack, batch)
+        for seed in config.seeds
+        for model in config.models
+        for defense in config.defenses
+        for state in config.states
+        for batch in config.victims.batches
+        for attack in config.attacks
+    ]
+
+
+def compute_group(world: TextWorld, cells: list[TextCell], environment: dict[str, Any]) -> list[CellRecord]:
+    """The records of ``cells`` (one group); a failing group is stored as failed cells, never raised."""
+    first = cells[0]
+    start = time.time()
+    try:
+        state = world.state(first.model, first.defense, first.state, first.seed)
+        updates = [
+            world.update(state.model, first.defense, v, first.seed) for v in world.victims[first.batch]
+        ]
+    except Exception as exc:  # a failing group must not stop the grid
+        error = f"{type(exc).__name__}: {exc}"
+        trace = [{"traceback": traceback.format_exc(limit=4)}]
+        return [_record(c, "failed", {}, trace, error, start) for c in cells]
+    records = []
+    for cell in cells:
+        began = time.time()
+        try:
+            rows, metrics = _attack_cell(world, cell, state.model, updates)
+            metrics.update(accuracy=state.accuracy, **state.privacy)
+            records.append(_record(cell, "ok", metrics, rows, None, began))
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            records.append(
+                _record(cell, "failed", {}, [{"traceback": traceback.format_exc(limit=4)}], error, began)
+            )
+    for record in records:
+        record.environment.update(environment)
+    return records
+
+
+def _attack_cell(world: TextWorld, cell: TextCell, model, updates) -> tuple[list[dict], dict[str, Any]]:
+    attack = create_text_attack(cell.attack.name, cell.attack.params)
+    tokenizer, public_ids = world.info.tokenizer, world.data.public.x
+    local = world.config.update
+    rows: list[dict[str, Any]] = []
+    seconds = []
+    for victim, (gradient, steps) in zip(world.victims[cell.batch], updates, strict=True):
+        fedavg = local.algorithm == "fedavg"
+        sizes = step_sizes(cell.batch, local.batch_size, local.local_epochs) if fedavg else [cell.batch]
+        assert len(sizes) == steps, (sizes, steps)
+        noise = known_noise_std(
+            world.pipeline_entries(cell.defense, victim),
+            sizes,
+            len(world.clients[victim.client]),
+            local.local_lr if fedavg else None,
+        )
+        labels = victim.batch.y.to(world.device) if attack.needs_labels else None
+        began = time.perf_counter()
+        seed = mix(cell.seed, victim.index)
+        out = attack(TextAttackInput(model, gradient, cell.batch, labels, noise, seed))
+        seconds.append(time.perf_counter() - began)
+        truths = [tokenizer.decode(r) for r in victim.batch.x]
+        if out.ids is not None:
+            rows += _sequence_rows(victim, out.ids, truths, tokenizer, public_ids)
+        if out.bag is not None:
+            rows.append(_bag_row(victim, out.bag, tokenizer, public_ids))
+    metrics: dict[str, Any] = {
+        "seconds_per_victim": statistics.fmean(seconds),
+        "victims": len(seconds),
+        "scored": len(rows),
+    }
+    for name in (
+        "rouge1",
+        "rouge2",
+        "rougeL",
+        "exact",
+        "token_accuracy",
+        "floor_rouge1",
+        "floor_rouge2",
+        "bag_recall",
+        "bag_precision",
+    ):
+        values = [r[name] for r in rows if r.get(name) is not None]
+        if values:
+            metrics[name] = statistics.fmean(values)
+    return rows, metrics
+
+
+def _sequence_rows(victim: Victim, ids: torch.Tensor, truths: list[str], tokenizer, public_ids) -> list[dict]:
+    predicted = [tokenizer.decode(r) for r in ids]
+    pairing = matched(predicted, truths)
+    rows = []
+    for k, truth in enumerate(truths):
+        score = text_scores([predicted[pairing[k]]], [truth])[0]
+        length = int(victim.batch.lengths[k])
+        guess = text_scores([no_information_text(public_ids, length, tokenizer)], [truth])[0]
+        row = ids[pairing[k] : pairing[k] + 1]
+        rows.append(
+            {
+                "victim": victim.index,
+                "client": victim.client,
+                "sequence": k,
+                "truth": truth,
+                "reconstructed": predicted[pairing[k]],
+                **score,
+                "token_accuracy": token_accuracy(row, victim.batch.x[k : k + 1].cpu()),
+                "floor_rouge1": guess["rouge1"],
+                "floor_rouge2": guess["rouge2"],
+            }
+        )
+    return rows
+
+
+def _bag_row(victim: Victim, bag: torch.Tensor, tokenizer, public_ids) -> dict:
+    """A bag scored on distinct tokens (each one a word, ``##`` dropped): ROUGE-1 of the bag against the
+    batch's distinct tokens (a set has no order: no ROUGE-2), recall and precision on token ids; an empty
+    bag has no precision (``bags_empty`` counts them)."""
+    found = sorted(i for i in bag.tolist() if i >= WORDS)
+    true_ids = sorted({i for i in victim.batch.x.flatten().tolist() if i >= WORDS})
+    truth = " ".join(t.removeprefix("##") for t in tokenizer.tokens(true_ids))
+    words = " ".join(t.removeprefix("##") for t in tokenizer.tokens(found))
+    score = text_scores([words], [truth])[0]
+    guess = text_scores([no_information_text(public_ids, len(true_ids) + 2, tokenizer)], [truth])[0]
+    hits = len(set(true_ids) & set(found))
+    return {
+        "victim": victim.index,
+        "client": victim.client,
+        "truth": truth,
+        "reconstructed": words,
+        "rouge1": score["rouge1"],
+        "bag_recall": hits / max(len(true_ids), 1),
+        "bag_precision": hits / len(found) if found else None,
+        "floor_rouge1": guess["rouge1"],
+    }
+
+
+def _record(
+    cell: TextCell, status: str, metrics: dict, victims: list[dict], error: str | None, start: float
+) -> CellRecord:
+    threat = threat_of(cell.attack.name, cell.attack.params)
+    return CellRecord(
+        key=cell.key,
+        kind="text",
+        model=cell.model.display,
+        defense=cell.defense.display,
+        attack=cell.attack.display,
+        round=None,
+        seed=cell.seed,
+        status=status,
+        metrics=metrics,
+        victims=victims,
+        error=error,
+        images=None,
+        seconds=time.time() - start,
+        finished=time.time(),
+        environment={"state": cell.state},
+        attack_name=TEXT_ATTACKS.get(cell.attack.name).name,
+        threat=threat.as_json(),
+        scale=f"batch={cell.batch} state={cell.state}",
+    )

@@ -1,0 +1,237 @@
+"""The config of a text grid (YAML with ``track: text``), validated with pydantic; errors name the field
+and the allowed values. The grid is models × model states (untrained, trained by FL) × defenses ×
+attacks × batch sizes × seeds; every cell attacks the same victims' updates.
+
+A minimal config::
+
+    track: text
+    name: rt-small
+    corpus: {path: rotten_tomatoes_corpus_full.csv.bz2}
+    models: [{name: bert}]
+    defenses: [none, {name: gaussian-noise, sigma: 0.001}]
+    attacks: [bag-of-words, {name: tag, iterations: 300}]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+
+from leakshield.defenses import DEFENSES
+from leakshield.errors import ConfigError, LeakshieldError
+from leakshield.experiment.config import Component, DefenseSetting
+from leakshield.experiment.sections import Section
+from leakshield.experiment.yaml_files import file_name, read_yaml
+from leakshield.fl.config import FLConfig, LocalTraining
+from leakshield.registry import format_validation_error
+from leakshield.text.dataset import CorpusFormat, TextPartitionKind
+from leakshield.text.fetch import default_corpus_path
+from leakshield.text.tokenizer import TokenizerKind
+from leakshield.text_grid.attacks import TEXT_ATTACKS, check_text_defense
+
+State = Literal["untrained", "trained"]
+
+
+class CorpusSection(Section):
+    """path: the corpus file (a folder for rt-polarity; default: the Rotten Tomatoes CSV that
+    ``leakshield fetch-corpus`` put in the data cache); format: how to read it; the splits keep each
+    group (movie) on one side; max_train: keep the first that many training texts."""
+
+    path: str | None = None
+    format: CorpusFormat = "rotten-tomatoes"
+    public_fraction: float = pydantic.Field(default=0.2, gt=0, lt=1)
+    test_fraction: float = pydantic.Field(default=0.2, gt=0, lt=1)
+    split_seed: int = 0
+    max_train: pydantic.PositiveInt | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _fractions_leave_training_text(self) -> CorpusSection:
+        if self.public_fraction + self.test_fraction >= 1:
+            raise ValueError(
+                f"public_fraction {self.public_fraction} + test_fraction {self.test_fraction}: must stay "
+                "below 1 (the rest is the clients' text)"
+            )
+        return self
+
+    def digest(self) -> str:
+        """SHA-256 (16 hex digits) of the corpus file's bytes (of a folder: each file's name and bytes),
+        or ``missing`` when there is none (reading it then fails with a one-line error)."""
+        path = Path(self.path).expanduser() if self.path is not None else default_corpus_path()
+        digest = hashlib.sha256()
+        try:
+            if not path.is_dir():
+                digest.update(path.read_bytes())
+            for file in sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else []:
+                digest.update(file.name.encode() + b"\0" + file.read_bytes())
+        except OSError:
+            return "missing"
+        return digest.hexdigest()[:16]
+
+
+class TokenizerSection(Section):
+    """kind: wordpiece (BERT's) or bpe (GPT-2's); vocab_size: ids, the 4 special tokens included;
+    fitted on the public split alone (a tokenizer fitted on client text would leak it)."""
+
+    kind: TokenizerKind = "wordpiece"
+    vocab_size: int = pydantic.Field(default=2000, ge=64, le=100_000)
+    lowercase: bool = True
+
+
+class TextModelSpec(Section):
+    """name: bert (untied input embedding) or gpt2 (input and output embeddings tied); width, layers
+    and heads of the transformer; label: the name in tables (default: the kind)."""
+
+    name: Literal["bert", "gpt2"]
+    label: str | None = None
+    width: int = pydantic.Field(default=64, ge=8, le=1024)
+    layers: int = pydantic.Field(default=2, ge=1, le=24)
+    heads: int = pydantic.Field(default=2, ge=1, le=32)
+
+    @pydantic.model_validator(mode="after")
+    def _heads_divide_width(self) -> TextModelSpec:
+        if self.width % self.heads:
+            raise ValueError(f"width {self.width} must be a multiple of heads {self.heads}")
+        return self
+
+    @property
+    def display(self) -> str:
+        return self.label or self.name
+
+
+class TrainingSection(Section):
+    """rounds: FL rounds (``fl``: clients, their local training) that train the ``trained`` state from
+    the seed's initialisation, each defense setting training under its own defenses."""
+
+    rounds: int = pydantic.Field(default=10, ge=1, le=10_000)
+
+
+class TextVictims(Section):
+    """count: victim batches per batch size, drawn at random with seed from the clients in turn (victim
+    i from client i mod clients); batches: the batch sizes attacked."""
+
+    count: pydantic.PositiveInt = 4
+    batches: list[pydantic.PositiveInt] = pydantic.Field(default_factory=lambda: [1], min_length=1)
+    seed: int = 0
+
+
+def _fedavg() -> FLConfig:
+    return FLConfig(clients=10, local=LocalTraining(algorithm="fedavg", optimizer="adam", local_lr=1e-3))
+
+
+class TextExperimentConfig(Section):
+    """A text grid; see the module docstring. ``update``: how a victim computes the attacked update on
+    its batch (FedSGD: one gradient; FedAvg: local steps, whose update the attacks turn into a gradient
+    estimate −Δθ / (lr · steps))."""
+
+    track: Literal["text"]
+    name: str = "text"
+    seeds: list[int] = pydantic.Field(default_factory=lambda: [0], min_length=1)
+    corpus: CorpusSection = pydantic.Field(default_factory=CorpusSection)
+    tokenizer: TokenizerSection = pydantic.Field(default_factory=TokenizerSection)
+    max_length: int = pydantic.Field(default=32, ge=4, le=512)
+    models: list[TextModelSpec] = pydantic.Field(min_length=1)
+    fl: FLConfig = pydantic.Field(default_factory=_fedavg)
+    partition: TextPartitionKind = "iid"
+    partition_seed: int = 0
+    states: list[State] = pydantic.Field(default_factory=lambda: ["untrained"], min_length=1)
+    training: TrainingSection = pydantic.Field(default_factory=TrainingSection)
+    update: LocalTraining = pydantic.Field(default_factory=LocalTraining)
+    victims: TextVictims = pydantic.Field(default_factory=TextVictims)
+    defenses: list[DefenseSetting] = pydantic.Field(
+        default_factory=lambda: [DefenseSetting(name="none")], min_length=1
+    )
+    attacks: list[Component] = pydantic.Field(min_length=1)
+
+    @pydantic.field_validator("name")
+    @classmethod
+    def _name_is_a_file_name(cls, value: str) -> str:
+        return file_name(value, "the default run folder is runs/<name>")
+
+    @pydantic.field_validator("models", "attacks", mode="before")
+    @classmethod
+    def _names_to_components(cls, value: Any) -> Any:
+        return [{"name": v} if isinstance(v, str) else v for v in value] if isinstance(value, list) else value
+
+    @pydantic.model_validator(mode="after")
+    def _partition_here(self) -> TextExperimentConfig:
+        if self.fl.partition.kind != "iid":
+            raise ValueError("fl.partition: a text grid partitions by 'partition' (iid or by-group)")
+        for name in ("states", "seeds"):
+            values = getattr(self, name)
+            if len(set(values)) != len(values):
+                raise ValueError(f"{name}: {values} lists a value twice")
+        if self.fl.secure_aggregation:
+            raise ValueError("fl.secure_aggregation: text grids attack single updates; set it false")
+        if self.update.algorithm == "fedavg" and (self.update.optimizer != "sgd" or self.update.momentum):
+            raise ValueError(
+                "update: a FedAvg update is attacked as the mean gradient −Δθ / (lr · steps), which holds "
+                "for plain SGD only; use optimizer sgd with momentum 0"
+            )
+        if len(set(self.victims.batches)) != len(self.victims.batches):
+            raise ValueError(f"victims.batches: {self.victims.batches} lists a size twice")
+        return self
+
+    def check_components(self) -> None:
+        """Every attack and defense known, text-compatible and validly parametrized; labels unique."""
+        for i, attack in enumerate(self.attacks):
+            if attack.against is not None:
+                raise ConfigError(
+                    f"attacks[{i}].against: a text grid runs every attack against every defense"
+                )
+            try:
+                validated = TEXT_ATTACKS.validate(attack.name, attack.params)
+            except LeakshieldError as exc:
+                raise ConfigError(f"attacks[{i}]: {exc}") from None
+            if getattr(validated, "labels_known", True) is False and max(self.victims.batches) > 1:
+                raise ConfigError(
+                    f"attacks[{i}].labels_known: false needs victims.batches [1] (only a batch of one leaks "
+                    f"its label); the batches are {self.victims.batches}"
+                )
+        for i, setting in enumerate(self.defenses):
+            for j, entry in enumerate(setting.entries):
+                where = f"defenses[{i}]" + (f".stack[{j}]" if setting.stack else "")
+                try:
+                    DEFENSES.validate(entry["name"], entry["params"])
+                except LeakshieldError as exc:
+                    raise ConfigError(f"{where}: {exc}") from None
+                check_text_defense(entry["name"], where)
+        for section, labels in (("models", [m.display for m in self.models]),
+                                ("defenses", [d.display for d in self.defenses]),
+                                ("attacks", [a.display for a in self.attacks])):  # fmt: skip
+            dupes = sorted({x for x in labels if labels.count(x) > 1})
+            if dupes:
+                raise ConfigError(f"{section}: duplicate labels {dupes}; give each entry a unique label")
+
+    def fingerprint(self) -> str:
+        """Hash of everything that determines the results: the config and the corpus's content (not
+        where the file is: moving it changes nothing, another file does)."""
+        payload = self.model_dump(mode="json")
+        payload["corpus"].pop("path", None)
+        payload["corpus"]["content"] = self.corpus.digest()
+        blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def parse_text_config(data: Any, source: str = "config") -> TextExperimentConfig:
+    """Validate a text grid's config mapping; :class:`ConfigError` in one line naming the fields."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        config = TextExperimentConfig.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise ConfigError(f"{source}: {format_validation_error(exc)}") from None
+    config.check_components()
+    return config
+
+
+def load_text_config(path: str | Path) -> TextExperimentConfig:
+    return parse_text_config(read_yaml(path), source=str(path))
+
+
+def is_text_config(data: Any) -> bool:
+    """Whether a config mapping is a text grid's (``track: text``)."""
+    return isinstance(data, dict) and data.get("track") == "text"

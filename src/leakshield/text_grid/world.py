@@ -1,0 +1,212 @@
+"""The world of a text grid: the tokenized corpus and its client partition, the fixed victims, the
+models the server builds (untrained, and trained by FL under each defense setting, cached) and the
+victims' updates through the clients' defense pipeline — the same FL clients and defenses as images."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from leakshield.artifacts import Artifact, ArtifactCache, FitKey
+from leakshield.defenses.base import DefensePipeline
+from leakshield.errors import ConfigError
+from leakshield.experiment.config import DefenseSetting
+from leakshield.fl import FederatedSimulation
+from leakshield.fl.client import compute_update
+from leakshield.seeds import seeded_generator
+from leakshield.text.dataset import TextData, TextInfo, TokenSet, load_text_data, partition_text, read_corpus
+from leakshield.text.models import TextClassifier
+from leakshield.text.tokenizer import text_fingerprint
+from leakshield.text_grid.config import TextExperimentConfig, TextModelSpec
+
+#: sequences scored per forward pass when measuring accuracy
+EVAL_BATCH = 256
+
+
+@dataclass(frozen=True)
+class Victim:
+    """Victim ``index`` at one batch size: client ``client``'s batch (token ids, labels)."""
+
+    index: int
+    client: int
+    batch: TokenSet
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """A model the server sends, with its test ``accuracy`` and what training it cost (ε of DP-SGD)."""
+
+    model: TextClassifier
+    accuracy: float
+    privacy: dict[str, float]
+
+
+class TextWorld:
+    """Everything a text grid's cells share; built once per run."""
+
+    def __init__(
+        self,
+        config: TextExperimentConfig,
+        device: torch.device,
+        *,
+        progress: bool = False,
+        cache: ArtifactCache | None = None,
+    ) -> None:
+        self.config, self.device, self.progress = config, device, progress
+        self.cache = cache or ArtifactCache()
+        c = config.corpus
+        self.data: TextData = load_text_data(
+            read_corpus(c.path, c.format),
+            tokenizer_kind=config.tokenizer.kind,
+            vocab_size=config.tokenizer.vocab_size,
+            lowercase=config.tokenizer.lowercase,
+            max_length=config.max_length,
+            public_fraction=c.public_fraction,
+            test_fraction=c.test_fraction,
+            split_seed=c.split_seed,
+            max_train=c.max_train,
+            cache=self.cache,
+        )
+        parts = partition_text(self.data.groups, config.fl.clients, config.partition, config.partition_seed)
+        self.clients = [self.data.train.subset(p) for p in parts]
+        self.victims = {b: self._draw(b) for b in config.victims.batches}
+        self._states: dict[tuple, ModelState] = {}
+        #: what the trained models depend on in the data: the encoded train split and its groups
+        self.train_digest = text_fingerprint(
+            [str(self.data.train.x.tolist()), str(self.data.train.y.tolist()), *self.data.groups]
+        )
+
+    @property
+    def info(self) -> TextInfo:
+        return self.data.info
+
+    def _draw(self, batch: int) -> list[Victim]:
+        """``victims.count`` batches of ``batch`` texts, victim i from client i mod clients."""
+        found = []
+        for i in range(self.config.victims.count):
+            client = i % len(self.clients)
+            data = self.clients[client]
+            if len(data) < batch:
+                raise ConfigError(
+                    f"victims.batches: {batch} texts from client {client}, which holds {len(data)}"
+                )
+            gen = seeded_generator(self.config.victims.seed, batch, i)
+            rows = torch.randperm(len(data), generator=gen)[:batch].sort().values
+            found.append(Victim(i, client, data.subset(rows)))
+        return found
+
+    def pipeline(self, setting: DefenseSetting) -> DefensePipeline:
+        return DefensePipeline.from_config(setting.entries)
+
+    def pipeline_entries(self, setting: DefenseSetting, victim: Victim) -> list[dict]:
+        """The defenses ``victim``'s client runs: the setting's, or none outside ``fl.defended_clients``."""
+        return setting.entries if self.config.fl.is_defended(victim.client) else []
+
+    def fresh_model(self, spec: TextModelSpec, setting: DefenseSetting, seed: int) -> TextClassifier:
+        """The untrained model the server builds from ``seed`` (with the defenses' model stage)."""
+        info = self.data.info
+        net = TextClassifier(
+            spec.name,
+            info.vocab_size,
+            info.max_length,
+            info.num_classes,
+            width=spec.width,
+            layers=spec.layers,
+            heads=spec.heads,
+            seed=seed,
+        )
+        return self.pipeline(setting).model_hook(net, seed=seed).to(self.device).eval()
+
+    def state(self, spec: TextModelSpec, setting: DefenseSetting, state: str, seed: int) -> ModelState:
+        """The model in ``state``: untrained, or trained by ``training.rounds`` FL rounds of ``fl`` under
+        ``setting``'s defenses (cached on disk under everything that determines it)."""
+        key = (spec.display, setting.display, state, seed)
+        if key not in self._states:
+            model = self.fresh_model(spec, setting, seed)
+            privacy: dict[str, float] = {}
+            if state == "trained":
+                privacy = self._train(model, spec, setting, seed)
+            self._states[key] = ModelState(model.eval(), self.accuracy(model), privacy)
+        return self._states[key]
+
+    def _train(self, model: nn.Module, spec: TextModelSpec, setting: DefenseSetting, seed: int) -> dict:
+        config = self.config
+        fl = (
+            config.fl
+            if setting.training is None
+            else config.fl.model_copy(update={"local": setting.training})
+        )
+        params = {
+            "model": spec.model_dump(mode="json", exclude={"label"}),
+            "defenses": setting.entries,
+            "fl": fl.model_dump(mode="json"),
+            "rounds": config.training.rounds,
+            "partition": [config.partition, config.partition_seed],
+            "tokenizer": config.tokenizer.model_dump(mode="json"),
+            "max_length": config.max_length,
+            "corpus": config.corpus.model_dump(mode="json", exclude={"path"}),
+        }
+        key = FitKey("text-fl-training", params, "client", self.train_digest, seed,
+                     context={"device": self.device.type})  # fmt: skip
+
+        def fit() -> Artifact:
+            pipeline = self.pipeline(setting)
+            sim = FederatedSimulation.honest(
+                model,
+                [c.to(self.device) for c in self.clients],
+                fl,
+                pipeline,
+                self.data.info,
+                public=self.data.public.to(self.device),
+                seed=seed,
+            )  # type: ignore[arg-type]
+            sim.run(config.training.rounds, progress=self.progress, desc=f"FL training {setting.display}")
+            spent: dict[str, float] = {}
+            for defense in pipeline.defenses:
+                spent.update(defense.privacy_spent(sim.client_steps))
+            state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+            return Artifact(state, {"privacy": spent})
+
+        artifact = self.cache.get_or_fit(key, fit)
+        model.load_state_dict({k: v.to(self.device) for k, v in artifact.tensors.items()})
+        return dict(artifact.metadata.get("privacy", {}))
+
+    @torch.no_grad()
+    def accuracy(self, model: nn.Module) -> float:
+        """Share of the test split classified correctly."""
+        test = self.data.test
+        hits = 0
+        for start in range(0, len(test), EVAL_BATCH):
+            ids = test.x[start : start + EVAL_BATCH].to(self.device)
+            hits += int((model(ids).argmax(1).cpu() == test.y[start : start + EVAL_BATCH]).sum())
+        return hits / max(len(test), 1)
+
+    def update(
+        self, model: TextClassifier, setting: DefenseSetting, victim: Victim, seed: int
+    ) -> tuple[dict[str, torch.Tensor], int]:
+        """The victim's released update of its batch through ``setting``'s pipeline and the attacker's
+        gradient estimate of it (FedSGD: the update; FedAvg: −Δθ / (lr · steps)), and the local steps."""
+        local = self.config.update
+        if local.algorithm == "fedsgd":
+            local = local.model_copy(update={"batch_size": len(victim.batch)})
+        update, _ = compute_update(
+            model,
+            victim.batch.to(self.device),
+            local,
+            DefensePipeline.from_config(self.pipeline_entries(setting, victim)),
+            info=self.data.info,  # type: ignore[arg-type]
+            generator=seeded_generator(seed, victim.index, len(victim.batch), device=self.device),
+            public=self.data.public.to(self.device),
+            pool=self.clients[victim.client].to(self.device),  # type: ignore[arg-type]
+            model_mode="eval",
+            client_id=victim.client,
+        )
+        steps = update.protocol.local_steps
+        if local.algorithm == "fedsgd":
+            return dict(update.delta), steps
+        return {k: -v / (local.local_lr * steps) for k, v in update.delta.items()}, steps
+
+    def sample_rate(self, victim: Victim) -> float:
+        return min(1.0, len(victim.batch) / max(len(self.clients[victim.client]), 1))
