@@ -35,7 +35,12 @@ RUNNABLE = [page for page in PAGES if runnable(page)]
 
 def test_the_runnable_pages_are_found_and_tutorials_only_hold_runnable_blocks():
     names = {f"{p.parent.name}/{p.stem}" for p in RUNNABLE}
-    assert {"tutorials/first-leak", "tutorials/compare-defenses", "howto/own-defense"} <= names, names
+    assert {
+        "tutorials/first-leak",
+        "tutorials/compare-defenses",
+        "tutorials/text-leak",
+        "howto/own-defense",
+    } <= names, names
     assert {"howto/add-attack", "howto/datasets"} <= names, names
     for page in DOCS.glob("tutorials/*.md"):
         shown = [lang for lang, attrs, _ in blocks(page) if lang not in RUN and "title=" not in attrs]
@@ -74,8 +79,14 @@ def _pages() -> list:
 
 
 @pytest.mark.parametrize("page", _pages(), ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_every_block_of_the_page_runs(page, tmp_path):
-    """The README's Python runs too (its shell blocks are the set-up and long runs, shown only)."""
+def test_every_block_of_the_page_runs(page, tmp_path, request):
+    """The README's Python runs too (its shell blocks are the set-up and long runs, shown only). The
+    text tutorial finds the corpus where ``leakshield fetch-corpus`` puts it (a link to the test copy)."""
+    if page.stem == "text-leak":
+        corpus = request.getfixturevalue("rotten_tomatoes_csv")
+        cached = Path(os.environ["LEAKSHIELD_CACHE_DIR"]) / "data" / corpus.name
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.symlink_to(corpus)
     languages = {"python"} if page == README else RUN
     steps = []
     for number, (lang, attrs, code) in enumerate(blocks(page), start=1):

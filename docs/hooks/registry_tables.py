@@ -1,5 +1,5 @@
 """mkdocs hooks. A page's ``<!-- registry: KIND -->`` line becomes one section per registered component
-of that kind (attacks, defenses, models, datasets, aggregators; ``threats``: the catalogue), rendered from
+of that kind (attacks, text-attacks, defenses, models, datasets, aggregators; ``threats``: the catalogue), rendered from
 the same record as ``leakshield list KIND -v`` (:func:`leakshield.cli_list.component_doc`), so the manual
 and the command line say the same thing."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-MARKER = re.compile(r"^<!-- registry: (\w+) -->$", re.MULTILINE)
-KINDS = ("attacks", "defenses", "models", "datasets", "aggregators")
+MARKER = re.compile(r"^<!-- registry: ([\w-]+) -->$", re.MULTILINE)
+KINDS = ("attacks", "text-attacks", "defenses", "models", "datasets", "aggregators")
 
 
 def on_page_markdown(markdown: str, **_: object) -> str:
