@@ -67,6 +67,18 @@ print("steps run:", sum(kind != "file" for kind, _, _ in steps))
 """
 
 
+#: whether pytest-xdist workers share the cores: a page's processes (and the commands its blocks start)
+#: then run on one core, as each worker's tests run on one thread; a page at two threads beside the other
+#: worker oversubscribed the cores and ran 4–17× slower than alone (measured: 223 s against 13 s)
+SHARED_CORES = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1 and hasattr(os, "sched_setaffinity")
+
+
+def one_core() -> None:
+    """Pin this (child) process and all it starts to the last core it may use: torch's OpenMP team,
+    ``tokenizers``' thread pool and ``leakshield``'s own thread count all size themselves by it."""
+    os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+
+
 #: pages whose blocks start a Flower simulation engine (Ray) for a federation of several rounds: 40–80 s
 #: each on 2 cores, kept out of the default run (``pytest -m slow``); the component each shows has its
 #: own end-to-end test in the default run (test_leakage_filter.py)
@@ -83,6 +95,8 @@ def test_every_block_of_the_page_runs(page, tmp_path, request):
     """The README's Python runs too (its shell blocks are the set-up and long runs, shown only). The
     text tutorial finds the corpus where ``leakshield fetch-corpus`` puts it (a link to the test copy)."""
     if page.stem == "text-leak":
+        for module in ("transformers", "tokenizers", "rouge_score"):  # the text extra
+            pytest.importorskip(module)
         corpus = request.getfixturevalue("rotten_tomatoes_csv")
         cached = Path(os.environ["LEAKSHIELD_CACHE_DIR"]) / "data" / corpus.name
         cached.parent.mkdir(parents=True, exist_ok=True)
@@ -99,7 +113,12 @@ def test_every_block_of_the_page_runs(page, tmp_path, request):
     (tmp_path / "driver.py").write_text(DRIVER)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(
-        [sys.executable, "driver.py", "steps.json"], cwd=tmp_path, env=env, capture_output=True, text=True
+        [sys.executable, "driver.py", "steps.json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        preexec_fn=one_core if SHARED_CORES else None,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     assert "steps run:" in done.stdout

@@ -18,7 +18,8 @@ from leakshield.text.dataset import TokenSet, partition_text
 from leakshield.text_grid.attacks import known_noise_std, step_sizes
 from leakshield.text_grid.config import parse_text_config
 
-pytest.importorskip("transformers")
+for module in ("transformers", "tokenizers", "rouge_score"):
+    pytest.importorskip(module)
 
 
 def tiny_config(corpus_path: Path, **overrides) -> dict:
@@ -132,7 +133,8 @@ def test_the_known_noise_is_the_noise_on_a_fedavg_estimate(tmp_path, rotten_toma
         ({"defenses": ["none", "mixup"]}, "defenses[1]: mixup transforms images"),
         ({"attacks": ["dlg"]}, "attacks[0]: unknown text attack 'dlg'"),
         ({"attacks": [{"name": "tag", "labels_known": False}]}, "attacks[0].labels_known"),
-        ({"partition": "dirichlet"}, "partition"),
+        ({"partition": "dirichlet"}, "'iid' or 'by-group'"),
+        ({"defenses": [{"name": "gaussian-noise", "label": "a|b"}]}, "hold '|' or '='"),
         ({"fl": {"partition": {"kind": "dirichlet"}}}, "fl.partition"),
         ({"models": [{"name": "bert", "width": 30, "heads": 4}]}, "width 30 must be a multiple of heads 4"),
         ({"defenses": ["none", {"name": "gaussian-noise", "label": "none"}]}, "duplicate labels"),
@@ -200,7 +202,7 @@ def test_the_undefended_bag_of_words_is_exact_and_noise_hides_it(tiny_run):
 
 
 def test_the_trained_state_is_trained_by_fl_and_scored(tiny_run, rotten_tomatoes_csv):
-    from leakshield.artifacts import ArtifactCache
+    from leakshield.experiment.code_cache import CodeKeyedCache
     from leakshield.text_grid.world import TextWorld
 
     cells = _cells(tiny_run[1])
@@ -208,7 +210,7 @@ def test_the_trained_state_is_trained_by_fl_and_scored(tiny_run, rotten_tomatoes
     trained = _cell(cells, state="trained", defense="none", attack="tag", batch=1)
     assert [v["truth"] for v in untrained["victims"]] == [v["truth"] for v in trained["victims"]]
     world = TextWorld(parse_text_config(tiny_config(rotten_tomatoes_csv)), torch.device("cpu"),
-                      cache=ArtifactCache(tiny_run[3] / "cache"))  # fmt: skip
+                      cache=CodeKeyedCache(tiny_run[3] / "cache"))  # fmt: skip
     spec, setting = world.config.models[0], world.config.defenses[0]
     before, after = (world.state(spec, setting, state, seed=0) for state in ("untrained", "trained"))
     moved = [
@@ -326,3 +328,27 @@ def test_the_quick_text_demo_runs_end_to_end(tmp_path, rotten_tomatoes_csv, caps
                  "--device", "cpu", "--quiet"]) == 0  # fmt: skip
     assert "8 cells computed, 0 already stored, 0 failed" in capsys.readouterr().out
     assert (out / "report.html").is_file()
+
+
+def test_the_report_lists_cells_in_the_configs_order(tiny_run):
+    table = [line.split(" | ") for line in (tiny_run[1] / "report.md").read_text().splitlines()
+             if line.startswith("| 0 | bert")]  # fmt: skip
+    where = [(row[2], row[3], row[4], int(row[5])) for row in table]  # state, defense, attack, batch
+    expected = [(state, defense, attack, batch) for defense in ("none", "noise")
+                for state in ("untrained", "trained") for attack in ("bag-of-words", "tag")
+                for batch in (1, 2)]  # fmt: skip
+    assert sorted(where) == sorted(expected)
+    states, defenses, attacks = ["untrained", "trained"], ["none", "noise"], ["bag-of-words", "tag"]
+    ranks = [(states.index(s), defenses.index(d), attacks.index(a), b) for s, d, a, b in where]
+    assert ranks == sorted(ranks)
+
+
+def test_batch_sizes_sort_by_size_not_by_spelling():
+    from leakshield.experiment.store import CellRecord
+    from leakshield.text_grid.report import ordered
+
+    fixed = {"kind": "text", "model": "m", "defense": "d", "attack": "a", "round": None, "seed": 0,
+             "status": "ok", "metrics": {}, "victims": [], "error": None, "images": None, "seconds": 0.0,
+             "finished": 0.0, "environment": {"state": "untrained"}}  # fmt: skip
+    records = [CellRecord(key=str(b), scale=f"batch={b} state=untrained", **fixed) for b in (16, 4, 1)]
+    assert [r.key for r in ordered(records)] == ["1", "4", "16"]

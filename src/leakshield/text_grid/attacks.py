@@ -116,7 +116,7 @@ class TagParams(Params):
 )
 class TagTextAttack(TextAttack):
     """TAG with the length read from the position embedding's gradient (the longest the model takes
-    when fewer than 3 positions show a gradient above the noise)."""
+    when the length read is under 3, or no position shows a gradient above the noise)."""
 
     needs_labels = True
     params: TagParams

@@ -85,7 +85,10 @@ def compute_group(world: TextWorld, cells: list[TextCell], environment: dict[str
     except Exception as exc:  # a failing group must not stop the grid
         error = f"{type(exc).__name__}: {exc}"
         trace = [{"traceback": traceback.format_exc(limit=4)}]
-        return [_record(c, "failed", {}, trace, error, start) for c in cells]
+        records = [_record(c, "failed", {}, trace, error, start) for c in cells]
+        for record in records:
+            record.environment.update(environment)
+        return records
     records = []
     for cell in cells:
         began = time.time()
@@ -134,6 +137,9 @@ def _attack_cell(world: TextWorld, cell: TextCell, model, updates) -> tuple[list
         "victims": len(seconds),
         "scored": len(rows),
     }
+    bags = [r for r in rows if "bag_recall" in r]
+    if bags:
+        metrics["bags_empty"] = sum(r["bag_precision"] is None for r in bags)
     for name in (
         "rouge1",
         "rouge2",

@@ -157,6 +157,16 @@ class TextExperimentConfig(Section):
         return [{"name": v} if isinstance(v, str) else v for v in value] if isinstance(value, list) else value
 
     @pydantic.model_validator(mode="after")
+    def _labels_fit_cell_keys(self) -> TextExperimentConfig:
+        for section, labels in (("models", [m.display for m in self.models]),
+                                ("defenses", [d.display for d in self.defenses]),
+                                ("attacks", [a.display for a in self.attacks])):  # fmt: skip
+            bad = [label for label in labels if "|" in label or "=" in label]
+            if bad:
+                raise ValueError(f"{section}: labels {bad} hold '|' or '=', which cell keys use; rename them")
+        return self
+
+    @pydantic.model_validator(mode="after")
     def _partition_here(self) -> TextExperimentConfig:
         if self.fl.partition.kind != "iid":
             raise ValueError("fl.partition: a text grid partitions by 'partition' (iid or by-group)")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from leakshield.errors import RunDirectoryError
+from leakshield.experiment.config import DefenseSetting
 from leakshield.experiment.rundir import CONFIG_FILE, STORE_FILE
 from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
 
@@ -69,25 +70,22 @@ def _cell(text: object) -> str:
 def ordered(records: list[CellRecord], config: dict | None = None) -> list[CellRecord]:
     """Cells in the config's order (seed, model, state, defense, attack, then batch size ascending)."""
     config = config or {}
+    labels = {
+        "seeds": config.get("seeds", []),
+        "models": [m.get("label") or m.get("name") for m in config.get("models", [])],
+        "states": config.get("states", []),
+        "defenses": [DefenseSetting.model_validate(d).display for d in config.get("defenses", [])],
+        "attacks": [a.get("label") or a.get("name") for a in config.get("attacks", [])],
+    }
 
     def rank(section: str, value: object) -> int:
-        labels = [
-            e if isinstance(e, str) else e.get("label") or e.get("name") for e in config.get(section, [])
-        ]
-        return labels.index(value) if value in labels else len(labels)
+        known = labels[section]
+        return known.index(value) if value in known else len(known)
 
-    return sorted(
-        records,
-        key=lambda r: (
-            r.seed or 0,
-            rank("models", r.model),
-            rank("states", r.environment.get("state")),
-            rank("defenses", r.defense),
-            rank("attacks", r.attack),
-            _batch(r),
-            r.key,
-        ),
-    )
+    return sorted(records, key=lambda r: (rank("seeds", r.seed), rank("models", r.model),
+                                          rank("states", r.environment.get("state")),
+                                          rank("defenses", r.defense), rank("attacks", r.attack), _batch(r),
+                                          r.key))  # fmt: skip
 
 
 def table_rows(records: list[CellRecord], config: dict | None = None) -> list[list[str]]:
@@ -139,7 +137,7 @@ def _examples(records: list[CellRecord], config: dict) -> list[tuple[str, str, s
             smallest.setdefault((r.seed, r.model, r.environment.get("state"), r.defense, r.attack), r)
     return [
         (
-            " / ".join(str(w) for w in where[1:]) + f" (batch {_batch(r)})",
+            f"seed {where[0]} / " + " / ".join(str(w) for w in where[1:]) + f" (batch {_batch(r)})",
             _cell(row.get("truth", "")),
             _cell(row.get("reconstructed", "")),
         )

@@ -207,6 +207,3 @@ class TextWorld:
         if local.algorithm == "fedsgd":
             return dict(update.delta), steps
         return {k: -v / (local.local_lr * steps) for k, v in update.delta.items()}, steps
-
-    def sample_rate(self, victim: Victim) -> float:
-        return min(1.0, len(victim.batch) / max(len(self.clients[victim.client]), 1))
