@@ -189,9 +189,10 @@ def _load(args: argparse.Namespace):
 
 def cmd_run(args: argparse.Namespace) -> int:
     from leakshield.experiment.yaml_files import read_yaml
+    from leakshield.text_grid.config import is_text_config
 
     data = read_yaml(args.config)
-    if isinstance(data, dict) and data.get("track") == "text":
+    if is_text_config(data):
         if args.data_root is not None:
             raise LeakshieldError("--data-root: a text grid reads a corpus; give it with --corpus")
         return cli_text.run_text(data, str(args.config), args)
