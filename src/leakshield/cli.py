@@ -157,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--text",
         action="store_true",
         help="the text track's demo instead: what a small BERT's update leaks about Rotten Tomatoes "
-        "reviews, untrained and FL-trained, undefended and noised (needs pip install 'leakshield[text]')",
+        "reviews, untrained and FL-trained, undefended and noised (needs pip install 'leakshield[text]'; "
+        "about 3.5 minutes on 2 CPU cores, measured: 204 s)",
     )
     demo.add_argument(
         "--corpus",
