@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from leakshield.errors import LeakshieldError
 from leakshield.text import deduplicated, read_rotten_tomatoes_csv, split_by_group, train_tokenizer
 from leakshield.text.models import TextClassifier
-from leakshield.text.scores import matched, no_information_text, text_scores, token_accuracy
+from leakshield.text.scores import matched, no_information_text, paired_scores, text_scores, token_accuracy
 from leakshield.text.tag import leaked_label, leaked_length, tag_attack
 from leakshield.text.tokenizer import CLS, PAD, SEP
 
@@ -80,6 +80,7 @@ def test_reconstructions_are_paired_with_the_true_texts_before_scoring():
     truth = ["the film is a delight", "dull and long", "a quiet masterpiece"]
     predicted = ["dull and long", "a quiet masterpiece", "the film is a delight"]
     assert matched(predicted, truth) == [2, 0, 1]
+    assert [k for k, _ in paired_scores(predicted, truth)] == [2, 0, 1]  # the index beside the scores
     scores = text_scores(predicted, truth)
     assert all(s["rouge1"] == s["rouge2"] == s["rougeL"] == s["exact"] == 1.0 for s in scores)
     half = text_scores(["the film is long"], ["the film is a delight"])[0]

@@ -39,19 +39,21 @@ def matched(predicted: Sequence[str], truth: Sequence[str]) -> list[int]:
     return _pairing(_pair_scores(predicted, truth))
 
 
-def text_scores(predicted: Sequence[str], truth: Sequence[str]) -> list[dict[str, float]]:
-    """Per true text (after :func:`matched` pairing): ROUGE-1/2/L F-measures and exact match."""
+def paired_scores(predicted: Sequence[str], truth: Sequence[str]) -> list[tuple[int, dict[str, float]]]:
+    """Per true text: the index of the predicted text :func:`matched` pairs with it, and the pair's
+    ROUGE-1/2/L F-measures and exact match (each pair scored once)."""
     every = _pair_scores(predicted, truth)
     out = []
     for i, (t, k) in enumerate(zip(truth, _pairing(every), strict=True)):
         scores = every[i][k]
-        out.append(
-            {
-                **{name: scores[name].fmeasure for name in ROUGE},
-                "exact": float(predicted[k].split() == t.split()),
-            }
-        )
+        found = {name: scores[name].fmeasure for name in ROUGE}
+        out.append((k, {**found, "exact": float(predicted[k].split() == t.split())}))
     return out
+
+
+def text_scores(predicted: Sequence[str], truth: Sequence[str]) -> list[dict[str, float]]:
+    """Per true text (after :func:`matched` pairing): ROUGE-1/2/L F-measures and exact match."""
+    return [scores for _, scores in paired_scores(predicted, truth)]
 
 
 def token_accuracy(predicted: torch.Tensor, truth: torch.Tensor) -> float:

@@ -22,7 +22,7 @@ import torch
 from leakshield.experiment.config import Component, DefenseSetting
 from leakshield.experiment.store import CellRecord
 from leakshield.seeds import mix
-from leakshield.text.scores import matched, no_information_text, text_scores, token_accuracy
+from leakshield.text.scores import no_information_text, paired_scores, text_scores, token_accuracy
 from leakshield.text.tokenizer import SPECIALS
 from leakshield.text_grid.attacks import (
     TEXT_ATTACKS,
@@ -85,24 +85,27 @@ def compute_group(world: TextWorld, cells: list[TextCell], environment: dict[str
     except Exception as exc:  # a failing group must not stop the grid
         error = f"{type(exc).__name__}: {exc}"
         trace = [{"traceback": traceback.format_exc(limit=4)}]
-        records = [_record(c, "failed", {}, trace, error, start) for c in cells]
-        for record in records:
-            record.environment.update(environment)
-        return records
+        return [_record(c, "failed", {}, trace, error, start, environment) for c in cells]
     records = []
     for cell in cells:
         began = time.time()
         try:
             rows, metrics = _attack_cell(world, cell, state.model, updates)
             metrics.update(accuracy=state.accuracy, **state.privacy)
-            records.append(_record(cell, "ok", metrics, rows, None, began))
+            records.append(_record(cell, "ok", metrics, rows, None, began, environment))
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             records.append(
-                _record(cell, "failed", {}, [{"traceback": traceback.format_exc(limit=4)}], error, began)
+                _record(
+                    cell,
+                    "failed",
+                    {},
+                    [{"traceback": traceback.format_exc(limit=4)}],
+                    error,
+                    began,
+                    environment,
+                )
             )
-    for record in records:
-        record.environment.update(environment)
     return records
 
 
@@ -159,20 +162,19 @@ def _attack_cell(world: TextWorld, cell: TextCell, model, updates) -> tuple[list
 
 def _sequence_rows(victim: Victim, ids: torch.Tensor, truths: list[str], tokenizer, public_ids) -> list[dict]:
     predicted = [tokenizer.decode(r) for r in ids]
-    pairing = matched(predicted, truths)
     rows = []
-    for k, truth in enumerate(truths):
-        score = text_scores([predicted[pairing[k]]], [truth])[0]
+    for k, (paired, score) in enumerate(paired_scores(predicted, truths)):
+        truth = truths[k]
         length = int(victim.batch.lengths[k])
         guess = text_scores([no_information_text(public_ids, length, tokenizer)], [truth])[0]
-        row = ids[pairing[k] : pairing[k] + 1]
+        row = ids[paired : paired + 1]
         rows.append(
             {
                 "victim": victim.index,
                 "client": victim.client,
                 "sequence": k,
                 "truth": truth,
-                "reconstructed": predicted[pairing[k]],
+                "reconstructed": predicted[paired],
                 **score,
                 "token_accuracy": token_accuracy(row, victim.batch.x[k : k + 1].cpu()),
                 "floor_rouge1": guess["rouge1"],
@@ -206,8 +208,15 @@ def _bag_row(victim: Victim, bag: torch.Tensor, tokenizer, public_ids) -> dict:
 
 
 def _record(
-    cell: TextCell, status: str, metrics: dict, victims: list[dict], error: str | None, start: float
+    cell: TextCell,
+    status: str,
+    metrics: dict,
+    victims: list[dict],
+    error: str | None,
+    start: float,
+    environment: dict[str, Any],
 ) -> CellRecord:
+    """The stored form of a cell, with where it ran (``environment``) and its model state."""
     threat = threat_of(cell.attack.name, cell.attack.params)
     return CellRecord(
         key=cell.key,
@@ -224,7 +233,7 @@ def _record(
         images=None,
         seconds=time.time() - start,
         finished=time.time(),
-        environment={"state": cell.state},
+        environment={**environment, "state": cell.state},
         attack_name=TEXT_ATTACKS.get(cell.attack.name).name,
         threat=threat.as_json(),
         scale=f"batch={cell.batch} state={cell.state}",

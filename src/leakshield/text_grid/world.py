@@ -4,12 +4,13 @@ victims' updates through the clients' defense pipeline — the same FL clients a
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from leakshield.artifacts import Artifact, ArtifactCache, FitKey
+from leakshield.artifacts import Artifact, ArtifactCache, FitKey, data_fingerprint
 from leakshield.defenses.base import DefensePipeline
 from leakshield.errors import ConfigError
 from leakshield.experiment.config import DefenseSetting
@@ -73,10 +74,11 @@ class TextWorld:
         self.clients = [self.data.train.subset(p) for p in parts]
         self.victims = {b: self._draw(b) for b in config.victims.batches}
         self._states: dict[tuple, ModelState] = {}
-        #: what the trained models depend on in the data: the encoded train split and its groups
-        self.train_digest = text_fingerprint(
-            [str(self.data.train.x.tolist()), str(self.data.train.y.tolist()), *self.data.groups]
-        )
+
+    @functools.cached_property
+    def train_digest(self) -> str:
+        """What the trained models depend on in the data: the encoded train split and its groups."""
+        return text_fingerprint([data_fingerprint(self.data.train), *self.data.groups])  # type: ignore[arg-type]
 
     @property
     def info(self) -> TextInfo:
