@@ -1,0 +1,86 @@
+"""DAGER: exact recovery where the span argument says it must be exact, and no false token beyond it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from leakshield.text import deduplicated, read_rotten_tomatoes_csv, split_by_group, train_tokenizer
+from leakshield.text.dager import dager_attack
+from leakshield.text.models import TextClassifier
+from leakshield.text.span import InputSpan, input_span, span_distance
+from leakshield.text.tokenizer import PAD
+
+
+@pytest.fixture(scope="module")
+def setting(rotten_tomatoes_csv):
+    corpus, _ = deduplicated(read_rotten_tomatoes_csv(rotten_tomatoes_csv))
+    splits = split_by_group(corpus, 0.2, 0.2, seed=0)
+    return splits, train_tokenizer(splits.public.texts, "wordpiece", 2000)
+
+
+def _update(model, ids, labels):
+    loss = F.cross_entropy(model(ids), labels)
+    names = [n for n, _ in model.named_parameters()]
+    return dict(zip(names, torch.autograd.grad(loss, list(model.parameters())), strict=True))
+
+
+def _states(ids: torch.Tensor) -> int:
+    """Distinct (token, position) pairs: the dimension the first layer's inputs span."""
+    return len({(int(t), p) for row in ids for p, t in enumerate(row) if t != PAD})
+
+
+def _rows(ids: torch.Tensor) -> set[tuple[int, ...]]:
+    return {tuple(int(t) for t in row if t != PAD) for row in ids} - {()}
+
+
+@pytest.mark.parametrize(("kind", "batch", "width"), [("gpt2", 4, 128), ("bert", 1, 64)])
+def test_recovery_is_exact_token_for_token_inside_the_bound(setting, kind, batch, width):
+    """Inside b·n < d − 1 (distinct states counted, the premise asserted): a decoder's batch and an
+    encoder's single review come back exactly, in their true tokens at their true positions."""
+    splits, tokenizer = setting
+    model = TextClassifier(kind, tokenizer.vocab_size, 32, 2, width=width, heads=2, seed=3).eval()
+    ids = tokenizer.encode(splits.train.texts[10 : 10 + batch], 32)
+    assert _states(ids) < width - 1
+    labels = torch.tensor(splits.train.labels[10 : 10 + batch])
+    result = dager_attack(model, _update(model, ids, labels), batch)
+    assert _rows(result.ids) == _rows(ids)
+    assert not result.capped and result.rank == _states(ids)
+
+
+def test_just_beyond_the_bound_it_degrades_without_false_tokens(setting):
+    """A decoder of width 64 and 3 reviews of 24 tokens, 63 to 70 distinct states (just past the
+    bound): the gradient has full rank, the span is cut, and every token still reported stands at a true
+    position (measured: none is)."""
+    splits, tokenizer = setting
+    model = TextClassifier("gpt2", tokenizer.vocab_size, 32, 2, width=64, heads=2, seed=3).eval()
+    texts = [t for t in splits.train.texts if len(tokenizer.encode([t], 32)[0].nonzero()) == 24][:3]
+    ids = tokenizer.encode(texts, 32)
+    assert 63 <= _states(ids) <= 70
+    result = dager_attack(model, _update(model, ids, torch.tensor([0, 1, 0])), 3)
+    assert result.capped
+    true_at = [{int(t) for t in ids[:, p] if t != PAD} for p in range(ids.shape[1])]
+    for position, found in enumerate(result.candidates):
+        assert set(found) <= true_at[position], position
+    for row in result.ids:
+        for position, token in enumerate(row.tolist()):
+            assert token == PAD or token in true_at[position]
+    assert _rows(result.ids) != _rows(ids)
+
+
+def test_the_span_distance_is_zero_inside_and_one_orthogonal():
+    basis = torch.eye(4, dtype=torch.float64)[:, :2]
+    span = InputSpan(basis, 2)
+    distance = span_distance(span, torch.tensor([[3.0, 4.0, 0, 0], [0, 0, 0, 2.0], [1.0, 0, 1.0, 0]]))
+    assert torch.allclose(distance, torch.tensor([0.0, 1.0, 2**-0.5], dtype=torch.float64))
+
+
+def test_the_rank_stops_at_the_tolerance_and_a_full_rank_is_cut():
+    generator = torch.Generator().manual_seed(0)
+    low = torch.randn(10, 3, generator=generator, dtype=torch.float64) @ torch.randn(
+        3, 8, generator=generator, dtype=torch.float64
+    )
+    assert input_span(low + 1e-12, 1e-7, 5).rank == 3
+    full = input_span(torch.randn(10, 8, generator=generator, dtype=torch.float64), 1e-7, 5)
+    assert full.full_rank == 8 and full.rank == 3 and full.capped
