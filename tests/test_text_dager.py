@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from leakshield.errors import LeakshieldError
 from leakshield.text import deduplicated, read_rotten_tomatoes_csv, split_by_group, train_tokenizer
 from leakshield.text.dager import dager_attack
 from leakshield.text.models import TextClassifier
@@ -84,3 +85,10 @@ def test_the_rank_stops_at_the_tolerance_and_a_full_rank_is_cut():
     assert input_span(low + 1e-12, 1e-7, 5).rank == 3
     full = input_span(torch.randn(10, 8, generator=generator, dtype=torch.float64), 1e-7, 5)
     assert full.full_rank == 8 and full.rank == 3 and full.capped
+
+
+def test_a_one_block_model_is_refused_in_one_line():
+    model = TextClassifier("bert", 50, 8, 2, width=16, layers=1, heads=2).eval()
+    ids = torch.tensor([[2, 7, 9, 3]])
+    with pytest.raises(LeakshieldError, match="two blocks or more"):
+        dager_attack(model, _update(model, ids, torch.tensor([1])))

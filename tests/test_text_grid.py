@@ -352,3 +352,34 @@ def test_batch_sizes_sort_by_size_not_by_spelling():
              "finished": 0.0, "environment": {"state": "untrained"}}  # fmt: skip
     records = [CellRecord(key=str(b), scale=f"batch={b} state=untrained", **fixed) for b in (16, 4, 1)]
     assert [r.key for r in ordered(records)] == ["1", "4", "16"]
+
+
+def test_dager_and_lamp_run_in_a_grid_and_dager_is_exact_at_batch_one(tmp_path, rotten_tomatoes_csv):
+    """DAGER on a 2-block BERT of width 32 and reviews of at most 24 tokens (23 distinct states < 31):
+    both victims' reviews back exactly; at batch 2 the bound breaks (up to 47 states) and nothing
+    false comes back. LAMP runs with its prior fitted on the public split, under its declared threat."""
+    config = tiny_config(
+        rotten_tomatoes_csv,
+        models=[{"name": "bert", "width": 32, "layers": 2, "heads": 2}],
+        states=["untrained"],
+        defenses=["none"],
+        attacks=[
+            "dager",
+            {"name": "lamp", "iterations": 4, "candidates": 3, "init_candidates": 2, "swap_every": 2,
+             "prior_epochs": 1},
+        ],
+    )  # fmt: skip
+    path = tmp_path / "text.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "run"
+    code = main(["run", str(path), "--out", str(out), "--device", "cpu", "--quiet", "--cache-dir",
+                 str(tmp_path / "cache")])  # fmt: skip
+    assert code == 0
+    cells = _cells(out)
+    one = _cell(cells, attack="dager", batch=1)["metrics"]
+    assert one["exact"] == 1.0 and one["token_accuracy"] == 1.0
+    for victim in _cell(cells, attack="dager", batch=2)["victims"]:
+        assert victim["exact"] == 0.0 and victim["reconstructed"] == ""
+    lamp = _cell(cells, attack="lamp", batch=2)
+    assert lamp["status"] == "ok" and lamp["metrics"]["scored"] == 4
+    assert "public-split" in lamp["threat"]["knowledge"] and "labels" in lamp["threat"]["knowledge"]

@@ -1,7 +1,7 @@
 """Federated language models: text corpora read from users' files, the server's tokenizer trained on the
 public split, small transformers built from configs, what their updates leak (the bag of words, the
-length, a single label, TAG's reconstruction) and ROUGE scores against the truth (``pip install
-'leakshield[text]'`` for the tokenizer, the models and ROUGE)."""
+length, a single label; TAG's, LAMP's and DAGER's reconstructions) and ROUGE scores against the truth
+(``pip install 'leakshield[text]'`` for the tokenizer, the models and ROUGE)."""
 
 from leakshield.text.bag_of_words import bag_of_words, embedding_parameter
 from leakshield.text.corpus import (
@@ -13,27 +13,35 @@ from leakshield.text.corpus import (
     read_rt_polarity,
     split_by_group,
 )
+from leakshield.text.dager import DagerResult, dager_attack
 from leakshield.text.fetch import default_corpus_path, fetch_rotten_tomatoes
+from leakshield.text.lamp import lamp_attack
 from leakshield.text.models import TextClassifier
+from leakshield.text.prior import LanguagePrior, public_prior, train_prior
 from leakshield.text.scores import matched, no_information_text, text_scores, token_accuracy
 from leakshield.text.tag import TagResult, leaked_label, leaked_length, tag_attack
 from leakshield.text.tokenizer import TextTokenizer, public_tokenizer, text_fingerprint, train_tokenizer
 
 __all__ = [
+    "DagerResult",
+    "LanguagePrior",
     "TagResult",
     "TextClassifier",
     "TextCorpus",
     "TextSplits",
     "TextTokenizer",
     "bag_of_words",
+    "dager_attack",
     "deduplicated",
     "default_corpus_path",
     "embedding_parameter",
     "fetch_rotten_tomatoes",
+    "lamp_attack",
     "leaked_label",
     "leaked_length",
     "matched",
     "no_information_text",
+    "public_prior",
     "public_tokenizer",
     "read_glue_tsv",
     "read_rotten_tomatoes_csv",
@@ -43,5 +51,6 @@ __all__ = [
     "text_fingerprint",
     "text_scores",
     "token_accuracy",
+    "train_prior",
     "train_tokenizer",
 ]

@@ -13,20 +13,24 @@ for Large Language Models*, NeurIPS 2024): a search over token ids in which ever
    kept when all its positions pass (Sec. 4.3: exhaustive up to ``max_combinations``, then sampled).
    The ``batch`` kept sequences with the smallest distances are returned, distinct ones first.
 
-Conditions under which the result is exact, each tested: one FedSGD step (a FedAvg update mixes states
-of several models); no dropout (the models here have none); fewer distinct (token, position) states than
-the hidden size d less one (b·n < d − 1; a gradient of full rank means the bound is broken, and the span
+Conditions under which the result is exact, each tested: two blocks or more (in a one-block
+classifier every layer is the last, whose gradients see the one position the head reads); one FedSGD
+step (a FedAvg update mixes states of several models); no dropout (the models here have none); fewer
+distinct (token, position) states than the hidden size d less one (b·n < d − 1; a gradient of full rank means the bound is broken, and the span
 is then cut to its d − ``beyond_margin`` strongest directions, so true tokens are missed rather than
 false ones found); weights in general position (random ones are; a trained model makes some states
 nearly dependent, which costs misses, not false positives). Under known Gaussian noise the rank stops at
 the noise floor; the tolerances stay, so noise costs recall.
 
-Tolerances (float64 span of a float32 gradient, the distance of a unit state, from 0 to 1): measured on
-2-block models of width 64 with random weights, true first-layer states lay within 4.4·10⁻³ of the span
-(a BERT at one 20-token review; 2·10⁻⁵ for GPT-2 up to 3 reviews) and false ones beyond 0.04; true
-contexts within 3.4·10⁻⁵, a context with one wrong token beyond 6·10⁻⁴ at every position. Singular values
-below ``rank_tolerance`` × the largest are float32 rounding (measured: 2·10⁻⁸ against 3·10⁻⁷ for the
-weakest true direction).
+Tolerances (float64 span of a float32 gradient, the distance of a unit state, from 0 to 1), measured on
+2-block models with random weights and real reviews: true first-layer states lay within 6·10⁻⁴ of the
+span (widths 32–128), false ones beyond 0.04; a decoder's true contexts within 5·10⁻⁶, one wrong token
+beyond 6·10⁻³; a BERT's true contexts within 1.7·10⁻⁴, and a mix of two reviews' tokens at their own
+positions at 4.7·10⁻⁴. The context check's tolerance is ``sequence_tolerance`` or the span's rounding
+(:attr:`~leakshield.text.span.InputSpan.gap`), whichever is larger: a badly conditioned span (a BERT at
+batch 2, gap 9·10⁻³) then admits such mixes, which is why an encoder is exact at batch 1 only. Singular
+values below ``rank_tolerance`` × the largest are float32 rounding (measured: 2·10⁻⁸ against 3·10⁻⁷
+for the weakest true direction).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from dataclasses import dataclass
 
 import torch
 
+from leakshield.errors import LeakshieldError
 from leakshield.text.models import TextClassifier
 from leakshield.text.span import (
     InputSpan,
@@ -116,14 +121,17 @@ def _combine_encoder(
     max_combinations: int,
     seed: int,
 ) -> list[tuple[list[int], float]]:
-    """Whole sequences per length (ending at a position where ``[SEP]`` passed), each combination of the
-    inner candidates scored by its worst context distance; kept under ``tolerance``."""
+    """Whole sequences per length (ending at a position where ``[SEP]`` passed, or at the last position
+    read: a sequence cut at the model's length has no ``[SEP]``), each combination of the candidates
+    between scored by its worst context distance; kept under ``tolerance``."""
     found: list[tuple[list[int], float]] = []
     generator = torch.Generator().manual_seed(seed)
     for end, at_end in enumerate(candidates):
-        if SEP not in at_end or end < 1:
+        cut = end == len(candidates) - 1 and end == model.max_length - 1
+        if end < 1 or (SEP not in at_end and not cut):
             continue
-        inner = [[t for t in c if t not in (CLS, SEP)] for c in candidates[1:end]]
+        closing = [SEP] if SEP in at_end else []
+        inner = [[t for t in c if t not in (CLS, SEP)] for c in candidates[1 : end if closing else end + 1]]
         if any(not c for c in inner):
             continue
         total = 1
@@ -134,8 +142,11 @@ def _combine_encoder(
         else:
             picks = [torch.randint(len(c), (max_combinations,), generator=generator) for c in inner]
             combos = torch.stack([torch.tensor(c)[p] for c, p in zip(inner, picks, strict=True)], 1)
-        frame = torch.full((len(combos), 1), CLS), torch.full((len(combos), 1), SEP)
-        for chunk in torch.cat([frame[0], combos, frame[1]], 1).split(512):
+        start, stop = (
+            torch.full((len(combos), 1), CLS),
+            torch.tensor([closing] * len(combos), dtype=torch.long),
+        )
+        for chunk in torch.cat([start, combos, stop.view(len(combos), -1)], 1).split(512):
             worst = span_distance(span, context_states(model, chunk)).amax(1).cpu()
             found += [
                 (chunk[k].tolist(), float(worst[k])) for k in torch.nonzero(worst < tolerance).flatten()
@@ -175,16 +186,22 @@ def dager_attack(
 ) -> DagerResult:
     """Recover ``batch`` sequences from ``gradient`` (parameter name → one batch's mean loss gradient) of
     ``model``; the search runs on a float64 copy of the model."""
+    if len(model.backbone.h if model.kind == "gpt2" else model.backbone.encoder.layer) < 2:
+        raise LeakshieldError(
+            "DAGER needs a model of two blocks or more: a one-block classifier's gradients see only the "
+            "position its head reads"
+        )
     exact = copy.deepcopy(model).double().eval()
     first = input_span(attention_gradient(exact, gradient), rank_tolerance, beyond_margin, noise_std)
     context = input_span(context_gradient(exact, gradient), rank_tolerance, beyond_margin, noise_std)
     candidates = token_candidates(exact, first, token_tolerance, model.max_length, max_candidates)
     found: list[tuple[list[int], float]] = []
+    tolerance = max(sequence_tolerance, context.gap)  # never below the span's own rounding
     if candidates:
         if model.kind == "gpt2":
-            found = _grow_decoder(exact, context, candidates, sequence_tolerance, max_prefixes)
+            found = _grow_decoder(exact, context, candidates, tolerance, max_prefixes)
         else:
-            found = _combine_encoder(exact, context, candidates, sequence_tolerance, max_combinations, seed)
+            found = _combine_encoder(exact, context, candidates, tolerance, max_combinations, seed)
     sequences = _pick(found, batch)
     width = max([len(s) for s in sequences] + [1])
     ids = torch.full((batch, width), PAD, dtype=torch.long)

@@ -25,10 +25,13 @@ from leakshield.text.models import TextClassifier
 @dataclass(frozen=True)
 class InputSpan:
     """An orthonormal basis (d × rank) of a layer's input span; ``full_rank``: the gradient's numerical
-    rank before the cap at ``d − margin`` (above it the span is truncated and the check loses tokens)."""
+    rank before the cap at ``d − margin`` (above it the span is truncated and the check loses tokens);
+    ``gap``: the first singular value left out over the last kept (0: none left out), the size of the
+    rounding a float32 gradient leaves in the basis (measured: true states lay within 0.02–0.13 × it)."""
 
     basis: torch.Tensor
     full_rank: int
+    gap: float = 0.0
 
     @property
     def rank(self) -> int:
@@ -75,7 +78,8 @@ def input_span(
         floor = max(floor, noise_std * (matrix.shape[0] ** 0.5 + matrix.shape[1] ** 0.5))
     full = int((values > floor).sum())
     rank = full if full < matrix.shape[1] - 1 else max(0, matrix.shape[1] - margin)
-    return InputSpan(vh[:rank].T.contiguous(), full)
+    gap = float(values[rank] / values[rank - 1]) if 0 < rank < len(values) else 0.0
+    return InputSpan(vh[:rank].T.contiguous(), full, gap)
 
 
 def span_distance(span: InputSpan, states: torch.Tensor) -> torch.Tensor:

@@ -18,11 +18,15 @@ from typing import Any
 import pydantic
 import torch
 
+from leakshield.artifacts import ArtifactCache
 from leakshield.defenses import DEFENSES
 from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.registry import Params, Registry
 from leakshield.text.bag_of_words import bag_of_words, embedding_parameter
+from leakshield.text.dager import dager_attack
+from leakshield.text.lamp import Distance, lamp_attack
 from leakshield.text.models import TextClassifier
+from leakshield.text.prior import public_prior
 from leakshield.text.tag import leaked_length, tag_attack
 from leakshield.threats import Adversary, Knowledge, Threat
 
@@ -34,7 +38,8 @@ TEXT_DEFENSES = ("none", "gaussian-noise", "laplacian-noise", "clipping", "pruni
 class TextAttackInput:
     """``gradient``: parameter name → the batch's mean loss gradient (or its FedAvg estimate);
     ``labels``: the batch's labels where the threat grants them (None otherwise); ``noise_std``: the
-    known Gaussian noise's standard deviation on ``gradient`` (None: no noise)."""
+    known Gaussian noise's standard deviation on ``gradient`` (None: no noise); ``public``: the server's
+    public token ids (a language prior is fitted on them) and ``cache``, where such fits are kept."""
 
     model: TextClassifier
     gradient: Mapping[str, torch.Tensor]
@@ -42,6 +47,8 @@ class TextAttackInput:
     labels: torch.Tensor | None
     noise_std: float | None
     seed: int
+    public: torch.Tensor | None = None
+    cache: ArtifactCache | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,16 @@ class BagOfWordsAttack(TextAttack):
         return TextAttackOutput(bag=bag_of_words(grad, noise_std=given.noise_std).cpu())
 
 
+def dummy_length(given: TextAttackInput) -> int:
+    """The dummy sequences' length: the one the position embedding's gradient leaks, or the longest the
+    model takes when that is under 3 or no position shows a gradient above the noise."""
+    try:
+        length = leaked_length(given.model, given.gradient, given.noise_std)
+    except LeakshieldError:  # no position row stands above the noise
+        length = 0
+    return length if length >= 3 else given.model.max_length
+
+
 class TagParams(Params):
     """iterations: Adam steps on the dummy embeddings; lr: their step size; l1_scale: weight of TAG's L1
     term beside the L2 distance (breaching's 0.1); labels_known: use the batch's true labels beyond a
@@ -115,22 +132,108 @@ class TagParams(Params):
     ),
 )
 class TagTextAttack(TextAttack):
-    """TAG with the length read from the position embedding's gradient (the longest the model takes
-    when the length read is under 3, or no position shows a gradient above the noise)."""
+    """TAG with the length of :func:`dummy_length`."""
 
     needs_labels = True
     params: TagParams
 
     def __call__(self, given: TextAttackInput) -> TextAttackOutput:
-        try:
-            length = leaked_length(given.model, given.gradient, given.noise_std)
-        except LeakshieldError:  # no position row stands above the noise
-            length = 0
-        length = length if length >= 3 else given.model.max_length
+        length = dummy_length(given)
         labels = given.labels if given.batch > 1 and self.params.labels_known else None
         result = tag_attack(given.model, given.gradient, batch=given.batch, labels=labels,
                             iterations=self.params.iterations, lr=self.params.lr,
                             l1_scale=self.params.l1_scale, seed=given.seed, length=length)  # fmt: skip
+        return TextAttackOutput(ids=result.ids)
+
+
+class DagerParams(Params):
+    """Tolerances of the span checks (distance of a unit state to the span, 0 … 1) and the search's
+    bounds; defaults as measured in :mod:`leakshield.text.dager`."""
+
+    token_tolerance: float = pydantic.Field(default=1e-2, gt=0, lt=1, description="first-layer span check")
+    sequence_tolerance: float = pydantic.Field(default=1.5e-4, gt=0, lt=1, description="context span check")
+    rank_tolerance: float = pydantic.Field(
+        default=1e-7, gt=0, lt=1, description="singular values below this share of the largest are rounding"
+    )
+    max_prefixes: int = pydantic.Field(default=256, ge=1, description="decoder prefixes kept per position")
+    max_combinations: int = pydantic.Field(
+        default=5000, ge=1, description="encoder combinations scored per length (sampled beyond)"
+    )
+
+
+@TEXT_ATTACKS.register(
+    "dager",
+    summary="DAGER: exact recovery by span checks on the first attention layer's gradient (b·n < d − 1)",
+    reference="Petrov et al., DAGER: Exact Gradient Inversion for Large Language Models, NeurIPS 2024",
+    params=DagerParams,
+    threat=Threat(Adversary.OBSERVING_SERVER, frozenset({Knowledge.PROTOCOL, Knowledge.DEFENSES})),
+)
+class DagerTextAttack(TextAttack):
+    """DAGER (:func:`~leakshield.text.dager.dager_attack`); no labels, no optimisation."""
+
+    params: DagerParams
+
+    def __call__(self, given: TextAttackInput) -> TextAttackOutput:
+        p = self.params
+        result = dager_attack(given.model, given.gradient, given.batch, token_tolerance=p.token_tolerance,
+                              sequence_tolerance=p.sequence_tolerance, rank_tolerance=p.rank_tolerance,
+                              max_prefixes=p.max_prefixes, max_combinations=p.max_combinations,
+                              noise_std=given.noise_std, seed=given.seed)  # fmt: skip
+        return TextAttackOutput(ids=result.ids)
+
+
+class LampParams(Params):
+    """LAMP's search (:mod:`leakshield.text.lamp`); ``prior``: score reorderings with the language model
+    trained on the public split (false: the ablation without it); coefficients default to the paper's
+    for ``distance``."""
+
+    distance: Distance = pydantic.Field(default="cos", description="cos (LAMP_cos), l1l2 or l2")
+    iterations: int = pydantic.Field(default=2000, ge=1, description="Adam steps on the dummy embeddings")
+    lr: float = pydantic.Field(default=0.01, gt=0, description="the steps' size, decayed every 50 steps")
+    lr_decay: float = pydantic.Field(default=0.89, gt=0, le=1, description="factor every 50 steps")
+    candidates: int = pydantic.Field(default=200, ge=1, description="reorderings tried per sequence")
+    init_candidates: int = pydantic.Field(default=500, ge=1, description="random starts, the best kept")
+    swap_every: int = pydantic.Field(default=75, ge=1, description="steps between discrete moves")
+    prior: bool = pydantic.Field(default=True, description="the language prior in the discrete step")
+    prior_epochs: int = pydantic.Field(default=8, ge=1, description="the prior's training epochs")
+    prior_weight: float | None = pydantic.Field(default=None, ge=0, description="α_lm (None: paper's)")
+    labels_known: bool = pydantic.Field(
+        default=True, description="use the true labels beyond a batch of one (one label always leaks)"
+    )
+
+
+@TEXT_ATTACKS.register(
+    "lamp",
+    summary="LAMP: TAG's continuous search + reorderings scored with a GPT-2 prior trained on public text",
+    reference="Balunović et al., LAMP: Extracting Text from Gradients with Language Model Priors, NeurIPS "
+    "2022 (prior: a small GPT-2 trained on the public split, no pretrained weights)",
+    params=LampParams,
+    threat=Threat(
+        Adversary.OBSERVING_SERVER,
+        frozenset({Knowledge.PROTOCOL, Knowledge.DEFENSES, Knowledge.LABELS, Knowledge.PUBLIC_SPLIT}),
+    ),
+)
+class LampTextAttack(TextAttack):
+    """LAMP with the length read as TAG reads it."""
+
+    needs_labels = True
+    params: LampParams
+
+    def __call__(self, given: TextAttackInput) -> TextAttackOutput:
+        p = self.params
+        prior = None
+        if p.prior:
+            if given.public is None:
+                raise LeakshieldError("LAMP's prior needs the server's public text (prior: false drops it)")
+            device = given.model.word_embeddings.weight.device
+            prior = public_prior(given.public, given.model.word_embeddings.num_embeddings, given.cache,
+                                 epochs=p.prior_epochs, device=device)  # fmt: skip
+        length = dummy_length(given)
+        labels = given.labels if given.batch > 1 and p.labels_known else None
+        result = lamp_attack(given.model, given.gradient, prior, given.batch, labels, distance=p.distance,
+                             iterations=p.iterations, lr=p.lr, lr_decay=p.lr_decay, candidates=p.candidates,
+                             init_candidates=p.init_candidates, swap_every=p.swap_every,
+                             prior_weight=p.prior_weight, seed=given.seed, length=length)  # fmt: skip
         return TextAttackOutput(ids=result.ids)
 
 

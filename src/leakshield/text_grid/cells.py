@@ -128,7 +128,9 @@ def _attack_cell(world: TextWorld, cell: TextCell, model, updates) -> tuple[list
         labels = victim.batch.y.to(world.device) if attack.needs_labels else None
         began = time.perf_counter()
         seed = mix(cell.seed, victim.index)
-        out = attack(TextAttackInput(model, gradient, cell.batch, labels, noise, seed))
+        out = attack(
+            TextAttackInput(model, gradient, cell.batch, labels, noise, seed, public_ids, world.cache)
+        )
         seconds.append(time.perf_counter() - began)
         truths = [tokenizer.decode(r) for r in victim.batch.x]
         if out.ids is not None:
