@@ -13,14 +13,14 @@ for Large Language Models*, NeurIPS 2024): a search over token ids in which ever
    kept when all its positions pass (Sec. 4.3: exhaustive up to ``max_combinations``, then sampled).
    The ``batch`` kept sequences with the smallest distances are returned, distinct ones first.
 
-Conditions under which the result is exact, each tested: two blocks or more (in a one-block
-classifier every layer is the last, whose gradients see the one position the head reads); one FedSGD
-step (a FedAvg update mixes states of several models); no dropout (the models here have none); fewer
-distinct (token, position) states than the hidden size d less one (b·n < d − 1; a gradient of full rank means the bound is broken, and the span
-is then cut to its d − ``beyond_margin`` strongest directions, so true tokens are missed rather than
-false ones found); weights in general position (random ones are; a trained model makes some states
-nearly dependent, which costs misses, not false positives). Under known Gaussian noise the rank stops at
-the noise floor; the tolerances stay, so noise costs recall.
+Conditions under which the result is exact, each tested: two blocks or more (in a one-block classifier
+every layer is the last, whose gradients see the one position the head reads); one FedSGD step (a FedAvg
+update mixes states of several models); no dropout (the models here have none); fewer distinct (token,
+position) states than the hidden size d less one (b·n < d − 1; a gradient of full rank means the bound
+is broken, and the span is then cut to its d − ``beyond_margin`` strongest directions, so true tokens
+are missed rather than false ones found); weights in general position (random ones are; a trained model
+makes some states nearly dependent, which costs misses, not false positives). Under known Gaussian noise
+the rank stops at the noise floor; the tolerances stay, so noise costs recall.
 
 Tolerances (float64 span of a float32 gradient, the distance of a unit state, from 0 to 1), measured on
 2-block models with random weights and real reviews: true first-layer states lay within 6·10⁻⁴ of the
