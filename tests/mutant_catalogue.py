@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 @dataclass(frozen=True)
 class Mutant:
-    kind: str  #: attack, defense, metric, aggregator (or dataset)
+    kind: str  #: attack, defense, metric, aggregator, text-attack (or dataset)
     component: str  #: its registered name
     name: str  #: what the break does
     file: str  #: relative to src/leakshield
@@ -482,6 +482,21 @@ MUTANTS: list[Mutant] = [
 ]  # fmt: skip
 
 
+TEXT_MODELS = "tests/test_text_models.py"
+MUTANTS += [
+    Mutant("text-attack", "bag-of-words", "every row counts as carrying a gradient", "text/bag_of_words.py",
+           "return (gradient != 0).any(dim=1).nonzero().flatten()",
+           "return (gradient == gradient).any(dim=1).nonzero().flatten()", (TEXT_MODELS,)),
+    Mutant("text-attack", "tag", "the embeddings climb the gradient distance", "text/tag.py",
+           "(inner.grad,) = torch.autograd.grad(distance(), [inner])",
+           "(inner.grad,) = torch.autograd.grad(-distance(), [inner])", ("tests/test_text_tag.py",)),
+    Mutant("text-attack", "dager", "the span check projects nothing", "text/span.py",
+           "(unit - (unit @ basis) @ basis.T)", "(unit - 0 * (unit @ basis) @ basis.T)",
+           ("tests/test_text_dager.py",)),
+    Mutant("text-attack", "lamp", "the discrete step ignores the language prior", "text/lamp.py",
+           "total = total + alpha_lm * prior.nll", "total = total + 0 * prior.nll", ("tests/test_text_lamp.py",)),
+]  # fmt: skip
+
 #: every defense's mutants also run its case of the systematic view test (what the server sees changes as
 #: the defense claims); e.g. it alone also kills dp-sgd's and instahide's mutants
 VIEWS = "tests/test_defense_views.py::test_the_defense_changes_what_the_server_sees_as_it_claims"
@@ -491,14 +506,16 @@ MUTANTS = [
 
 
 def uncovered() -> list[str]:
-    """Registered attacks, defenses, metrics and aggregators without a mutant."""
+    """Registered attacks, defenses, metrics, aggregators and text attacks without a mutant."""
     from leakshield.attacks import ATTACKS
     from leakshield.defenses import DEFENSES as DEFENSE_REGISTRY
     from leakshield.fl import AGGREGATORS
     from leakshield.metrics import METRICS as METRIC_REGISTRY
+    from leakshield.text_grid.attacks import TEXT_ATTACKS
 
     covered = {(m.kind, m.component) for m in MUTANTS}
     registered = [("attack", n) for n in ATTACKS.names()] + [("defense", n) for n in DEFENSE_REGISTRY.names()]
     registered += [("metric", n) for n in METRIC_REGISTRY.names()]
     registered += [("aggregator", n) for n in AGGREGATORS.names()]
+    registered += [("text-attack", n) for n in TEXT_ATTACKS.names()]
     return [f"{kind} {name}" for kind, name in registered if (kind, name) not in covered]

@@ -13,6 +13,7 @@ from leakshield.data import DATASETS
 from leakshield.defenses import DEFENSES
 from leakshield.fl import AGGREGATORS
 from leakshield.metrics import METRICS
+from leakshield.text_grid.attacks import TEXT_ATTACKS
 
 from mutant_catalogue import MUTANTS, uncovered
 
@@ -23,6 +24,7 @@ REGISTERED = {
     "metric": set(METRICS.names()),
     "aggregator": set(AGGREGATORS.names()),
     "dataset": set(DATASETS.names()),
+    "text-attack": set(TEXT_ATTACKS.names()),
 }
 
 
