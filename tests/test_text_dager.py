@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from leakshield.errors import LeakshieldError
 from leakshield.text import deduplicated, read_rotten_tomatoes_csv, split_by_group, train_tokenizer
-from leakshield.text.dager import dager_attack
+from leakshield.text.dager import dager_attack, token_candidates
 from leakshield.text.models import TextClassifier
-from leakshield.text.span import InputSpan, input_span, span_distance
+from leakshield.text.span import InputSpan, attention_gradient, input_span, span_distance
 from leakshield.text.tokenizer import PAD
 
 
@@ -53,7 +55,7 @@ def test_recovery_is_exact_token_for_token_inside_the_bound(setting, kind, batch
 def test_just_beyond_the_bound_it_degrades_without_false_tokens(setting):
     """A decoder of width 64 and 3 reviews of 24 tokens, 63 to 70 distinct states (just past the
     bound): the gradient has full rank, the span is cut, and every token still reported stands at a true
-    position (measured: none is)."""
+    position (measured: none is, where the span left whole admits false tokens at every position)."""
     splits, tokenizer = setting
     model = TextClassifier("gpt2", tokenizer.vocab_size, 32, 2, width=64, heads=2, seed=3).eval()
     texts = [t for t in splits.train.texts if len(tokenizer.encode([t], 32)[0].nonzero()) == 24][:3]
@@ -68,6 +70,11 @@ def test_just_beyond_the_bound_it_degrades_without_false_tokens(setting):
         for position, token in enumerate(row.tolist()):
             assert token == PAD or token in true_at[position]
     assert _rows(result.ids) != _rows(ids)
+    # the cut is what keeps false tokens out: the span left whole admits them
+    exact = copy.deepcopy(model).double()
+    whole = input_span(attention_gradient(exact, _update(model, ids, torch.tensor([0, 1, 0])))[0], 1e-7, 1)
+    found = token_candidates(exact, whole, 1e-2, 32)
+    assert found and any(set(c) - true_at[p] for p, c in enumerate(found[: ids.shape[1]]))
 
 
 def test_the_span_distance_is_zero_inside_and_one_orthogonal():

@@ -11,7 +11,8 @@ for Large Language Models*, NeurIPS 2024): a search over token ids in which ever
    a prefix ends at ``[SEP]`` or when no extension passes. An encoder (BERT) sees the whole sequence, so
    candidates are combined per length (a length ends where ``[SEP]`` is a candidate) and a combination is
    kept when all its positions pass (Sec. 4.3: exhaustive up to ``max_combinations``, then sampled).
-   The ``batch`` kept sequences with the smallest distances are returned, distinct ones first.
+   The ``batch`` kept sequences with the smallest worst distances are returned, finished ones (ending
+   at ``[SEP]`` or at the last position read) before dead ends.
 
 Conditions under which the result is exact, each tested: two blocks or more (in a one-block classifier
 every layer is the last, whose gradients see the one position the head reads); one FedSGD step (a FedAvg
@@ -26,9 +27,10 @@ Tolerances (float64 span of a float32 gradient, the distance of a unit state, fr
 2-block models with random weights and real reviews: true first-layer states lay within 6·10⁻⁴ of the
 span (widths 32–128), false ones beyond 0.04; a decoder's true contexts within 5·10⁻⁶, one wrong token
 beyond 6·10⁻³; a BERT's true contexts within 1.7·10⁻⁴, and a mix of two reviews' tokens at their own
-positions at 4.7·10⁻⁴. The context check's tolerance is ``sequence_tolerance`` or the span's rounding
-(:attr:`~leakshield.text.span.InputSpan.gap`), whichever is larger: a badly conditioned span (a BERT at
-batch 2, gap 9·10⁻³) then admits such mixes, which is why an encoder is exact at batch 1 only. Singular
+positions at 4.7·10⁻⁴. The context check's tolerance is ``sequence_tolerance`` or, without noise and
+inside the bound, the span's rounding (:attr:`~leakshield.text.span.InputSpan.gap`, up to 10 ×
+``sequence_tolerance``), whichever is larger: a badly conditioned span (a BERT at batch 2, gap 9·10⁻³)
+then admits such mixes, which is why an encoder is exact at batch 1 only. Singular
 values below ``rank_tolerance`` × the largest are float32 rounding (measured: 2·10⁻⁸ against 3·10⁻⁷
 for the weakest true direction).
 """
@@ -86,10 +88,14 @@ def token_candidates(
 
 def _grow_decoder(
     model: TextClassifier, span: InputSpan, candidates: list[list[int]], tolerance: float, max_prefixes: int
-) -> list[tuple[list[int], float]]:
-    """Causal prefix extension: (sequence, its worst context distance) for each finished sequence."""
-    live: list[tuple[list[int], float]] = [([t], 0.0) for t in candidates[0]]
-    done: list[tuple[list[int], float]] = []
+) -> list[tuple[list[int], float, bool]]:
+    """Causal prefix extension: (sequence, its worst context distance, finished) per sequence of two
+    tokens or more; finished: it ends at ``[SEP]`` or at the last position read (a prefix that no
+    candidate extends is a dead end, ranked after every finished one)."""
+    first = torch.tensor([[t] for t in candidates[0]])
+    start = span_distance(span, context_states(model, first)[:, -1]).cpu()
+    live = [([t], float(d)) for t, d in zip(candidates[0], start, strict=True) if d < tolerance]
+    out: list[tuple[list[int], float, bool]] = []
     for position in range(1, len(candidates)):
         if not live:
             break
@@ -103,14 +109,17 @@ def _grow_decoder(
             kept = [
                 (grown[r].tolist(), max(worst, float(distance[r]))) for r in rows if distance[r] < tolerance
             ]
-            if not kept:
-                done.append((prefix, worst))
+            if not kept and len(prefix) > 1:
+                out.append((prefix, worst, False))
             passed += kept
         live = []
         for sequence, worst in sorted(passed, key=lambda item: item[1]):
-            (done if sequence[-1] == SEP else live).append((sequence, worst))
+            if sequence[-1] == SEP:
+                out.append((sequence, worst, True))
+            else:
+                live.append((sequence, worst))
         live = live[:max_prefixes]
-    return done + live
+    return out + [(sequence, worst, True) for sequence, worst in live if len(sequence) > 1]
 
 
 def _combine_encoder(
@@ -120,18 +129,16 @@ def _combine_encoder(
     tolerance: float,
     max_combinations: int,
     seed: int,
-) -> list[tuple[list[int], float]]:
-    """Whole sequences per length (ending at a position where ``[SEP]`` passed, or at the last position
-    read: a sequence cut at the model's length has no ``[SEP]``), each combination of the candidates
-    between scored by its worst context distance; kept under ``tolerance``."""
-    found: list[tuple[list[int], float]] = []
+) -> list[tuple[list[int], float, bool]]:
+    """Whole sequences per length (ending at a position where ``[SEP]`` passed: the tokenizer ends every
+    sequence with it, a cut one included), each combination of the candidates between scored by its
+    worst context distance; kept under ``tolerance``, all finished."""
+    found: list[tuple[list[int], float, bool]] = []
     generator = torch.Generator().manual_seed(seed)
     for end, at_end in enumerate(candidates):
-        cut = end == len(candidates) - 1 and end == model.max_length - 1
-        if end < 1 or (SEP not in at_end and not cut):
+        if SEP not in at_end or end < 1:
             continue
-        closing = [SEP] if SEP in at_end else []
-        inner = [[t for t in c if t not in (CLS, SEP)] for c in candidates[1 : end if closing else end + 1]]
+        inner = [[t for t in c if t not in (CLS, SEP)] for c in candidates[1:end]]
         if any(not c for c in inner):
             continue
         total = 1
@@ -142,31 +149,23 @@ def _combine_encoder(
         else:
             picks = [torch.randint(len(c), (max_combinations,), generator=generator) for c in inner]
             combos = torch.stack([torch.tensor(c)[p] for c, p in zip(inner, picks, strict=True)], 1)
-        start, stop = (
-            torch.full((len(combos), 1), CLS),
-            torch.tensor([closing] * len(combos), dtype=torch.long),
-        )
-        for chunk in torch.cat([start, combos, stop.view(len(combos), -1)], 1).split(512):
+        frame = torch.full((len(combos), 1), CLS), torch.full((len(combos), 1), SEP)
+        for chunk in torch.cat([frame[0], combos, frame[1]], 1).split(512):
             worst = span_distance(span, context_states(model, chunk)).amax(1).cpu()
             found += [
-                (chunk[k].tolist(), float(worst[k])) for k in torch.nonzero(worst < tolerance).flatten()
+                (chunk[k].tolist(), float(worst[k]), True) for k in torch.nonzero(worst < tolerance).flatten()
             ]
     return found
 
 
-def _pick(found: list[tuple[list[int], float]], batch: int) -> list[list[int]]:
-    """The ``batch`` best sequences, distinct ones first (a sequence sharing ≥ 70 % of its positions with
-    one already picked waits, as DAGER's ``distinct_thresh``)."""
-    ranked = sorted(found, key=lambda item: item[1])
+def _pick(found: list[tuple[list[int], float, bool]], batch: int) -> list[list[int]]:
+    """The ``batch`` best distinct sequences: finished ones before dead ends, each by its worst context
+    distance (every one passed the check; the reference keeps them all likewise)."""
     picked: list[list[int]] = []
-    later: list[list[int]] = []
-    for sequence, _ in ranked:
-        similar = any(
-            sum(a == b for a, b in zip(sequence, other, strict=False)) >= 0.7 * max(len(sequence), len(other))
-            for other in picked
-        )
-        (later if similar else picked).append(sequence)
-    return (picked + later)[:batch]
+    for sequence, _, _ in sorted(found, key=lambda item: (not item[2], item[1])):
+        if sequence not in picked:
+            picked.append(sequence)
+    return picked[:batch]
 
 
 def dager_attack(
@@ -192,11 +191,16 @@ def dager_attack(
             "position its head reads"
         )
     exact = copy.deepcopy(model).double().eval()
-    first = input_span(attention_gradient(exact, gradient), rank_tolerance, beyond_margin, noise_std)
+    stacked, scale = attention_gradient(exact, gradient)
+    first = input_span(
+        stacked, rank_tolerance, beyond_margin, None if noise_std is None else noise_std * scale
+    )
     context = input_span(context_gradient(exact, gradient), rank_tolerance, beyond_margin, noise_std)
     candidates = token_candidates(exact, first, token_tolerance, model.max_length, max_candidates)
-    found: list[tuple[list[int], float]] = []
-    tolerance = max(sequence_tolerance, context.gap)  # never below the span's own rounding
+    found: list[tuple[list[int], float, bool]] = []
+    tolerance = sequence_tolerance
+    if noise_std is None and not context.capped:  # the span's own rounding, up to 10 × the tolerance
+        tolerance = max(tolerance, min(context.gap, 10 * sequence_tolerance))
     if candidates:
         if model.kind == "gpt2":
             found = _grow_decoder(exact, context, candidates, tolerance, max_prefixes)

@@ -42,13 +42,16 @@ class InputSpan:
         return self.full_rank > self.rank
 
 
-def attention_gradient(model: TextClassifier, gradient: Mapping[str, torch.Tensor]) -> torch.Tensor:
+def attention_gradient(
+    model: TextClassifier, gradient: Mapping[str, torch.Tensor]
+) -> tuple[torch.Tensor, float]:
     """The first attention layer's query, key and value weight gradients, each scaled to a largest
     singular value of 1 and stacked ((3·d) × d, float64): every row lies in the span of the layer's
     inputs. DAGER reads the query alone; here no single one suffices: a decoder's first query sees
     nothing (its softmax runs over one key), so GPT-2's query gradient misses position 0, and the
     three differ in conditioning by orders of magnitude (a BERT's value gradient fell to 10⁻⁶ of its
-    largest direction by the second), hence the scaling."""
+    largest direction by the second), hence the scaling. Also returned: the largest factor a part was
+    scaled by (an entry's noise grows by at most it)."""
     if model.kind == "bert":
         prefix = "backbone.encoder.layer.0.attention.self."
         names = [prefix + part + ".weight" for part in ("query", "key", "value")]
@@ -61,7 +64,10 @@ def attention_gradient(model: TextClassifier, gradient: Mapping[str, torch.Tenso
         parts = [gradient[n].detach().double() for n in names]
     else:
         parts = list(gradient[names[0]].detach().double().T.chunk(3))
-    return torch.cat([p / torch.linalg.matrix_norm(p, ord=2).clamp_min(1e-300) for p in parts])
+    norms = [float(torch.linalg.matrix_norm(p, ord=2)) for p in parts]
+    if min(norms) == 0.0:
+        raise LeakshieldError("an attention gradient is zero: no span to read")
+    return torch.cat([p / n for p, n in zip(parts, norms, strict=True)]), 1.0 / min(norms)
 
 
 def input_span(
@@ -69,7 +75,9 @@ def input_span(
 ) -> InputSpan:
     """The span of ``matrix``'s rows: the right singular vectors whose singular value exceeds
     ``rank_tolerance`` × the largest (and, under known Gaussian noise of ``noise_std`` per entry, the
-    noise matrix's largest singular value, σ(√rows + √d)), at most ``d − margin`` of them."""
+    noise matrix's largest singular value, σ(√rows + √d)). A rank of d − 1 or more means the rows fill
+    the space (the b·n bound is broken): the span is then cut to its d − ``margin`` strongest
+    directions."""
     _, values, vh = torch.linalg.svd(matrix, full_matrices=False)
     if not len(values) or float(values[0]) == 0.0:
         raise LeakshieldError("the attention gradient is zero: no span to read")
@@ -123,14 +131,27 @@ def context_gradient(model: TextClassifier, gradient: Mapping[str, torch.Tensor]
     return matrix if model.kind == "bert" else matrix.T
 
 
+class _StopForwardError(Exception):
+    """Raised by the hook once the first feed-forward layer's input is read: the rest is not needed."""
+
+
 @torch.no_grad()
 def context_states(model: TextClassifier, ids: torch.Tensor) -> torch.Tensor:
-    """The first block's feed-forward inputs (N × L × d) for token ids (N × L, no padding)."""
+    """The first block's feed-forward inputs (N × L × d) for token ids (N × L, no padding); the forward
+    pass stops there."""
     _, layer = _first_feed_forward(model)
     seen: list[torch.Tensor] = []
-    hook = layer.register_forward_pre_hook(lambda _module, args: seen.append(args[0]))
+
+    def read(_module: torch.nn.Module, args: tuple) -> None:
+        seen.append(args[0])
+        raise _StopForwardError
+
+    hook = layer.register_forward_pre_hook(read)
+    ids = ids.to(model.word_embeddings.weight.device)
     try:
         model.backbone(input_ids=ids, attention_mask=torch.ones_like(ids, dtype=torch.long))
+    except _StopForwardError:
+        pass
     finally:
         hook.remove()
     return seen[0]
