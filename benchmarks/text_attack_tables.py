@@ -1,7 +1,8 @@
 """Tables of a finished text grid: per cell (state × defense × attack × batch) the mean ROUGE-1 and
 ROUGE-2 over victim batches with 95 % t-intervals (one value per victim: the mean over its batch's
 sequences, which share a gradient and are not independent), the share of sequences recovered exactly,
-the no-information guess's ROUGE-1 and the attack's seconds per victim; and, with ``--against``, each
+the reconstructions that are neither empty nor exact (*wrong*), the no-information guess's ROUGE-1
+and the attack's seconds per victim; and, with ``--against``, each
 attack's paired difference from that attack on the same victims.
 
     python benchmarks/text_attack_tables.py runs/text-batch-sweep
@@ -43,6 +44,12 @@ def per_victim(rows: list[dict], metric: str) -> dict[int, float]:
     return {victim: statistics.fmean(values) for victim, values in grouped.items()}
 
 
+def wrong(rows: list[dict]) -> str:
+    """Reconstructed sequences that are neither empty nor exact, of all sequences: the false output."""
+    bad = sum(1 for r in rows if r.get("reconstructed") and not r.get("exact"))
+    return f"{bad} of {len(rows)}"
+
+
 def _interval(values: list[float]) -> str:
     e = estimate(values)
     return f"{e.mean:.3f}" if e.half_width is None else f"{e.mean:.3f} [{e.low:.3f}, {e.high:.3f}]"
@@ -50,8 +57,9 @@ def _interval(values: list[float]) -> str:
 
 def table(cells: list[dict]) -> str:
     lines = [
-        "| state | defense | attack | batch | ROUGE-1 | ROUGE-2 | exact | guess R-1 | s / victim | n |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | state | defense | attack | batch | ROUGE-1 | ROUGE-2 | exact | wrong | guess R-1 "
+        "| s / victim | n |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         r1 = list(per_victim(c["rows"], "rouge1").values())
@@ -60,9 +68,10 @@ def table(cells: list[dict]) -> str:
             continue
         m = c["metrics"]
         lines.append(
-            f"| {c['state']} | {c['defense']} | {c['attack']} | {c['batch']} | {_interval(r1)} | "
-            f"{_interval(r2)} | {m.get('exact', 0):.2f} | {m.get('floor_rouge1', 0):.3f} | "
-            f"{m['seconds_per_victim']:.1f} | {len(r1)} |"
+            f"| {c['model']} | {c['state']} | {c['defense']} | {c['attack']} | {c['batch']} | "
+            f"{_interval(r1)} | {_interval(r2)} | {m.get('exact', 0):.2f} | {wrong(c['rows'])} | "
+            f"{m.get('floor_rouge1', 0):.3f} | "
+            f"{m['seconds_per_victim']:.2f} | {len(r1)} |"
         )
     return "\n".join(lines)
 
@@ -97,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cells = read_cells(args.run)
     order = {"untrained": 0, "trained": 1}
-    cells.sort(key=lambda c: (order.get(c["state"], 2), c["defense"] != "none", c["defense"], c["attack"],
-                              int(c["batch"])))  # fmt: skip
+    cells.sort(key=lambda c: (c["model"], order.get(c["state"], 2), c["defense"] != "none", c["defense"],
+                              c["attack"], int(c["batch"])))  # fmt: skip
     print(table(cells))
     if args.against:
         print()
