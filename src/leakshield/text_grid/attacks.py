@@ -107,7 +107,16 @@ def dummy_length(given: TextAttackInput) -> int:
     return length if length >= 3 else given.model.max_length
 
 
-class TagParams(Params):
+class KnownLabels(Params):
+    """labels_known: use the batch's true labels beyond a batch of one (a batch of one leaks its label
+    through the head's bias gradient)."""
+
+    labels_known: bool = pydantic.Field(
+        default=True, description="use the true labels beyond a batch of one (one label always leaks)"
+    )
+
+
+class TagParams(KnownLabels):
     """iterations: Adam steps on the dummy embeddings; lr: their step size; l1_scale: weight of TAG's L1
     term beside the L2 distance (breaching's 0.1); labels_known: use the batch's true labels beyond a
     batch of one (a batch of one leaks its label through the head's bias gradient)."""
@@ -115,9 +124,6 @@ class TagParams(Params):
     iterations: int = pydantic.Field(default=300, ge=1, description="Adam steps on the dummy embeddings")
     lr: float = pydantic.Field(default=0.01, gt=0, description="the steps' size (Adam)")
     l1_scale: float = pydantic.Field(default=0.1, ge=0, description="weight of the L1 term beside L2")
-    labels_known: bool = pydantic.Field(
-        default=True, description="use the true labels beyond a batch of one (one label always leaks)"
-    )
 
 
 @TEXT_ATTACKS.register(
@@ -182,7 +188,7 @@ class DagerTextAttack(TextAttack):
         return TextAttackOutput(ids=result.ids)
 
 
-class LampParams(Params):
+class LampParams(KnownLabels):
     """LAMP's search (:mod:`leakshield.text.lamp`); ``prior``: score reorderings with the language model
     trained on the public split (false: the ablation without it); coefficients default to the paper's
     for ``distance``."""
@@ -197,9 +203,6 @@ class LampParams(Params):
     prior: bool = pydantic.Field(default=True, description="the language prior in the discrete step")
     prior_epochs: int = pydantic.Field(default=8, ge=1, description="the prior's training epochs")
     prior_weight: float | None = pydantic.Field(default=None, ge=0, description="α_lm (None: paper's)")
-    labels_known: bool = pydantic.Field(
-        default=True, description="use the true labels beyond a batch of one (one label always leaks)"
-    )
 
 
 @TEXT_ATTACKS.register(
