@@ -37,10 +37,9 @@ import torch
 import torch.nn.functional as F
 
 from leakshield.errors import LeakshieldError
-from leakshield.text.bag_of_words import embedding_parameter
 from leakshield.text.models import TextClassifier
 from leakshield.text.prior import LanguagePrior
-from leakshield.text.tag import TagResult, leaked_label, leaked_length
+from leakshield.text.tag import TagResult, labels_and_length, matched_parameters
 from leakshield.text.tokenizer import CLS, SEP, SPECIALS
 
 Distance = Literal["cos", "l1l2", "l2"]
@@ -137,24 +136,15 @@ def lamp_attack(
 ) -> TagResult:
     """Reconstruct ``batch`` sequences from ``gradient`` of ``model`` (eval mode) with ``prior`` (None:
     no language model); coefficients default to the paper's for ``distance``."""
-    if labels is None:
-        if batch != 1:
-            raise LeakshieldError(
-                f"LAMP on a batch of {batch}: pass its labels (only a batch of one leaks it)"
-            )
-        labels = torch.tensor([leaked_label(model, gradient)])
-    length = length if length is not None else leaked_length(model, gradient, noise_std)
-    if length < 3:
-        raise LeakshieldError(f"a leaked length of {length}: nothing between [CLS] and [SEP]")
+    labels, length = labels_and_length(model, gradient, batch, labels, length, noise_std, "LAMP")
     alpha_lm, alpha_reg = COEFFICIENTS[distance]
     alpha_lm = alpha_lm if prior_weight is None else prior_weight
     alpha_reg = alpha_reg if reg_weight is None else reg_weight
     table = model.word_embeddings.weight.detach()
     device = table.device
     labels = labels.to(device)
-    skip = embedding_parameter(model)
     named = dict(model.named_parameters())
-    names = [n for n in named if n != skip and n in gradient]
+    names = matched_parameters(model, gradient)
     target = _Target(model, [named[n] for n in names], [gradient[n].detach() for n in names], labels,
                      distance, tag_factor)  # fmt: skip
     frame = table[torch.tensor([CLS, SEP], device=device)]

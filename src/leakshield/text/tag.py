@@ -66,6 +66,38 @@ def leaked_label(model: TextClassifier, gradient: Mapping[str, torch.Tensor]) ->
     return int(gradient["head.bias"].argmin())
 
 
+def labels_and_length(
+    model: TextClassifier,
+    gradient: Mapping[str, torch.Tensor],
+    batch: int,
+    labels: torch.Tensor | None,
+    length: int | None,
+    noise_std: float | None,
+    attack: str,
+) -> tuple[torch.Tensor, int]:
+    """The labels (given, or a batch of one's :func:`leaked_label`) and the dummy length (given, or
+    :func:`leaked_length`) an optimisation attack named ``attack`` starts from, checked."""
+    if labels is None:
+        if batch != 1:
+            raise LeakshieldError(
+                f"{attack} on a batch of {batch}: pass its labels (only a batch of one leaks it)"
+            )
+        labels = torch.tensor([leaked_label(model, gradient)])
+    if len(labels) != batch:
+        raise LeakshieldError(f"{len(labels)} labels for a batch of {batch}")
+    length = length if length is not None else leaked_length(model, gradient, noise_std)
+    if length < 3:
+        raise LeakshieldError(f"a leaked length of {length}: nothing between [CLS] and [SEP]")
+    return labels, length
+
+
+def matched_parameters(model: TextClassifier, gradient: Mapping[str, torch.Tensor]) -> list[str]:
+    """The parameters whose gradients are matched, in the model's order: all in ``gradient`` but the
+    word embedding, which continuous inputs bypass."""
+    skip = embedding_parameter(model)
+    return [n for n, _ in model.named_parameters() if n != skip and n in gradient]
+
+
 def tag_attack(
     model: TextClassifier,
     gradient: Mapping[str, torch.Tensor],
@@ -82,20 +114,9 @@ def tag_attack(
     gradient) of ``model`` (eval mode), starting from normal embeddings drawn from ``seed``.
     ``length``: the sequences' length when known (default: :func:`leaked_length`, with ``noise_std``
     the standard deviation of a known Gaussian noise on the update)."""
-    if labels is None:
-        if batch != 1:
-            raise LeakshieldError(
-                f"TAG on a batch of {batch}: pass its labels (only a batch of one leaks it)"
-            )
-        labels = torch.tensor([leaked_label(model, gradient)])
-    if len(labels) != batch:
-        raise LeakshieldError(f"{len(labels)} labels for a batch of {batch}")
-    length = length if length is not None else leaked_length(model, gradient, noise_std)
-    if length < 3:
-        raise LeakshieldError(f"a leaked length of {length}: nothing between [CLS] and [SEP]")
-    skip = embedding_parameter(model)
+    labels, length = labels_and_length(model, gradient, batch, labels, length, noise_std, "TAG")
+    names = matched_parameters(model, gradient)
     named = dict(model.named_parameters())
-    names = [n for n in named if n != skip and n in gradient]
     params = [named[n] for n in names]
     targets = [gradient[n].detach() for n in names]
     weights = [1.0 - i / len(names) for i in range(len(names))]
