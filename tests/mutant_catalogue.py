@@ -495,6 +495,10 @@ MUTANTS += [
            ("tests/test_text_dager.py",)),
     Mutant("text-attack", "lamp", "the discrete step ignores the language prior", "text/lamp.py",
            "total = total + alpha_lm * prior.nll", "total = total + 0 * prior.nll", ("tests/test_text_lamp.py",)),
+    Mutant("text-attack", "sequence-imprint", "the bins see no sequence statistic (no mean state)",
+           "text/imprint.py",
+           "return torch.cat([states, states.mean(dim=1, keepdim=True).expand_as(states)], dim=-1)",
+           "return torch.cat([states, states], dim=-1)", ("tests/test_text_imprint.py",)),
 ]  # fmt: skip
 
 #: every defense's mutants also run its case of the systematic view test (what the server sees changes as

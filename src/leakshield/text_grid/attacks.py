@@ -19,11 +19,13 @@ import pydantic
 import torch
 
 from leakshield.artifacts import ArtifactCache
+from leakshield.attacks.active.imprint import recover_from_bins
 from leakshield.defenses import DEFENSES
 from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.registry import Params, Registry
 from leakshield.text.bag_of_words import bag_of_words, embedding_parameter
 from leakshield.text.dager import dager_attack
+from leakshield.text.imprint import bin_gradients, imprint_model, read_sequences
 from leakshield.text.lamp import Distance, lamp_attack
 from leakshield.text.models import TextClassifier
 from leakshield.text.prior import public_prior
@@ -31,7 +33,19 @@ from leakshield.text.tag import leaked_length, tag_attack
 from leakshield.threats import Adversary, Knowledge, Threat
 
 #: the defenses a text grid may run: they act on the gradient or the update, never on pixels
-TEXT_DEFENSES = ("none", "gaussian-noise", "laplacian-noise", "clipping", "pruning", "quantization", "dp-sgd")
+TEXT_DEFENSES = (
+    "none",
+    "gaussian-noise",
+    "laplacian-noise",
+    "clipping",
+    "pruning",
+    "quantization",
+    "dp-sgd",
+    "row-guard",
+    "drift-guard",
+    "loss-guard",
+    "dominance-guard",
+)
 
 
 @dataclass(frozen=True)
@@ -62,12 +76,21 @@ class TextAttackOutput:
 
 class TextAttack:
     """Base class: ``__call__`` reconstructs from a :class:`TextAttackInput`; ``needs_labels``: whether
-    it uses the true labels beyond a batch of one."""
+    it uses the true labels beyond a batch of one; ``recovers_set``: whether its output is a bag of
+    tokens; ``modifies_model``: whether :meth:`prepare` changes
+    the model the server sends (a malicious server; its threat says so too)."""
 
     needs_labels = False
+    modifies_model = False
+    #: whether it recovers a set of tokens (scored as a bag) rather than sequences
+    recovers_set = False
 
     def __init__(self, params: Params) -> None:
         self.params = params
+
+    def prepare(self, model: TextClassifier, public: torch.Tensor, seed: int) -> TextClassifier:
+        """The model the server sends from the honest ``model`` (``public``: its public token ids)."""
+        return model
 
     def __call__(self, given: TextAttackInput) -> TextAttackOutput:
         raise NotImplementedError
@@ -91,6 +114,8 @@ class BagOfWordsParams(Params):
 )
 class BagOfWordsAttack(TextAttack):
     """The batch's token set from the input embedding's gradient rows (``bag_of_words``)."""
+
+    recovers_set = True
 
     def __call__(self, given: TextAttackInput) -> TextAttackOutput:
         grad = given.gradient[embedding_parameter(given.model)]
@@ -237,6 +262,44 @@ class LampTextAttack(TextAttack):
                              iterations=p.iterations, lr=p.lr, lr_decay=p.lr_decay, candidates=p.candidates,
                              init_candidates=p.init_candidates, swap_every=p.swap_every,
                              prior_weight=p.prior_weight, seed=given.seed, length=length)  # fmt: skip
+        return TextAttackOutput(ids=result.ids)
+
+
+class SequenceImprintParams(Params):
+    """bins: the imprint block's bins (more bins, fewer tokens sharing one; its update grows by
+    3·d·bins numbers); scale: s, how far the block moves the states (stealth against guards that read
+    outputs; recovery is scale-free); tolerance: relative distance at which a recovered state names a
+    (token, position) and two mean states are one sequence."""
+
+    bins: int = pydantic.Field(default=4096, ge=2, description="imprint bins (3·d·bins parameters)")
+    scale: float = pydantic.Field(default=1e-3, gt=0, description="s: the block's output scale")
+    tolerance: float = pydantic.Field(default=1e-3, gt=0, lt=1, description="relative match tolerance")
+
+
+@TEXT_ATTACKS.register(
+    "sequence-imprint",
+    summary="malicious server: an imprint block before the first attention layer bins token states "
+    "beside their sequence's mean state; single bins give tokens, the mean groups them [4096 bins]",
+    reference="Fowl et al., Robbing the Fed, ICLR 2022 (the imprint layout); Fowl et al., Decepticons, "
+    "ICLR 2023 (separating sequences in a transformer)",
+    params=SequenceImprintParams,
+    threat=Threat(Adversary.ARCHITECTURE_SERVER, frozenset({Knowledge.PROTOCOL, Knowledge.PUBLIC_SPLIT})),
+)
+class SequenceImprintAttack(TextAttack):
+    """:mod:`leakshield.text.imprint`: the server sends the model with the block (:meth:`prepare`, its
+    thresholds from the public split), then reads the sequences off the block's gradient. Needs FedSGD
+    (one step): local steps mix the bins' gradients with moved thresholds."""
+
+    modifies_model = True
+    params: SequenceImprintParams
+
+    def prepare(self, model: TextClassifier, public: torch.Tensor, seed: int) -> TextClassifier:
+        return imprint_model(model, public, self.params.bins, scale=self.params.scale, seed=seed)
+
+    def __call__(self, given: TextAttackInput) -> TextAttackOutput:
+        grad_w, grad_b = bin_gradients(given.model, given.gradient)
+        rows, _ = recover_from_bins(grad_w, grad_b, len(grad_b))
+        result = read_sequences(given.model, rows, given.batch, tolerance=self.params.tolerance)
         return TextAttackOutput(ids=result.ids)
 
 

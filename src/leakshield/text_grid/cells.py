@@ -26,6 +26,7 @@ from leakshield.text.scores import no_information_text, paired_scores, text_scor
 from leakshield.text.tokenizer import SPECIALS
 from leakshield.text_grid.attacks import (
     TEXT_ATTACKS,
+    TextAttack,
     TextAttackInput,
     create_text_attack,
     known_noise_std,
@@ -73,25 +74,60 @@ def expand_text_grid(config: TextExperimentConfig) -> list[TextCell]:
     ]
 
 
+@dataclass(frozen=True)
+class Observation:
+    """What the server holds of one victim: its gradient estimate and local steps, or, when the
+    client's guard refused the model sent, nothing and the guard's reason."""
+
+    gradient: dict[str, torch.Tensor] | None
+    steps: int
+    refused: str | None = None
+
+
+def observe(world: TextWorld, cell: TextCell, sent, honest) -> list[Observation]:
+    """Every victim's observation when the server sends ``sent`` (``honest``: the model the clients
+    accepted before, for the guards that compare)."""
+    out = []
+    for victim in world.victims[cell.batch]:
+        verdict = world.inspect(sent, cell.defense, victim, cell.seed, honest)
+        if not verdict.accepted:
+            out.append(Observation(None, 0, verdict.reason or "refused"))
+            continue
+        out.append(Observation(*world.update(sent, cell.defense, victim, cell.seed)))
+    return out
+
+
 def compute_group(world: TextWorld, cells: list[TextCell], environment: dict[str, Any]) -> list[CellRecord]:
-    """The records of ``cells`` (one group); a failing group is stored as failed cells, never raised."""
+    """The records of ``cells`` (one group); a failing group is stored as failed cells, never raised.
+    An observing server's attacks share the victims' updates of the honest model; a malicious one's
+    (``modifies_model``) gets the updates of the model it prepared. Client guards judge the model each
+    victim receives; a refused victim sends nothing."""
     first = cells[0]
     start = time.time()
     try:
         state = world.state(first.model, first.defense, first.state, first.seed)
-        updates = [
-            world.update(state.model, first.defense, v, first.seed) for v in world.victims[first.batch]
-        ]
+        honest: list[Observation] | None = None
+        if any(not TEXT_ATTACKS.get(c.attack.name).threat.modifies_model for c in cells):
+            honest = observe(world, first, state.model, state.model)
     except Exception as exc:  # a failing group must not stop the grid
         error = f"{type(exc).__name__}: {exc}"
         trace = [{"traceback": traceback.format_exc(limit=4)}]
         return [_record(c, "failed", {}, trace, error, start, environment) for c in cells]
+    guarded = world.pipeline(first.defense).guards
     records = []
     for cell in cells:
         began = time.time()
         try:
-            rows, metrics = _attack_cell(world, cell, state.model, updates)
+            attack = create_text_attack(cell.attack.name, cell.attack.params)
+            sent, observed = state.model, honest
+            if attack.modifies_model:
+                sent = attack.prepare(state.model, world.data.public.x.to(world.device), cell.seed)
+                observed = observe(world, cell, sent, state.model)
+            assert observed is not None
+            rows, metrics = _attack_cell(world, cell, attack, sent, observed)
             metrics.update(accuracy=state.accuracy, **state.privacy)
+            if guarded:
+                metrics["refused"] = sum(o.refused is not None for o in observed) / len(observed)
             records.append(_record(cell, "ok", metrics, rows, None, began, environment))
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
@@ -109,16 +145,25 @@ def compute_group(world: TextWorld, cells: list[TextCell], environment: dict[str
     return records
 
 
-def _attack_cell(world: TextWorld, cell: TextCell, model, updates) -> tuple[list[dict], dict[str, Any]]:
-    attack = create_text_attack(cell.attack.name, cell.attack.params)
+def _attack_cell(
+    world: TextWorld, cell: TextCell, attack: TextAttack, model, observed: list[Observation]
+) -> tuple[list[dict], dict[str, Any]]:
     tokenizer, public_ids = world.info.tokenizer, world.data.public.x
     local = world.config.update
     rows: list[dict[str, Any]] = []
     seconds = []
-    for victim, (gradient, steps) in zip(world.victims[cell.batch], updates, strict=True):
+    for victim, seen in zip(world.victims[cell.batch], observed, strict=True):
+        truths = [tokenizer.decode(r) for r in victim.batch.x]
+        if seen.refused is not None:  # nothing shared: the no-information guess is all the server has
+            empty = torch.zeros(0, dtype=torch.long)
+            found = [_bag_row(victim, empty, tokenizer, public_ids)] if attack.recovers_set else (
+                _guess_rows(victim, truths, tokenizer, public_ids))  # fmt: skip
+            rows += [{**row, "refused": seen.refused} for row in found]
+            continue
+        assert seen.gradient is not None
         fedavg = local.algorithm == "fedavg"
         sizes = step_sizes(cell.batch, local.batch_size, local.local_epochs) if fedavg else [cell.batch]
-        assert len(sizes) == steps, (sizes, steps)
+        assert len(sizes) == seen.steps, (sizes, seen.steps)
         noise = known_noise_std(
             world.pipeline_entries(cell.defense, victim),
             sizes,
@@ -129,17 +174,16 @@ def _attack_cell(world: TextWorld, cell: TextCell, model, updates) -> tuple[list
         began = time.perf_counter()
         seed = mix(cell.seed, victim.index)
         out = attack(
-            TextAttackInput(model, gradient, cell.batch, labels, noise, seed, public_ids, world.cache)
+            TextAttackInput(model, seen.gradient, cell.batch, labels, noise, seed, public_ids, world.cache)
         )
         seconds.append(time.perf_counter() - began)
-        truths = [tokenizer.decode(r) for r in victim.batch.x]
         if out.ids is not None:
             rows += _sequence_rows(victim, out.ids, truths, tokenizer, public_ids)
         if out.bag is not None:
             rows.append(_bag_row(victim, out.bag, tokenizer, public_ids))
     metrics: dict[str, Any] = {
-        "seconds_per_victim": statistics.fmean(seconds),
-        "victims": len(seconds),
+        "seconds_per_victim": statistics.fmean(seconds) if seconds else 0.0,
+        "victims": len(observed),
         "scored": len(rows),
     }
     bags = [r for r in rows if "bag_recall" in r]
@@ -160,6 +204,18 @@ def _attack_cell(world: TextWorld, cell: TextCell, model, updates) -> tuple[list
         if values:
             metrics[name] = statistics.fmean(values)
     return rows, metrics
+
+
+def _guess_rows(victim: Victim, truths: list[str], tokenizer, public_ids) -> list[dict]:
+    """A refused victim's sequences scored as the no-information guess (no token accuracy: no ids)."""
+    rows = []
+    for k, truth in enumerate(truths):
+        guess = no_information_text(public_ids, int(victim.batch.lengths[k]), tokenizer)
+        score = text_scores([guess], [truth])[0]
+        rows.append({"victim": victim.index, "client": victim.client, "sequence": k, "truth": truth,
+                     "reconstructed": guess, **score, "floor_rouge1": score["rouge1"],
+                     "floor_rouge2": score["rouge2"]})  # fmt: skip
+    return rows
 
 
 def _sequence_rows(victim: Victim, ids: torch.Tensor, truths: list[str], tokenizer, public_ids) -> list[dict]:

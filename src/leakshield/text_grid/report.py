@@ -1,6 +1,7 @@
 """The report of a text grid: one table row per cell (ROUGE beside the no-information guess, the bag's
-recall, the model's test accuracy, ε where DP-SGD trained it, seconds per victim) and, per cell at its
-smallest batch, the first victim's text beside its reconstruction; Markdown and a standalone HTML page."""
+recall, the share of victims whose client guard refused the model sent, the model's test accuracy, ε
+where DP-SGD trained it, seconds per victim) and, per cell at its smallest batch, the first victim's
+text beside its reconstruction; Markdown and a standalone HTML page."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ COLUMNS = (
     "guess R-1",
     "exact",
     "bag recall",
+    "refused",
     "test acc",
     "ε",
     "s/victim",
@@ -115,6 +117,7 @@ def table_rows(records: list[CellRecord], config: dict | None = None) -> list[li
             _fmt(m.get("floor_rouge1")),
             _fmt(m.get("exact"), 2),
             _fmt(m.get("bag_recall")),
+            _fmt(m.get("refused"), 2),
             _fmt(m.get("accuracy")),
             _fmt(m.get("epsilon"), 2),
             _fmt(m.get("seconds_per_victim"), 2),
@@ -158,7 +161,8 @@ def build_text_report(run_dir: str | Path) -> TextReportFiles:
         f"# {name}: what the text updates leak\n\nROUGE F-measures after pairing sequences (Hungarian on "
         "ROUGE-1); *guess R-1*: the public split's most frequent words at each text's true length. "
         "The bag of words is scored per victim batch on its distinct tokens (it has no order: no ROUGE-2); "
-        "*bag recall*: the share of the batch's distinct tokens it holds.\n"
+        "*bag recall*: the share of the batch's distinct tokens it holds; *refused*: the share of victims "
+        "whose client guard refused the model sent (they share nothing; the guess is scored for them).\n"
     )
     examples = _examples(records, config)
     md = [intro, markdown_table(records, config), "\n## Examples\n"]

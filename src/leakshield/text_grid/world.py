@@ -11,11 +11,11 @@ import torch
 from torch import nn
 
 from leakshield.artifacts import Artifact, ArtifactCache, FitKey, data_fingerprint
-from leakshield.defenses.base import DefensePipeline
+from leakshield.defenses.base import ACCEPTED, DefensePipeline, Verdict
 from leakshield.errors import ConfigError
 from leakshield.experiment.config import DefenseSetting
 from leakshield.fl import FederatedSimulation
-from leakshield.fl.client import compute_update
+from leakshield.fl.client import HonestClient, compute_update
 from leakshield.seeds import seeded_generator
 from leakshield.text.dataset import TextData, TextInfo, TokenSet, load_text_data, partition_text, read_corpus
 from leakshield.text.models import TextClassifier
@@ -24,6 +24,8 @@ from leakshield.text_grid.config import TextExperimentConfig, TextModelSpec
 
 #: sequences scored per forward pass when measuring accuracy
 EVAL_BATCH = 256
+#: the key of the client guards' random streams
+GUARD_STREAM = 0x6A2D
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,27 @@ class TextWorld:
             ids = test.x[start : start + EVAL_BATCH].to(self.device)
             hits += int((model(ids).argmax(1).cpu() == test.y[start : start + EVAL_BATCH]).sum())
         return hits / max(len(test), 1)
+
+    def inspect(
+        self, model: nn.Module, setting: DefenseSetting, victim: Victim, seed: int, previous: nn.Module
+    ) -> Verdict:
+        """The verdict of ``victim``'s client guards on the ``model`` it receives (``previous``: the
+        honest model it accepted before, for the guards that compare); accepted without guards."""
+        pipeline = DefensePipeline.from_config(self.pipeline_entries(setting, victim))
+        if not pipeline.guards:
+            return ACCEPTED
+        client = HonestClient(
+            victim.client,
+            self.clients[victim.client].to(self.device),  # type: ignore[arg-type]
+            self.config.update,
+            pipeline,
+            self.data.info,  # type: ignore[arg-type]
+            public=self.data.public.to(self.device),  # type: ignore[arg-type]
+            seed=seed,
+            model_mode="eval",
+        )
+        stream = seeded_generator(seed, GUARD_STREAM, victim.index, device=self.device)
+        return client.inspect(model, 0, stream, previous)
 
     def update(
         self, model: TextClassifier, setting: DefenseSetting, victim: Victim, seed: int

@@ -1,0 +1,254 @@
+"""A malicious server's imprint block for transformers, placed before the first attention layer.
+
+The server sends a classifier whose first transformer block is preceded by a block that sees each token
+state h_t (the embedding layer's output: GPT-2's e_v + p_t, BERT's LayerNorm(e_v + p_t + type₀)) beside
+a statistic of its whole sequence, the mean m of the sequence's states, z_t = [h_t ; m]:
+
+    u = ReLU(W z_t + b),  W's k rows all one random query q, b_i = −τ_i at k thresholds τ_0 < … < τ_{k−1}
+    (quantiles of q·z over the server's public text), and the block returns h_t + s·v·Σ_i u_i,
+
+a cumulative layout (Fowl et al., *Robbing the Fed*, ICLR 2022, its image version in
+:mod:`leakshield.attacks.active.imprint`) whose every active bin receives the same signal δ_t = s·vᵀg_t
+(g_t: the loss gradient at the block's output; v a random direction, since every LayerNorm after it
+ignores a shift along the all-ones vector). Consecutive bins' gradient differences give back each token
+alone in its bin as z_t = (∇W_i − ∇W_{i+1}) / (∇b_i − ∇b_{i+1}); h_t names its token and position (the
+only (token, position) whose state it equals), and m — one float vector shared by every token of a
+sequence — says which sequence it came from. That is the separation Decepticons (Fowl et al., ICLR 2023)
+buys with a rewritten first attention layer; an architecture-changing server gets it directly. ``s``
+keeps the model's outputs close to the honest ones (the block adds s·v·Σu to each state).
+
+Tokens that share a bin come back as a mixture that equals no (token, position) state: they are
+dropped, and their positions read ``[UNK]``. ``[PAD]`` positions carry no gradient and never appear.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from leakshield.errors import LeakshieldError
+from leakshield.seeds import seeded_generator
+from leakshield.text.models import TextClassifier
+from leakshield.text.tokenizer import CLS, PAD, SEP, UNK
+
+#: the imprint block's query parameters end their names so in a prepared model
+QUERY_WEIGHT, QUERY_BIAS = "imprint.query.weight", "imprint.query.bias"
+#: public sequences whose states place the thresholds, at most
+PUBLIC_SEQUENCES = 2000
+
+
+class SequenceImprint(nn.Module):
+    """The block of the module docstring on states N × L × d; ``query``: Linear(2d → k), ``spread``:
+    Linear(k → d, no bias) with every column s·v."""
+
+    def __init__(self, width: int, query: torch.Tensor, thresholds: torch.Tensor, spread: torch.Tensor):
+        super().__init__()
+        bins = len(thresholds)
+        self.query = nn.Linear(2 * width, bins)
+        self.relu = nn.ReLU()
+        self.spread = nn.Linear(bins, width, bias=False)
+        with torch.no_grad():
+            self.query.weight.copy_(query.expand(bins, -1))
+            self.query.bias.copy_(-thresholds)
+            self.spread.weight.copy_(spread[:, None].expand(-1, bins))
+
+    def measured(self, states: torch.Tensor) -> torch.Tensor:
+        """z = [h ; m]: each state beside its sequence's mean state (N × L × 2d)."""
+        return torch.cat([states, states.mean(dim=1, keepdim=True).expand_as(states)], dim=-1)
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        return states + self.spread(self.relu(self.query(self.measured(states))))
+
+
+class ImprintedBlock(nn.Module):
+    """The model's first transformer ``block`` behind ``imprint`` (every other argument passed on)."""
+
+    def __init__(self, imprint: SequenceImprint, block: nn.Module) -> None:
+        super().__init__()
+        self.imprint, self.block = imprint, block
+
+    def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
+        return self.block(self.imprint(hidden_states), *args, **kwargs)
+
+
+def _blocks(model: TextClassifier) -> nn.ModuleList:
+    return model.backbone.encoder.layer if model.kind == "bert" else model.backbone.h
+
+
+class _StopForwardError(Exception):
+    """Raised once the first block's input is read: the rest of the forward pass is not needed."""
+
+
+@torch.no_grad()
+def first_block_inputs(model: TextClassifier, ids: torch.Tensor) -> torch.Tensor:
+    """The states (N × L × d) the first transformer block receives for token ids N × L."""
+    block = _blocks(model)[0]
+    seen: list[torch.Tensor] = []
+
+    def read(_module: nn.Module, args: tuple, kwargs: dict) -> None:
+        seen.append(args[0] if args else kwargs["hidden_states"])
+        raise _StopForwardError
+
+    hook = block.register_forward_pre_hook(read, with_kwargs=True)
+    ids = ids.to(model.word_embeddings.weight.device)
+    try:
+        model.backbone(input_ids=ids, attention_mask=(ids != PAD).long())
+    except _StopForwardError:
+        pass
+    finally:
+        hook.remove()
+    return seen[0]
+
+
+def imprint_model(
+    model: TextClassifier, public_ids: torch.Tensor, bins: int, *, scale: float = 1e-3, seed: int = 0
+) -> TextClassifier:
+    """A copy of ``model`` with the imprint block before its first transformer block: ``bins``
+    thresholds at the quantiles of q·z over the real tokens of (up to 2000) public sequences; the query
+    q and the direction v drawn from ``seed``; ``scale`` is s."""
+    if bins < 2:
+        raise LeakshieldError(f"imprint bins {bins}: need at least 2")
+    if not len(public_ids):
+        raise LeakshieldError("the imprint block's thresholds need public text; the public split is empty")
+    width = model.word_embeddings.embedding_dim
+    gen = seeded_generator(seed, 0x1E7)
+    query = torch.randn(2 * width, generator=gen, dtype=torch.float64)
+    direction = torch.randn(width, generator=gen, dtype=torch.float64)
+    sample = public_ids[torch.randperm(len(public_ids), generator=gen)[:PUBLIC_SEQUENCES]]
+    states = first_block_inputs(model, sample).double()
+    blank = SequenceImprint(width, query.float(), torch.zeros(bins), direction.float())
+    measured = blank.measured(states)[sample.to(states.device) != PAD]  # real tokens only
+    values = (measured @ query.to(measured.device)).cpu()
+    levels = torch.arange(bins, dtype=torch.float64) / bins
+    thresholds = torch.quantile(values, levels.clamp(1e-6, 1 - 1e-6))
+    thresholds[0] = values.min() - 10 * (values.std() + 1)  # the first bin catches every token
+    spread = scale * direction / direction.norm() / bins  # a token in every bin moves by about s·v·(q·z)
+    imprint = SequenceImprint(width, query.float(), thresholds.float(), spread.float())
+    prepared = copy.deepcopy(model)
+    blocks = _blocks(prepared)
+    device = model.word_embeddings.weight.device
+    blocks[0] = ImprintedBlock(imprint.to(device), blocks[0])
+    return prepared
+
+
+def honest_view(model: TextClassifier) -> TextClassifier:
+    """The model without its imprint block (a copy): what the server knows the states of."""
+    plain = copy.deepcopy(model)
+    blocks = _blocks(plain)
+    if isinstance(blocks[0], ImprintedBlock):
+        blocks[0] = blocks[0].block
+    return plain
+
+
+def bin_gradients(model: TextClassifier, gradient) -> tuple[torch.Tensor, torch.Tensor]:
+    """The query's weight and bias gradients (rows in threshold order) from a prepared model's update."""
+    names = [n for n, _ in model.named_parameters() if n.endswith(QUERY_WEIGHT)]
+    if not names or names[0] not in gradient:
+        raise LeakshieldError("the text imprint attack needs the model it prepared (no imprint block in it)")
+    return gradient[names[0]], gradient[names[0].removesuffix("weight") + "bias"]
+
+
+@dataclass(frozen=True)
+class ImprintResult:
+    """``ids``: the sequences (batch × max_length, ``[UNK]`` at positions not recovered, ``[PAD]``
+    after); ``tokens``: the (token, position) states identified from single bins; ``filled``: tokens
+    completed from the sequences' mean states (:func:`fill_gaps`); ``rows``: bins' rows read; ``groups``:
+    sequences told apart by their mean state."""
+
+    ids: torch.Tensor
+    tokens: int
+    filled: int
+    rows: int
+    groups: int
+
+
+@torch.no_grad()
+def state_table(model: TextClassifier) -> torch.Tensor:
+    """Every (token, position) state: vocabulary × max_length × d (each token repeated over all
+    positions, no padding)."""
+    plain = honest_view(model)
+    vocab = plain.word_embeddings.num_embeddings
+    ids = torch.arange(vocab)[:, None].expand(vocab, plain.max_length)
+    return torch.cat([first_block_inputs(plain, chunk) for chunk in ids.split(256)]).double()
+
+
+def read_sequences(
+    model: TextClassifier, rows: torch.Tensor, batch: int, *, tolerance: float = 1e-3
+) -> ImprintResult:
+    """Sequences from the recovered rows z = [h ; m] (float64, one per row): h names its (token,
+    position) where the nearest state lies within ``tolerance`` × ‖h‖ (else the row is a mixture and
+    dropped); rows whose m agree within ``tolerance`` × ‖m‖ are one sequence. The ``batch`` largest
+    groups are returned, in the order of their sequences' mean states' first coordinate."""
+    table = state_table(model).to(rows.device)
+    _, length, width = table.shape
+    flat = table.reshape(-1, width)
+    h, m = rows[:, :width], rows[:, width:]
+    closest = [torch.cdist(part, flat).min(dim=1) for part in h.split(128)]  # 128 rows at a time
+    distance = torch.cat([c.values for c in closest])
+    nearest = torch.cat([c.indices for c in closest])
+    good = distance <= tolerance * h.norm(dim=1).clamp_min(1e-12)
+    tokens, positions = nearest // length, nearest % length
+    means: list[torch.Tensor] = []
+    members: list[dict[int, int]] = []
+    for row in good.nonzero().flatten().tolist():
+        found = next(
+            (g for g, mean in enumerate(means) if (m[row] - mean).norm() <= tolerance * mean.norm()), None
+        )
+        if found is None:
+            means.append(m[row])
+            members.append({})
+            found = len(means) - 1
+        members[found].setdefault(int(positions[row]), int(tokens[row]))
+    order = sorted(range(len(members)), key=lambda g: -len(members[g]))[:batch]
+    order.sort(key=lambda g: float(means[g][0]))
+    ids = torch.full((batch, length), PAD, dtype=torch.long)
+    filled = 0
+    for k, g in enumerate(order):
+        placed = members[g]
+        filled += fill_gaps(placed, length * means[g], table, tolerance)
+        end = max(placed) + 1
+        ids[k, :end] = UNK
+        for position, token in placed.items():
+            ids[k, position] = token
+        if ids[k, 0] == UNK:
+            ids[k, 0] = CLS
+    for k in range(len(order), batch):  # sequences of which nothing came back
+        ids[k, :2] = torch.tensor([CLS, SEP])
+    return ImprintResult(ids, int(good.sum()), filled, len(rows), len(members))
+
+
+def fill_gaps(placed: dict[int, int], total: torch.Tensor, table: torch.Tensor, tolerance: float) -> int:
+    """Complete a sequence's (position → token) in place from its states' sum ``total`` (L·m, every
+    position's state, ``[PAD]`` ones too): for each length n from the last position found on, the
+    states missing below n must add up to what the known ones leave; one or two missing positions are
+    solved by lookup in ``table`` (vocabulary × L × d) within ``tolerance`` × ‖residual‖. Returns how many
+    tokens it added (0: no length fits, or more than two gaps)."""
+    vocab, length, _ = table.shape
+    known = sum(table[token, position] for position, token in placed.items())
+    for n in range(max(placed) + 1, length + 1):
+        missing = [p for p in range(n) if p not in placed]
+        if len(missing) > 2:
+            break
+        pads = table[PAD, n:].sum(dim=0) if n < length else torch.zeros_like(total)
+        residual = total - known - pads
+        limit = tolerance * max(float(residual.norm()), float(table[:, 0].norm(dim=1).mean()))
+        if not missing:
+            if float(residual.norm()) <= limit:
+                return 0
+            continue
+        if len(missing) == 1:
+            gap = (table[:, missing[0]] - residual).norm(dim=1)
+            if float(gap.min()) <= limit:
+                placed[missing[0]] = int(gap.argmin())
+                return 1
+            continue
+        first, second = table[:, missing[0]], table[:, missing[1]]
+        gap = torch.cdist(residual - first, second)  # vocab × vocab: first token's row, second's column
+        best = int(gap.argmin())
+        if float(gap.flatten()[best]) <= limit:
+            placed[missing[0]], placed[missing[1]] = best // vocab, best % vocab
+            return 2
+    return 0
