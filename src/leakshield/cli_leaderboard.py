@@ -86,6 +86,13 @@ def add_parser(sub: Any) -> None:
         help="with --readme: rewrite the README's Results block from a stored export (e.g. "
         "docs/leaderboard/standard.json), stale rows marked, without running a cell",
     )
+    board.add_argument(
+        "--corpus",
+        type=Path,
+        default=None,
+        help="the text section's corpus (the Rotten Tomatoes CSV; default: the one 'leakshield "
+        "fetch-corpus' cached); without it, or without the text extra, the text section is skipped",
+    )
     board.add_argument("--retry-failed", action="store_true", help="recompute cells stored as failed")
     add_stop_after(board)
     add_common_options(board)
@@ -119,8 +126,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
             return STOPPED  # the leaderboard is built by the rerun that completes every grid
         print(f"scenario {name}:")
         status = max(status, run_grid(scenario, out / "scenarios" / name, args))
-    if status == STOPPED:
+    if status == STOPPED or past_deadline(args):
         return STOPPED
+    status = max(status, _text_section(out, args))
     files = build_leaderboard(out, preset=args.preset, scenarios=[(n, a) for n, _, a in scenarios])
     print(f"leaderboard: {files.html}  ({len(files.pages)} defense pages)  table: {files.markdown}")
     if args.readme is not None:
@@ -129,6 +137,48 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         shutil.copyfile(files.json, export)
         _from_export(export, args.readme, args)
     return status
+
+
+def text_unavailable(config: Any) -> str | None:
+    """Why the text section cannot run here (the text extra or the corpus missing), or None."""
+    from leakshield.text.extra import missing_text_extra
+    from leakshield.text.fetch import default_corpus_path
+
+    missing = missing_text_extra()
+    if missing:
+        return f"the text extra is not installed ({', '.join(missing)}: pip install 'leakshield[text]')"
+    path = Path(config.corpus.path).expanduser() if config.corpus.path else default_corpus_path()
+    if not path.exists():
+        return f"no corpus at {path} (give --corpus FILE, or run 'leakshield fetch-corpus')"
+    return None
+
+
+def _text_section(out: Path, args: argparse.Namespace) -> int:
+    """Run the preset's text grid into ``out/text`` in-process (resumable); 1 when a cell failed, 0 when
+    the preset has none or it cannot run here (said in one line)."""
+    from leakshield.leaderboard.presets import load_text_leaderboard
+
+    config = load_text_leaderboard(args.preset, path=args.config, corpus=args.corpus)
+    if config is None:
+        return 0
+    reason = text_unavailable(config)
+    if reason is not None:
+        print(f"text section skipped: {reason}")
+        return 0
+    from leakshield.text_grid.runner import TextGridRunner
+
+    print("text section:")
+    set_threads(args.threads, args.matmul_precision)
+    runner = TextGridRunner(
+        config, out / "text", device=args.device, progress=not args.quiet, cache_dir=args.cache_dir
+    )
+    summary = runner.run(retry_failed=args.retry_failed)
+    from leakshield.text_grid.report import build_text_report
+
+    build_text_report(out / "text")
+    print(f"text: {summary.computed} cells computed, {summary.skipped} already stored, {summary.failed} "
+          f"failed → {summary.out}")  # fmt: skip
+    return 1 if summary.failed else 0
 
 
 def _protocol(args: argparse.Namespace) -> Any:

@@ -12,12 +12,10 @@ import yaml
 
 from leakshield.cli_common import set_threads
 from leakshield.errors import LeakshieldError
-from leakshield.text.extra import text_extra
+from leakshield.text.extra import EXTRA_MODULES, text_extra
 
 #: ``leakshield run`` options of image grids, with their defaults (a text grid runs in-process)
 GRID_ONLY = {"workers": 1, "executor": "local", "dry_run": False, "repair": False, "stop_after": None}
-#: the modules of the ``text`` extra, checked before any work
-EXTRA_MODULES = ("tokenizers", "transformers", "rouge_score")
 
 
 def text_demo_config() -> str:

@@ -68,6 +68,7 @@ def _cell_json(r: CellRecord) -> dict[str, Any]:
         "attack_name": r.attack_name, "threat": r.threat, **({"scale": r.scale} if r.scale else {}),
         **({"environment": r.environment} if r.environment else {}),
         **({"victims": _victim_scores(r)} if r.kind in ("attack", "baseline") and r.victims else {}),
+        **({"victims": _sequence_scores(r)} if r.kind == "text" and r.victims else {}),
     }  # fmt: skip
 
 
@@ -89,16 +90,26 @@ def _victim_scores(r: CellRecord) -> list[dict[str, Any]]:
     return [{k: v[k] for k in VICTIM_KEYS if v.get(k) is not None} for v in r.victims]
 
 
+#: the per-sequence scores an export keeps of a text cell (what the text rankings count leaks from)
+SEQUENCE_KEYS = ("victim", "sequence", "rouge1", "rouge2", "floor_rouge2", "refused")
+
+
+def _sequence_scores(r: CellRecord) -> list[dict[str, Any]]:
+    return [{k: v[k] for k in SEQUENCE_KEYS if v.get(k) is not None} for v in r.victims]
+
+
 def export_json(
     records: Sequence[CellRecord],
     facts: dict[str, Any],
     scenarios: Sequence[Scenario] = (),
     provenance: dict[str, Any] | None = None,
+    text: tuple[Sequence[CellRecord], int] | None = None,
 ) -> str:
     """The run as JSON: ``facts``, every cell without its images (each victim's scores kept: its SSIMs,
     its prior draw's, a guard's refusal; its environment keeps its components' stamps), each realism
-    scenario's description and cells, and ``provenance``: stamp → the component's modules and settings
-    (:func:`leakshield.leaderboard.staleness.provenance_table`)."""
+    scenario's description and cells, ``provenance``: stamp → the component's modules and settings
+    (:func:`leakshield.leaderboard.staleness.provenance_table`), and ``text``: the text section's cells
+    (each sequence's scores kept) and its trained state's rounds."""
     data = {
         "run": facts,
         "cells": [_cell_json(r) for r in records],
@@ -107,7 +118,15 @@ def export_json(
     }  # fmt: skip
     if provenance is not None:
         data["provenance"] = provenance
+    if text is not None:
+        data["text"] = {"rounds": text[1], "cells": [_cell_json(r) for r in text[0]]}
     return json.dumps(data, indent=0, sort_keys=True)
+
+
+def text_from_json(text: str) -> tuple[list[CellRecord], int] | None:
+    """The export's text section (cells, trained rounds); None for an export without one."""
+    found = json.loads(text).get("text")
+    return None if found is None else ([_record(c) for c in found["cells"]], int(found["rounds"]))
 
 
 def provenance_from_json(text: str) -> dict[str, Any]:

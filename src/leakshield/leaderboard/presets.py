@@ -20,7 +20,7 @@ from leakshield.errors import ConfigError
 from leakshield.experiment.config import ExperimentConfig, parse_config
 from leakshield.experiment.yaml_files import read_yaml
 
-PRESET_KEYS = ("params", "add_defenses", "scenarios")
+PRESET_KEYS = ("params", "add_defenses", "scenarios", "text")
 #: keys of a scenario that describe it rather than change the experiment
 SCENARIO_KEYS = ("title", "ranked")
 
@@ -118,6 +118,7 @@ def leaderboard_data(
     if not isinstance(extra, list):
         raise ConfigError(f"{source}: presets.{preset}.add_defenses: expected a list of defenses")
     changes.pop("scenarios", None)
+    changes.pop("text", None)
     data = deep_merge(document["base"], changes)
     data.setdefault("name", f"leaderboard-{preset}")
     local = (data.get("fl") or {}).get("local") or {}
@@ -133,6 +134,39 @@ def leaderboard_data(
         data["dataset"]["root"] = str(data_root)
         data["name"] = f"{data['name']}-{data['dataset']['name']}"
     return data
+
+
+def text_data(text: str, preset: str, *, source: str = "leaderboard config") -> dict[str, Any] | None:
+    """The text grid's config (a mapping) of ``preset``: the file's ``text`` section with the preset's
+    ``text`` changes merged in; None where the file has no text section or the preset drops it
+    (``text: null``)."""
+    document = (yaml.safe_load(text) if isinstance(text, str) else text) or {}
+    base = document.get("text")
+    chosen = (document.get("presets") or {}).get(preset) or {}
+    if base is None or ("text" in chosen and chosen["text"] is None):
+        return None
+    changes = chosen.get("text") or {}
+    if not isinstance(base, dict) or not isinstance(changes, dict):
+        raise ConfigError(f"{source}: text and presets.{preset}.text: expected mappings (a text grid config)")
+    data = deep_merge(base, changes)
+    data.setdefault("name", f"leaderboard-{preset}-text")
+    return data
+
+
+def load_text_leaderboard(
+    preset: str, *, path: str | Path | None = None, corpus: str | Path | None = None
+) -> Any:
+    """The validated text grid config of ``preset`` (None: no text section), reading ``corpus``."""
+    from leakshield.text_grid.config import parse_text_config
+
+    text = read_yaml(path, "leaderboard file") if path is not None else default_leaderboard_text()
+    source = str(path) if path is not None else "configs/leaderboard.yaml"
+    data = text_data(text, preset, source=source)
+    if data is None:
+        return None
+    if corpus is not None:
+        data["corpus"] = {**(data.get("corpus") or {}), "path": str(corpus)}
+    return parse_text_config(data, source=f"{source} (text)")
 
 
 def load_leaderboard(

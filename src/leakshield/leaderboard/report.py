@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import io
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,8 @@ from leakshield.leaderboard.export import (
 )
 from leakshield.leaderboard.ranking import Standing, standings
 from leakshield.leaderboard.staleness import provenance_table
-from leakshield.leaderboard.tables import html_table, leak_text, ranked_records
+from leakshield.leaderboard.tables import html_table, leak_text, markdown, ranked_records
+from leakshield.leaderboard.text_section import text_tables
 from leakshield.leaderboard.threats import cell_threat, threat_of
 from leakshield.report.html import (
     CLASS_SSIM_CONVENTION,
@@ -233,6 +235,8 @@ def build_leaderboard(
     facts = run_facts(every, config.name, preset, config.fingerprint())
     honest = _honest(records)
     plot = frontier_png(standings(ranked, honest) if honest else rows, baseline)
+    text = load_text_section(run_dir)
+    text_found = text_tables(*text) if text is not None else []
     pages = []
     links = {}
     for row in rows:
@@ -259,6 +263,9 @@ def build_leaderboard(
         _img(plot, "privacy-utility frontier")
         if plot
         else "<p>No defense has both an attack score and an accuracy.</p>",
+        "<h2>Text: federated language models</h2>",
+        *(html_table(t) for t in text_found),
+        _text_intro(text),
         "<h2>Realism: does the picture survive realistic settings?</h2>",
         *(html_table(t) for t in tables if t.title.startswith("Realism")),
         "<h2>Attacks and their threat models</h2>",
@@ -272,12 +279,34 @@ def build_leaderboard(
         run_dir / "leaderboard.html", run_dir / "leaderboard.md", run_dir / "leaderboard.json", pages
     )
     atomic_write_bytes(files.html, "\n".join(parts).encode())
-    atomic_write_bytes(files.markdown, f"# {config.name}\n\n{results_markdown(records, found)}".encode())
+    text_md = "".join("\n" + markdown(t) for t in text_found)
+    atomic_write_bytes(
+        files.markdown, f"# {config.name}\n\n{results_markdown(records, found)}{text_md}".encode()
+    )
     provenance = provenance_table(
         [(config, records)] + [(load_run_config(run_dir / "scenarios" / s.name), s.records) for s in found]
     )
-    atomic_write_bytes(files.json, export_json(records, facts, found, provenance).encode())
+    atomic_write_bytes(files.json, export_json(records, facts, found, provenance, text).encode())
     return files
+
+
+def load_text_section(run_dir: Path) -> tuple[list[CellRecord], int] | None:
+    """The text section's cells under ``run_dir/text`` and its trained state's rounds (None: no text run)."""
+    where = run_dir / "text"
+    if not (where / STORE_FILE).is_file():
+        return None
+    stored = json.loads((where / "config.json").read_text()).get("config", {})
+    return ResultStore(where / STORE_FILE).records(), int((stored.get("training") or {}).get("rounds", 0))
+
+
+def _text_intro(text: tuple[list[CellRecord], int] | None) -> str:
+    if text is None:
+        return ("<p>No text section in this run: the preset has none, or the corpus or the text extra was "
+                "missing (<code>leakshield leaderboard --corpus FILE</code>).</p>")  # fmt: skip
+    records, _ = text
+    failed = sum(r.status != "ok" for r in records)
+    return (f"<p>{len(records)} text cells ({failed} failed); every cell, with reconstructed texts beside "
+            "the truth: <a href='text/report.html'>text/report.html</a>.</p>")  # fmt: skip
 
 
 def _honest(records: list[CellRecord]) -> str | None:

@@ -125,7 +125,7 @@ def compute_group(world: TextWorld, cells: list[TextCell], environment: dict[str
                 observed = observe(world, cell, sent, state.model)
             assert observed is not None
             rows, metrics = _attack_cell(world, cell, attack, sent, observed)
-            metrics.update(accuracy=state.accuracy, **state.privacy)
+            metrics.update(accuracy=state.accuracy, chance=1 / world.info.num_classes, **state.privacy)
             if guarded:
                 metrics["refused"] = sum(o.refused is not None for o in observed) / len(observed)
             records.append(_record(cell, "ok", metrics, rows, None, began, environment))

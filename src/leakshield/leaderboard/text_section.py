@@ -1,0 +1,112 @@
+"""The leaderboard's text section: a text grid's cells ranked per threat model by the same rule as the
+images (:mod:`.ranking`: seeds as the unit, leaked victims against their own no-information scores,
+the strongest attack chosen on half of the seeds and reported on the other half, paired tests with Holm's
+correction, the utility gate).
+
+The unit is one private text. A text leaks when its reconstruction's ROUGE-2 F-measure (after the
+grid's Hungarian pairing) is at least the images' threshold 0.6 — most of its word pairs back in order
+— and above the ROUGE-2 of its own no-information guess (the public split's most frequent words at its
+true length). The ranking reads a cell's per-victim scores under the images' key ``ssim``: the records
+built here are transient (never stored or exported) and carry, for text, ROUGE-2 there and ROUGE-1 in
+the PSNR slot (the tie-breaker); the tables say so in their headers. A model state is a "round": 0
+untrained, the grid's ``training.rounds`` trained. Utility: the test accuracy of the model trained under
+the defense (per seed), chance 1 / classes. Attacks that recover a set of words and no order (the bag
+of words) are left out: they rank no sequence."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from leakshield.experiment.store import CellRecord
+from leakshield.leaderboard.ranking import standings, threats
+from leakshield.leaderboard.tables import Table, letters, ranking_rows, selection_note
+
+#: what the text tables call the ranking's score columns
+LABELS = {"score": "ROUGE-2", "second": "ROUGE-1"}
+
+
+def _batch(record: CellRecord) -> str:
+    return next((part for part in (record.scale or "").split() if part.startswith("batch=")), "")
+
+
+def _victims(rows: Sequence[dict], key: str) -> list[dict]:
+    """Per victim (in order): its sequences' ``key`` scores in order, and its guard's refusal."""
+    grouped: dict[int, dict] = {}
+    for row in rows:
+        if row.get("rouge2") is None:
+            continue
+        entry = grouped.setdefault(int(row["victim"]), {"ssim": []})
+        entry["ssim"].append(float(row[key]))
+        if row.get("refused"):
+            entry["refused"] = row["refused"]
+    return [grouped[k] for k in sorted(grouped)]
+
+
+def ranking_records(records: Sequence[CellRecord], rounds: int) -> list[CellRecord]:
+    """Attack, baseline and utility records the ranking reads, built from a text grid's cells."""
+    out: list[CellRecord] = []
+    references: dict[str, CellRecord] = {}
+    utility: dict[tuple, CellRecord] = {}
+    for r in records:
+        if r.kind != "text":
+            continue
+        trained = r.environment.get("state") == "trained"
+        scale = _batch(r)
+        base = dict(kind="attack", round=rounds if trained else 0, scale=scale, images=None)
+        if r.status != "ok":
+            out.append(dataclasses.replace(r, **base))
+            continue
+        victims = _victims(r.victims, "rouge2")
+        if not victims:  # a bag of words: no sequences to rank
+            continue
+        metrics = {"ssim": r.metrics["rouge2"], "psnr": r.metrics.get("rouge1")}
+        if "refused" in r.metrics:
+            metrics["refused"] = r.metrics["refused"]
+        out.append(dataclasses.replace(r, **base, metrics=metrics, victims=victims))
+        if scale not in references:
+            floors = _victims(r.victims, "floor_rouge2")
+            mean = sum(v for f in floors for v in f["ssim"]) / sum(len(f["ssim"]) for f in floors)
+            references[scale] = dataclasses.replace(
+                r, kind="baseline", key=f"text-baseline|{scale}", attack=None, defense=None, model=None,
+                metrics={"ssim": mean}, victims=[{"ssim": f["ssim"]} for f in floors], scale=scale,
+            )  # fmt: skip
+        accuracy = r.metrics.get("accuracy")
+        if trained and accuracy is not None and (r.model, r.defense, r.seed) not in utility:
+            found = {"accuracy": accuracy, "chance": r.metrics.get("chance", 0.5)}
+            if r.metrics.get("epsilon") is not None:
+                found["epsilon"] = r.metrics["epsilon"]
+            utility[(r.model, r.defense, r.seed)] = dataclasses.replace(
+                r, kind="utility", key=f"text-utility|{r.model}|{r.defense}|{r.seed}", attack=None,
+                metrics=found, victims=[], round=rounds, scale="",
+            )  # fmt: skip
+    return [*out, *references.values(), *utility.values()]
+
+
+def text_tables(records: Sequence[CellRecord], rounds: int) -> list[Table]:
+    """One ranking per threat model of a text grid's cells (see the module docstring)."""
+    converted = ranking_records(records, rounds)
+    tables = []
+    for threat in threats(converted):
+        rows = [r for r in standings(converted, threat) if r.strongest is not None]
+        active = threat.startswith("malicious server")
+        header, body = ranking_rows(rows, active=active)
+        header = [_relabel(h) for h in header]
+        note = selection_note(rows).replace("SSIM ≥ 0.6", "ROUGE-2 ≥ 0.6")
+        note += (
+            f" A model state's round: 0 untrained, {rounds} after FL training under the defense. ROUGE-2 "
+            "and ROUGE-1: F-measures after pairing each batch's sequences with their reconstructions; the "
+            "no-information guess: the public split's most frequent words at the text's true length."
+        )
+        if active:
+            note += (
+                " Caught by guard: the share of victims whose client guard refused the tampered model (they "
+                "share nothing: the guess is scored for them) · the ROUGE-2 of the victims no guard refused."
+            )
+        title = f"Text · {threat[0].upper()}{threat[1:]} (catalogue {letters(converted, threat)})"
+        tables.append(Table(title, header, body, note))
+    return tables
+
+
+def _relabel(header: str) -> str:
+    return header.replace("SSIM", LABELS["score"]).replace("PSNR", LABELS["second"])
