@@ -11,6 +11,7 @@ import yaml
 
 from leakshield.cli import main
 from leakshield.experiment.store import CellRecord
+from leakshield.leaderboard.export import export_json, text_from_json
 from leakshield.leaderboard.presets import load_text_leaderboard, text_data
 from leakshield.leaderboard.text_section import ranking_records, text_tables
 from leakshield.text_grid.attacks import TEXT_ATTACKS
@@ -26,12 +27,14 @@ def _cell(
     *,
     accuracy: float = 0.8,
     attack: str = "tag",
-    floor: float = 0.05,
+    floor: float | list[list[float]] = 0.05,
     refused: list[bool] | None = None,
 ) -> CellRecord:
-    """A text cell: ``r2[v][k]`` is victim v's sequence k's ROUGE-2."""
-    rows = [{"victim": v, "sequence": k, "rouge1": min(1.0, s + 0.1), "rouge2": s, "floor_rouge2": floor,
-             **({"refused": "row-guard: …"} if refused and refused[v] else {})}
+    """A text cell: ``r2[v][k]`` is victim v's sequence k's ROUGE-2 (``floor``: its guess's, one for
+    all or per sequence)."""
+    floors = floor if isinstance(floor, list) else [[floor] * len(scores) for scores in r2]
+    rows = [{"victim": v, "sequence": k, "rouge1": min(1.0, s + 0.1), "rouge2": s,
+             "floor_rouge2": floors[v][k], **({"refused": "row-guard: …"} if refused and refused[v] else {})}
             for v, scores in enumerate(r2) for k, s in enumerate(scores)]  # fmt: skip
     flat = [s for scores in r2 for s in scores]
     metrics = {"rouge2": sum(flat) / len(flat), "rouge1": min(1.0, sum(flat) / len(flat) + 0.1),
@@ -93,6 +96,40 @@ def test_a_text_leaks_only_above_its_own_guess():
     assert not _rows(text_tables(cells, ROUNDS)[0])["none"][2].startswith("no measurable leakage")
 
 
+def test_a_run_whose_undefended_model_did_not_train_says_the_gate_cannot_judge():
+    """Planted: every model at chance (0.5, 2 balanced classes): a defense that trains nothing would pass
+    the gate unnoticed, so the note says the ranks say nothing about utility."""
+    records = _board({"none": (lambda s: [[0.9, 1.0]], 0.5), "dp": (lambda s: [[0.0, 0.1]], 0.5)}, seeds=2)
+    (table,) = text_tables(records, ROUNDS)
+    assert "The undefended model did not train (0.500 against chance 0.500)" in table.note
+    trained = _board({"none": (lambda s: [[0.9, 1.0]], 0.8), "dp": (lambda s: [[0.0, 0.1]], 0.5)}, seeds=2)
+    (table,) = text_tables(trained, ROUNDS)
+    assert "did not train" not in table.note and _rows(table)["dp"][0] == "does not train"
+
+
+def test_each_text_is_judged_against_its_own_guess_in_order():
+    """Two victims of two texts, each with its own guess: (0.95 vs 0.9) and (0.62 vs 0.1) leak, (0.65 vs
+    0.7) and (0.66 vs 0.68) do not — 2 of 4. Floors reversed within a victim would count 1; one mean
+    floor for all (0.595) would count 4."""
+    floors = [[0.9, 0.1], [0.7, 0.68]]
+    cells = [_cell("none", s, st, [[0.95, 0.62], [0.65, 0.66]], floor=floors)
+             for s in range(2) for st in ("untrained", "trained")]  # fmt: skip
+    (table,) = text_tables(cells, ROUNDS)
+    assert "leaked texts ↓ (95 % CI)" in table.header
+    assert _rows(table)["none"][3].startswith("2/4 = 0.50")
+
+
+def test_the_text_tables_name_the_guess_and_come_back_from_an_export():
+    cells = _board({"none": (lambda s: [[0.9, 1.0]], 0.8), "safe": (lambda s: [[0.1, 0.2]], 0.79)}, seeds=2)
+    tables = text_tables(cells, ROUNDS)
+    flat = " ".join(c for t in tables for row in t.rows for c in row)
+    assert "≈ guess" in flat and "mean image" not in flat
+    exported = export_json([], {}, text=(cells, ROUNDS))
+    found = text_from_json(exported)
+    assert found is not None and text_tables(*found) == tables
+    assert text_from_json(export_json([], {})) is None
+
+
 def test_a_malicious_servers_table_shows_what_the_guard_caught():
     cells = [
         _cell(d, s, st, [[1.0, 1.0], [1.0, 0.9]], attack="sequence-imprint", floor=0.05,
@@ -106,19 +143,20 @@ def test_a_malicious_servers_table_shows_what_the_guard_caught():
     assert _rows(table)["none"][column] == "—"
 
 
-def test_bags_of_words_are_left_out_and_utility_comes_from_the_trained_state():
+def test_bags_of_words_are_left_out_of_the_ranking_but_give_the_trained_models_accuracy():
     bag = _cell("none", 0, "trained", [[1.0]], attack="bag-of-words")
     bag = CellRecord(**{**bag.__dict__, "victims": [{"victim": 0, "rouge1": 1.0, "bag_recall": 1.0}]})
     found = ranking_records([bag, _cell("none", 0, "trained", [[0.9]], accuracy=0.7)], ROUNDS)
     assert [r.kind for r in found] == ["attack", "baseline", "utility"]
-    assert found[0].round == ROUNDS and found[2].metrics == {"accuracy": 0.7, "chance": 0.5}
+    # the trained model's accuracy is read off the first cell of it that succeeded (the bag's here)
+    assert found[0].round == ROUNDS and found[2].metrics == {"accuracy": 0.8, "chance": 0.5}
 
 
 def test_every_preset_has_a_valid_text_section_and_null_drops_it():
     for preset in ("quick", "standard", "full"):
         assert load_text_leaderboard(preset) is not None
     document = {"base": {}, "text": {"track": "text", "name": "t"}, "presets": {"a": {"text": None}, "b": {}}}
-    assert text_data(document, "a") is None and text_data(document, "b") == {"track": "text", "name": "t"}
+    assert text_data(document, "a") is None and text_data(document, "b") == {"track": "text", "name": "t-b"}
 
 
 TINY_BOARD = {

@@ -149,7 +149,7 @@ def text_data(text: str, preset: str, *, source: str = "leaderboard config") -> 
     if not isinstance(base, dict) or not isinstance(changes, dict):
         raise ConfigError(f"{source}: text and presets.{preset}.text: expected mappings (a text grid config)")
     data = deep_merge(base, changes)
-    data.setdefault("name", f"leaderboard-{preset}-text")
+    data["name"] = changes.get("name") or f"{base.get('name', 'leaderboard-text')}-{preset}"
     return data
 
 

@@ -31,9 +31,11 @@ from leakshield.leaderboard.export import (
     results_tables,
     scenarios_from_json,
     stale_rows,
+    text_from_json,
 )
 from leakshield.leaderboard.staleness import Staleness, judge, provenance_table
 from leakshield.leaderboard.tables import Table
+from leakshield.leaderboard.text_section import text_tables
 
 SOURCE = re.compile(r"Generated from `([^`]+)`")
 #: differing lines a verdict quotes before it counts the rest
@@ -135,9 +137,11 @@ def render(
     staleness = judge_export(text, graph, protocol)
     scenarios = scenarios_from_json(text)
     tables = results_tables(records, scenarios, staleness)
+    text_cells = text_from_json(text)  # the text section: on the results page, not in the README's block
+    page = [*tables, *(text_tables(*text_cells) if text_cells is not None else [])]
     return Rendered(
         readme_section(facts, records, source, scenarios, staleness, tables),
-        results_page(facts, records, source, scenarios, staleness, tables),
+        results_page(facts, records, source, scenarios, staleness, page),
         staleness,
         facts,
         tables,

@@ -10,7 +10,8 @@ true length). The ranking reads a cell's per-victim scores under the images' key
 built here are transient (never stored or exported) and carry, for text, ROUGE-2 there and ROUGE-1 in
 the PSNR slot (the tie-breaker); the tables say so in their headers. A model state is a "round": 0
 untrained, the grid's ``training.rounds`` trained. Utility: the test accuracy of the model trained under
-the defense (per seed), chance 1 / classes. Attacks that recover a set of words and no order (the bag
+the defense (per seed, from any of its cells that succeeded); chance: always answering the test split's
+most frequent label, as the cells record it. Attacks that recover a set of words and no order (the bag
 of words) are left out: they rank no sequence."""
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ def _victims(rows: Sequence[dict], key: str) -> list[dict]:
     return [grouped[k] for k in sorted(grouped)]
 
 
+def _recovers_set(record: CellRecord) -> bool:
+    from leakshield.text_grid.attacks import TEXT_ATTACKS
+
+    name = record.attack_name or record.attack or ""
+    return name in TEXT_ATTACKS and bool(getattr(TEXT_ATTACKS.get(name).factory, "recovers_set", False))
+
+
 def ranking_records(records: Sequence[CellRecord], rounds: int) -> list[CellRecord]:
     """Attack, baseline and utility records the ranking reads, built from a text grid's cells."""
     out: list[CellRecord] = []
@@ -55,8 +63,19 @@ def ranking_records(records: Sequence[CellRecord], rounds: int) -> list[CellReco
         scale = _batch(r)
         base = dict(kind="attack", round=rounds if trained else 0, scale=scale, images=None)
         if r.status != "ok":
-            out.append(dataclasses.replace(r, **base))
+            if not _recovers_set(r):  # a failed bag of words would not have been ranked either
+                out.append(dataclasses.replace(r, **base))
             continue
+        accuracy = r.metrics.get("accuracy")
+        if trained and accuracy is not None and (r.model, r.defense, r.seed) not in utility:
+            found = {"accuracy": accuracy}
+            for name in ("chance", "epsilon"):
+                if r.metrics.get(name) is not None:
+                    found[name] = r.metrics[name]
+            utility[(r.model, r.defense, r.seed)] = dataclasses.replace(
+                r, kind="utility", key=f"text-utility|{r.model}|{r.defense}|{r.seed}", attack=None,
+                metrics=found, victims=[], round=rounds, scale="",
+            )  # fmt: skip
         victims = _victims(r.victims, "rouge2")
         if not victims:  # a bag of words: no sequences to rank
             continue
@@ -71,15 +90,6 @@ def ranking_records(records: Sequence[CellRecord], rounds: int) -> list[CellReco
                 r, kind="baseline", key=f"text-baseline|{scale}", attack=None, defense=None, model=None,
                 metrics={"ssim": mean}, victims=[{"ssim": f["ssim"]} for f in floors], scale=scale,
             )  # fmt: skip
-        accuracy = r.metrics.get("accuracy")
-        if trained and accuracy is not None and (r.model, r.defense, r.seed) not in utility:
-            found = {"accuracy": accuracy, "chance": r.metrics.get("chance", 0.5)}
-            if r.metrics.get("epsilon") is not None:
-                found["epsilon"] = r.metrics["epsilon"]
-            utility[(r.model, r.defense, r.seed)] = dataclasses.replace(
-                r, kind="utility", key=f"text-utility|{r.model}|{r.defense}|{r.seed}", attack=None,
-                metrics=found, victims=[], round=rounds, scale="",
-            )  # fmt: skip
     return [*out, *references.values(), *utility.values()]
 
 
@@ -92,6 +102,7 @@ def text_tables(records: Sequence[CellRecord], rounds: int) -> list[Table]:
         active = threat.startswith("malicious server")
         header, body = ranking_rows(rows, active=active)
         header = [_relabel(h) for h in header]
+        body = [[_cell_text(c) for c in row] for row in body]
         note = selection_note(rows).replace("SSIM ≥ 0.6", "ROUGE-2 ≥ 0.6")
         note += (
             f" A model state's round: 0 untrained, {rounds} after FL training under the defense. ROUGE-2 "
@@ -100,13 +111,41 @@ def text_tables(records: Sequence[CellRecord], rounds: int) -> list[Table]:
         )
         if active:
             note += (
-                " Caught by guard: the share of victims whose client guard refused the tampered model (they "
-                "share nothing: the guess is scored for them) · the ROUGE-2 of the victims no guard refused."
+                " Caught by guard: the share of victims (each a client's batch of texts) whose guard refused "
+                "the tampered model (they share nothing: the guess is scored for their texts) · the ROUGE-2 "
+                "of the texts of the victims no guard refused."
             )
+        note += _gate_warning(converted)
         title = f"Text · {threat[0].upper()}{threat[1:]} (catalogue {letters(converted, threat)})"
         tables.append(Table(title, header, body, note))
     return tables
 
 
+#: how far above chance the undefended model's accuracy must be for the utility gate to judge
+GATE_MARGIN = 0.02
+
+
+def _gate_warning(converted: Sequence[CellRecord]) -> str:
+    """A sentence when the undefended model did not beat chance: the gate's floor is then chance itself
+    and a defense that does not train passes it (it is not a proof of utility)."""
+    found = [r.metrics for r in converted if r.kind == "utility" and r.defense == "none"]
+    if not found or any("chance" not in m for m in found):
+        return ""
+    accuracy = sum(m["accuracy"] for m in found) / len(found)
+    chance = sum(m["chance"] for m in found) / len(found)
+    if accuracy > chance + GATE_MARGIN:
+        return ""
+    return (f" The undefended model did not train ({accuracy:.3f} against chance {chance:.3f}): the "
+            "utility gate cannot tell a defense that does not train from one that does, and ranks here "
+            "say nothing about utility; train longer (training.rounds) or on more text "
+            "(corpus.max_train).")  # fmt: skip
+
+
 def _relabel(header: str) -> str:
+    header = header.replace("leaked victims", "leaked texts")
     return header.replace("SSIM", LABELS["score"]).replace("PSNR", LABELS["second"])
+
+
+def _cell_text(cell: str) -> str:
+    """A ranking cell in the text section's words: its no-information level is the guess."""
+    return cell.replace("≈ mean image", "≈ guess")

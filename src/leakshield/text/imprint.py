@@ -5,31 +5,38 @@ state h_t (the embedding layer's output: GPT-2's e_v + p_t, BERT's LayerNorm(e_v
 a statistic of its whole sequence, the mean m of the sequence's states, z_t = [h_t ; m]:
 
     u = ReLU(W z_t + b),  W's k rows all one random query q, b_i = −τ_i at k thresholds τ_0 < … < τ_{k−1}
-    (quantiles of q·z over the server's public text), and the block returns h_t + s·v·Σ_i u_i,
+    (quantiles of q·z over the server's public text), and the block returns h_t + (r − r̄), r = s·v·Σ_i u_i
 
-a cumulative layout (Fowl et al., *Robbing the Fed*, ICLR 2022, its image version in
-:mod:`leakshield.attacks.active.imprint`) whose every active bin receives the same signal δ_t = s·vᵀg_t
-(g_t: the loss gradient at the block's output; v a random direction, since every LayerNorm after it
-ignores a shift along the all-ones vector). Consecutive bins' gradient differences give back each token
-alone in its bin as z_t = (∇W_i − ∇W_{i+1}) / (∇b_i − ∇b_{i+1}); h_t names its token and position (the
-only (token, position) whose state it equals), and m — one float vector shared by every token of a
-sequence — says which sequence it came from. That is the separation Decepticons (Fowl et al., ICLR 2023)
-buys with a rewritten first attention layer; an architecture-changing server gets it directly. ``s``
-keeps the model's outputs close to the honest ones (the block adds s·v·Σu to each state).
+with r̄ the same value detached from the graph, and z_t read from the states detached: the forward pass
+returns h_t exactly (the client's model computes what the honest one does), the backward pass carries
+the signal to the bins alone (every other parameter's gradient is the honest one). It is a cumulative layout
+(Fowl et al., *Robbing the Fed*, ICLR 2022, its image version in :mod:`leakshield.attacks.active.imprint`)
+whose every active bin receives the same signal δ_t = s·vᵀg_t (g_t: the loss gradient at the block's
+output; v a random unit direction, since every LayerNorm after it ignores a shift along the all-ones
+vector). Consecutive bins' gradient differences give back each token alone in its bin as
+z_t = (∇W_i − ∇W_{i+1}) / (∇b_i − ∇b_{i+1}); h_t names its token and position (the only (token,
+position) whose state it equals), and m — one float vector shared by every token of a sequence — says
+which sequence it came from. That is the separation Decepticons (Fowl et al., ICLR 2023) buys with a
+rewritten first attention layer; an architecture-changing server gets it directly. Recovery is
+scale-free; ``s`` sets the bins' gradients against what the defenses add (noise, rounding, pruning).
 
-Tokens that share a bin come back as a mixture that equals no (token, position) state: they are
-dropped, and their positions read ``[UNK]``. ``[PAD]`` positions carry no gradient and never appear.
+Distinct tokens that share a bin come back as a mixture that equals no (token, position) state: they
+are dropped, and their positions read ``[UNK]``. The same (token, position) in two sequences (``[CLS]``
+at 0) sharing a bin matches its state with a mixed mean: a one-token group whose token another group
+holds, dropped too. ``[PAD]`` positions carry no gradient and never appear.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from leakshield.errors import LeakshieldError
+from leakshield.imprint_bins import recover_from_bins
 from leakshield.seeds import seeded_generator
 from leakshield.text.models import TextClassifier
 from leakshield.text.tokenizer import CLS, PAD, SEP, UNK
@@ -60,7 +67,8 @@ class SequenceImprint(nn.Module):
         return torch.cat([states, states.mean(dim=1, keepdim=True).expand_as(states)], dim=-1)
 
     def forward(self, states: torch.Tensor) -> torch.Tensor:
-        return states + self.spread(self.relu(self.query(self.measured(states))))
+        signal = self.spread(self.relu(self.query(self.measured(states.detach()))))
+        return states + (signal - signal.detach())  # the states exactly; the gradient flows to the bins
 
 
 class ImprintedBlock(nn.Module):
@@ -104,7 +112,7 @@ def first_block_inputs(model: TextClassifier, ids: torch.Tensor) -> torch.Tensor
 
 
 def imprint_model(
-    model: TextClassifier, public_ids: torch.Tensor, bins: int, *, scale: float = 1e-3, seed: int = 0
+    model: TextClassifier, public_ids: torch.Tensor, bins: int, *, scale: float = 1.0, seed: int = 0
 ) -> TextClassifier:
     """A copy of ``model`` with the imprint block before its first transformer block: ``bins``
     thresholds at the quantiles of q·z over the real tokens of (up to 2000) public sequences; the query
@@ -125,7 +133,7 @@ def imprint_model(
     levels = torch.arange(bins, dtype=torch.float64) / bins
     thresholds = torch.quantile(values, levels.clamp(1e-6, 1 - 1e-6))
     thresholds[0] = values.min() - 10 * (values.std() + 1)  # the first bin catches every token
-    spread = scale * direction / direction.norm() / bins  # a token in every bin moves by about s·v·(q·z)
+    spread = scale * direction / direction.norm()
     imprint = SequenceImprint(width, query.float(), thresholds.float(), spread.float())
     prepared = copy.deepcopy(model)
     blocks = _blocks(prepared)
@@ -143,7 +151,9 @@ def honest_view(model: TextClassifier) -> TextClassifier:
     return plain
 
 
-def bin_gradients(model: TextClassifier, gradient) -> tuple[torch.Tensor, torch.Tensor]:
+def bin_gradients(
+    model: TextClassifier, gradient: Mapping[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The query's weight and bias gradients (rows in threshold order) from a prepared model's update."""
     names = [n for n, _ in model.named_parameters() if n.endswith(QUERY_WEIGHT)]
     if not names or names[0] not in gradient:
@@ -154,9 +164,9 @@ def bin_gradients(model: TextClassifier, gradient) -> tuple[torch.Tensor, torch.
 @dataclass(frozen=True)
 class ImprintResult:
     """``ids``: the sequences (batch × max_length, ``[UNK]`` at positions not recovered, ``[PAD]``
-    after); ``tokens``: the (token, position) states identified from single bins; ``filled``: tokens
-    completed from the sequences' mean states (:func:`fill_gaps`); ``rows``: bins' rows read; ``groups``:
-    sequences told apart by their mean state."""
+    after); ``tokens``: bins' rows whose state is a (token, position)'s; ``filled``: tokens completed
+    from the sequences' mean states (:func:`fill_gaps`); ``rows``: bins' rows read; ``groups``: sequences
+    told apart by their mean state (lone tokens with a mixed mean left out)."""
 
     ids: torch.Tensor
     tokens: int
@@ -202,7 +212,13 @@ def read_sequences(
             members.append({})
             found = len(means) - 1
         members[found].setdefault(int(positions[row]), int(tokens[row]))
-    order = sorted(range(len(members)), key=lambda g: -len(members[g]))[:batch]
+    held = [set(group.items()) for group in members]
+    real = [
+        g
+        for g, group in enumerate(members)  # a lone token another group holds: a mixed mean
+        if len(group) > 1 or not any(held[g] <= held[o] for o in range(len(members)) if o != g)
+    ]
+    order = sorted(real, key=lambda g: -len(members[g]))[:batch]
     order.sort(key=lambda g: float(means[g][0]))
     ids = torch.full((batch, length), PAD, dtype=torch.long)
     filled = 0
@@ -217,16 +233,19 @@ def read_sequences(
             ids[k, 0] = CLS
     for k in range(len(order), batch):  # sequences of which nothing came back
         ids[k, :2] = torch.tensor([CLS, SEP])
-    return ImprintResult(ids, int(good.sum()), filled, len(rows), len(members))
+    return ImprintResult(ids, int(good.sum()), filled, len(rows), len(real))
 
 
 def fill_gaps(placed: dict[int, int], total: torch.Tensor, table: torch.Tensor, tolerance: float) -> int:
     """Complete a sequence's (position → token) in place from its states' sum ``total`` (L·m, every
     position's state, ``[PAD]`` ones too): for each length n from the last position found on, the
     states missing below n must add up to what the known ones leave; one or two missing positions are
-    solved by lookup in ``table`` (vocabulary × L × d) within ``tolerance`` × ‖residual‖. Returns how many
-    tokens it added (0: no length fits, or more than two gaps)."""
+    solved by lookup in ``table`` (vocabulary × L × d) within ``tolerance`` × ‖residual‖. The sequence is
+    taken padded to the table's L (as a client's batch is, to the model's length). Returns how many tokens
+    it added (0: nothing placed to start from, no length fits, or more than two gaps)."""
     vocab, length, _ = table.shape
+    if not placed:
+        return 0
     known = sum(table[token, position] for position, token in placed.items())
     for n in range(max(placed) + 1, length + 1):
         missing = [p for p in range(n) if p not in placed]
@@ -252,3 +271,13 @@ def fill_gaps(placed: dict[int, int], total: torch.Tensor, table: torch.Tensor, 
             placed[missing[0]], placed[missing[1]] = best // vocab, best % vocab
             return 2
     return 0
+
+
+def sequence_imprint(
+    model: TextClassifier, gradient: Mapping[str, torch.Tensor], batch: int, *, tolerance: float = 1e-3
+) -> ImprintResult:
+    """The ``batch`` sequences read off the imprint block's gradient in ``gradient`` (the update of the
+    model :func:`imprint_model` prepared): every bin pair's row, then :func:`read_sequences`."""
+    grad_w, grad_b = bin_gradients(model, gradient)
+    rows, _ = recover_from_bins(grad_w, grad_b, len(grad_b))
+    return read_sequences(model, rows, batch, tolerance=tolerance)

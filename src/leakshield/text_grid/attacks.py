@@ -19,13 +19,12 @@ import pydantic
 import torch
 
 from leakshield.artifacts import ArtifactCache
-from leakshield.attacks.active.imprint import recover_from_bins
 from leakshield.defenses import DEFENSES
 from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.registry import Params, Registry
 from leakshield.text.bag_of_words import bag_of_words, embedding_parameter
 from leakshield.text.dager import dager_attack
-from leakshield.text.imprint import bin_gradients, imprint_model, read_sequences
+from leakshield.text.imprint import imprint_model, sequence_imprint
 from leakshield.text.lamp import Distance, lamp_attack
 from leakshield.text.models import TextClassifier
 from leakshield.text.prior import public_prior
@@ -77,11 +76,10 @@ class TextAttackOutput:
 class TextAttack:
     """Base class: ``__call__`` reconstructs from a :class:`TextAttackInput`; ``needs_labels``: whether
     it uses the true labels beyond a batch of one; ``recovers_set``: whether its output is a bag of
-    tokens; ``modifies_model``: whether :meth:`prepare` changes
-    the model the server sends (a malicious server; its threat says so too)."""
+    tokens. :meth:`prepare` gives the model the server sends: an attack whose declared threat changes
+    the model overrides it; the others send the honest model."""
 
     needs_labels = False
-    modifies_model = False
     #: whether it recovers a set of tokens (scored as a bag) rather than sequences
     recovers_set = False
 
@@ -290,16 +288,13 @@ class SequenceImprintAttack(TextAttack):
     thresholds from the public split), then reads the sequences off the block's gradient. Needs FedSGD
     (one step): local steps mix the bins' gradients with moved thresholds."""
 
-    modifies_model = True
     params: SequenceImprintParams
 
     def prepare(self, model: TextClassifier, public: torch.Tensor, seed: int) -> TextClassifier:
         return imprint_model(model, public, self.params.bins, scale=self.params.scale, seed=seed)
 
     def __call__(self, given: TextAttackInput) -> TextAttackOutput:
-        grad_w, grad_b = bin_gradients(given.model, given.gradient)
-        rows, _ = recover_from_bins(grad_w, grad_b, len(grad_b))
-        result = read_sequences(given.model, rows, given.batch, tolerance=self.params.tolerance)
+        result = sequence_imprint(given.model, given.gradient, given.batch, tolerance=self.params.tolerance)
         return TextAttackOutput(ids=result.ids)
 
 

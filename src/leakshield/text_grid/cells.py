@@ -1,6 +1,8 @@
 """The cells of a text grid and how one group of them is computed: for one seed, model, defense setting,
-model state and batch size, every victim's update is computed once through the client's defense
-pipeline and handed to every attack; each attack's reconstructions are scored against the truth.
+model state and batch size, every victim's update of the honest model is computed once through the
+client's defense pipeline and handed to every observing attack; an attack that changes the model sends
+its own, whose updates are computed for it. The clients' guards judge each model received (a refused
+victim shares nothing). Each attack's reconstructions are scored against the truth.
 
 Scores (per sequence after Hungarian pairing on ROUGE-1, :func:`~leakshield.text.scores.text_scores`):
 ROUGE-1/2/L F-measures, exact match and token accuracy; beside them the no-information guess's ROUGE-1/2
@@ -19,6 +21,7 @@ from typing import Any
 
 import torch
 
+from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.experiment.config import Component, DefenseSetting
 from leakshield.experiment.store import CellRecord
 from leakshield.seeds import mix
@@ -84,17 +87,22 @@ class Observation:
     refused: str | None = None
 
 
-def observe(world: TextWorld, cell: TextCell, sent, honest) -> list[Observation]:
-    """Every victim's observation when the server sends ``sent`` (``honest``: the model the clients
-    accepted before, for the guards that compare)."""
+def observe(world: TextWorld, cell: TextCell, sent, previous) -> list[Observation]:
+    """Every victim's observation when the server sends ``sent`` (``previous``: the model the clients
+    accepted the round before, for the guards that compare; None untrained)."""
     out = []
     for victim in world.victims[cell.batch]:
-        verdict = world.inspect(sent, cell.defense, victim, cell.seed, honest)
+        verdict = world.inspect(sent, cell.defense, victim, cell.seed, previous)
         if not verdict.accepted:
             out.append(Observation(None, 0, verdict.reason or "refused"))
             continue
         out.append(Observation(*world.update(sent, cell.defense, victim, cell.seed)))
     return out
+
+
+def _modifies(cell: TextCell) -> bool:
+    """Whether the cell's attack changes the model the server sends (its declared threat says so)."""
+    return TEXT_ATTACKS.get(cell.attack.name).threat.modifies_model
 
 
 def compute_group(world: TextWorld, cells: list[TextCell], environment: dict[str, Any]) -> list[CellRecord]:
@@ -107,8 +115,8 @@ def compute_group(world: TextWorld, cells: list[TextCell], environment: dict[str
     try:
         state = world.state(first.model, first.defense, first.state, first.seed)
         honest: list[Observation] | None = None
-        if any(not TEXT_ATTACKS.get(c.attack.name).threat.modifies_model for c in cells):
-            honest = observe(world, first, state.model, state.model)
+        if any(not _modifies(c) for c in cells):
+            honest = observe(world, first, state.model, state.previous)
     except Exception as exc:  # a failing group must not stop the grid
         error = f"{type(exc).__name__}: {exc}"
         trace = [{"traceback": traceback.format_exc(limit=4)}]
@@ -120,12 +128,16 @@ def compute_group(world: TextWorld, cells: list[TextCell], environment: dict[str
         try:
             attack = create_text_attack(cell.attack.name, cell.attack.params)
             sent, observed = state.model, honest
-            if attack.modifies_model:
+            if _modifies(cell):
+                if world.config.update.algorithm != "fedsgd":
+                    raise ConfigError(f"{cell.attack.name} reads one gradient step: set update.algorithm "
+                                      "to fedsgd (local steps move its bins)")  # fmt: skip
                 sent = attack.prepare(state.model, world.data.public.x.to(world.device), cell.seed)
-                observed = observe(world, cell, sent, state.model)
-            assert observed is not None
+                observed = observe(world, cell, sent, state.previous)
+            if observed is None:
+                raise LeakshieldError("no observation of the honest model was computed for this group")
             rows, metrics = _attack_cell(world, cell, attack, sent, observed)
-            metrics.update(accuracy=state.accuracy, chance=1 / world.info.num_classes, **state.privacy)
+            metrics.update(accuracy=state.accuracy, chance=world.chance, **state.privacy)
             if guarded:
                 metrics["refused"] = sum(o.refused is not None for o in observed) / len(observed)
             records.append(_record(cell, "ok", metrics, rows, None, began, environment))
@@ -182,7 +194,7 @@ def _attack_cell(
         if out.bag is not None:
             rows.append(_bag_row(victim, out.bag, tokenizer, public_ids))
     metrics: dict[str, Any] = {
-        "seconds_per_victim": statistics.fmean(seconds) if seconds else 0.0,
+        "seconds_per_victim": statistics.fmean(seconds) if seconds else None,
         "victims": len(observed),
         "scored": len(rows),
     }

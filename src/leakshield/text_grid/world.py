@@ -26,6 +26,8 @@ from leakshield.text_grid.config import TextExperimentConfig, TextModelSpec
 EVAL_BATCH = 256
 #: the key of the client guards' random streams
 GUARD_STREAM = 0x6A2D
+#: the prefix of the previous round's tensors in a trained model's artifact
+PREVIOUS = "previous/"
 
 
 @dataclass(frozen=True)
@@ -39,11 +41,14 @@ class Victim:
 
 @dataclass(frozen=True)
 class ModelState:
-    """A model the server sends, with its test ``accuracy`` and what training it cost (ε of DP-SGD)."""
+    """A model the server sends, with its test ``accuracy``, what training it cost (ε of DP-SGD) and
+    ``previous``: the model of the round before, which the clients accepted then (None untrained: a
+    client's first round has nothing to compare with)."""
 
     model: TextClassifier
     accuracy: float
     privacy: dict[str, float]
+    previous: TextClassifier | None = None
 
 
 class TextWorld:
@@ -85,6 +90,13 @@ class TextWorld:
     @property
     def info(self) -> TextInfo:
         return self.data.info
+
+    @functools.cached_property
+    def chance(self) -> float:
+        """The test accuracy of always answering the most frequent test label (a model that learned
+        nothing but the prior reaches it)."""
+        labels = self.data.test.y
+        return float(torch.bincount(labels).max()) / max(len(labels), 1)
 
     def _draw(self, batch: int) -> list[Victim]:
         """``victims.count`` batches of ``batch`` texts, victim i from client i mod clients."""
@@ -130,12 +142,17 @@ class TextWorld:
         if key not in self._states:
             model = self.fresh_model(spec, setting, seed)
             privacy: dict[str, float] = {}
+            previous = None
             if state == "trained":
-                privacy = self._train(model, spec, setting, seed)
-            self._states[key] = ModelState(model.eval(), self.accuracy(model), privacy)
+                previous = self.fresh_model(spec, setting, seed)
+                privacy = self._train(model, spec, setting, seed, previous)
+            self._states[key] = ModelState(model.eval(), self.accuracy(model), privacy, previous)
         return self._states[key]
 
-    def _train(self, model: nn.Module, spec: TextModelSpec, setting: DefenseSetting, seed: int) -> dict:
+    def _train(
+        self, model: nn.Module, spec: TextModelSpec, setting: DefenseSetting, seed: int, previous: nn.Module
+    ) -> dict:
+        """Train ``model`` in place (and load the round before into ``previous``); ε and δ spent."""
         config = self.config
         fl = (
             config.fl
@@ -151,6 +168,7 @@ class TextWorld:
             "tokenizer": config.tokenizer.model_dump(mode="json"),
             "max_length": config.max_length,
             "corpus": config.corpus.model_dump(mode="json", exclude={"path"}),
+            "kept": "final and previous round",
         }
         key = FitKey("text-fl-training", params, "client", self.train_digest, seed,
                      context={"device": self.device.type})  # fmt: skip
@@ -166,15 +184,22 @@ class TextWorld:
                 public=self.data.public.to(self.device),
                 seed=seed,
             )  # type: ignore[arg-type]
-            sim.run(config.training.rounds, progress=self.progress, desc=f"FL training {setting.display}")
+            rounds = config.training.rounds
+            sim.run(rounds - 1, progress=self.progress, desc=f"FL training {setting.display}")
+            before = {PREVIOUS + k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+            sim.run(1)
             spent: dict[str, float] = {}
             for defense in pipeline.defenses:
                 spent.update(defense.privacy_spent(sim.client_steps))
             state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-            return Artifact(state, {"privacy": spent})
+            return Artifact({**state, **before}, {"privacy": spent})
 
         artifact = self.cache.get_or_fit(key, fit)
-        model.load_state_dict({k: v.to(self.device) for k, v in artifact.tensors.items()})
+        final = {k: v for k, v in artifact.tensors.items() if not k.startswith(PREVIOUS)}
+        before = {k.removeprefix(PREVIOUS): v for k, v in artifact.tensors.items() if k.startswith(PREVIOUS)}
+        model.load_state_dict({k: v.to(self.device) for k, v in final.items()})
+        previous.load_state_dict({k: v.to(self.device) for k, v in before.items()})
+        previous.eval()
         return dict(artifact.metadata.get("privacy", {}))
 
     @torch.no_grad()
@@ -188,10 +213,11 @@ class TextWorld:
         return hits / max(len(test), 1)
 
     def inspect(
-        self, model: nn.Module, setting: DefenseSetting, victim: Victim, seed: int, previous: nn.Module
+        self, model: nn.Module, setting: DefenseSetting, victim: Victim, seed: int, previous: nn.Module | None
     ) -> Verdict:
         """The verdict of ``victim``'s client guards on the ``model`` it receives (``previous``: the
-        honest model it accepted before, for the guards that compare); accepted without guards."""
+        honest model it accepted the round before, for the guards that compare; None: its first round);
+        accepted without guards."""
         pipeline = DefensePipeline.from_config(self.pipeline_entries(setting, victim))
         if not pipeline.guards:
             return ACCEPTED

@@ -27,6 +27,7 @@ from leakshield.attacks.base import ATTACKS, Attack, Reconstruction
 from leakshield.attacks.passive.labels import granted_or_inferred_labels
 from leakshield.data.types import DatasetInfo
 from leakshield.fl.types import PreparedModel, ServerKnowledge, ServerSecrets, ServerView
+from leakshield.imprint_bins import recover_from_bins
 from leakshield.registry import Params
 from leakshield.threats import Adversary, Knowledge, threat
 
@@ -67,20 +68,6 @@ class ImprintSecrets(ServerSecrets):
     """The thresholds the server placed (it reads the bins off the update; kept for inspection)."""
 
     thresholds: torch.Tensor
-
-
-def recover_from_bins(grad_w: torch.Tensor, grad_b: torch.Tensor, limit: int) -> tuple[torch.Tensor, int]:
-    """The samples alone in a pair of consecutive bins of a cumulative imprint layout (rows in threshold
-    order): (∇W_i − ∇W_{i+1}) / (∇b_i − ∇b_{i+1}), strongest first, at most ``limit``; and how many
-    bins held any signal."""
-    grad_w, grad_b = grad_w.double(), grad_b.double()
-    # consecutive differences isolate the samples whose query falls between two thresholds
-    diff_w = torch.cat([grad_w[:-1] - grad_w[1:], grad_w[-1:]])
-    diff_b = torch.cat([grad_b[:-1] - grad_b[1:], grad_b[-1:]])
-    strength = diff_b.abs()
-    hits = (strength > 1e-10 * strength.max().clamp_min(1e-30)).nonzero().flatten()
-    hits = hits[torch.argsort(strength[hits], descending=True)][:limit]
-    return diff_w[hits] / diff_b[hits, None], len(hits)
 
 
 def pixel_images(inputs: torch.Tensor, info: DatasetInfo, count: int) -> torch.Tensor:
