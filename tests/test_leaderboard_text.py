@@ -83,7 +83,9 @@ def test_the_text_ranking_sees_a_partial_leak_and_gates_a_model_that_does_not_tr
     assert not rows["half"][2].startswith("no measurable") and rows["half"][0] not in ("1", "does not train")
     assert rows["half"][4].startswith("2 of 4")  # the seeds with a leak: 1 and 3
     assert rows["none"][0] not in ("1", "does not train") and rows["none"][4].startswith("4 of 4")
-    assert f"0 untrained, {ROUNDS} after FL training" in table.note and "ROUGE-2 ≥ 0.6" in table.note
+    assert f"0 untrained, {ROUNDS} after FL training" in table.note
+    assert "Leaked texts: ROUGE-2 ≥ 0.6 and above the ROUGE-2 of the text's own" in table.note
+    assert "victim" not in table.note.replace("victims (each a client's batch", "")
 
 
 def test_a_text_leaks_only_above_its_own_guess():

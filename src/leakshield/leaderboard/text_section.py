@@ -103,7 +103,7 @@ def text_tables(records: Sequence[CellRecord], rounds: int) -> list[Table]:
         header, body = ranking_rows(rows, active=active)
         header = [_relabel(h) for h in header]
         body = [[_cell_text(c) for c in row] for row in body]
-        note = selection_note(rows).replace("SSIM ≥ 0.6", "ROUGE-2 ≥ 0.6")
+        note = _note_text(selection_note(rows))
         note += (
             f" A model state's round: 0 untrained, {rounds} after FL training under the defense. ROUGE-2 "
             "and ROUGE-1: F-measures after pairing each batch's sequences with their reconstructions; the "
@@ -144,6 +144,21 @@ def _gate_warning(converted: Sequence[CellRecord]) -> str:
 def _relabel(header: str) -> str:
     header = header.replace("leaked victims", "leaked texts")
     return header.replace("SSIM", LABELS["score"]).replace("PSNR", LABELS["second"])
+
+
+#: the images' wording in the selection note → the text section's (the unit is one text)
+NOTE_WORDS = (
+    ("Leaked victims: SSIM ≥ 0.6 and above the victim's own no-information score",
+     "Leaked texts: ROUGE-2 ≥ 0.6 and above the ROUGE-2 of the text's own no-information guess"),
+    ("leaked a victim", "leaked a text"),
+    ("without a leaked victim", "without a leaked text"),
+)  # fmt: skip
+
+
+def _note_text(note: str) -> str:
+    for image, text in NOTE_WORDS:
+        note = note.replace(image, text)
+    return note
 
 
 def _cell_text(cell: str) -> str:
