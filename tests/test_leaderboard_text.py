@@ -103,7 +103,7 @@ def test_a_run_whose_undefended_model_did_not_train_says_the_gate_cannot_judge()
     the gate unnoticed, so the note says the ranks say nothing about utility."""
     records = _board({"none": (lambda s: [[0.9, 1.0]], 0.5), "dp": (lambda s: [[0.0, 0.1]], 0.5)}, seeds=2)
     (table,) = text_tables(records, ROUNDS)
-    assert "The undefended model did not train (0.500 against chance 0.500)" in table.note
+    assert "The undefended bert did not train (0.500 against chance 0.500)" in table.note
     trained = _board({"none": (lambda s: [[0.9, 1.0]], 0.8), "dp": (lambda s: [[0.0, 0.1]], 0.5)}, seeds=2)
     (table,) = text_tables(trained, ROUNDS)
     assert "did not train" not in table.note and _rows(table)["dp"][0] == "does not train"

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 import yaml
 
 from leakshield.cli import main
+from leakshield.errors import ConfigError
 from leakshield.text import deduplicated, read_rotten_tomatoes_csv, split_by_group, train_tokenizer
 from leakshield.text.imprint import fill_gaps, imprint_model, sequence_imprint
 from leakshield.text.models import TextClassifier
@@ -80,9 +81,10 @@ def test_the_sum_of_a_sequence_fills_one_or_two_gaps_and_no_more():
     assert fill_gaps(placed, total, table, 1e-6) == 0 and placed == {0: 2}  # three gaps: left alone
 
 
-def test_the_block_leaves_the_models_outputs_exactly_as_they_were(setting):
-    """The prepared model's logits equal the honest one's bit for bit (the block's forward returns the
-    states; only its backward carries the bins): a guard that reads outputs sees an honest model."""
+def test_the_block_leaves_the_models_outputs_and_honest_gradients_exactly_as_they_were(setting):
+    """The prepared model's logits, and its gradient on every parameter the honest model has, equal the
+    honest one's bit for bit (the block's forward returns the states, its bins read them detached): only
+    the bins carry the signal, and a guard that reads outputs sees an honest model."""
     splits, tokenizer, public = setting
     ids = tokenizer.encode(splits.train.texts[:16], 32)
     for kind in ("bert", "gpt2"):
@@ -90,6 +92,11 @@ def test_the_block_leaves_the_models_outputs_exactly_as_they_were(setting):
         prepared = imprint_model(model, public, 1024, seed=0)
         with torch.no_grad():
             assert torch.equal(prepared(ids), model(ids))
+        labels = torch.tensor(splits.train.labels[:16])
+        honest, sent = _gradient(model, ids, labels), _gradient(prepared, ids, labels)
+        renamed = {n.replace(".block.", ".", 1): g for n, g in sent.items() if "imprint" not in n}
+        assert renamed.keys() == honest.keys()
+        assert all(torch.equal(renamed[n], honest[n]) for n in honest)
 
 
 def test_a_batch_of_eight_reviews_comes_back_where_tag_finds_nothing(setting):
@@ -112,9 +119,39 @@ def test_a_batch_of_eight_reviews_comes_back_where_tag_finds_nothing(setting):
         assert sum(s["rouge2"] for s in baseline) / 8 < 0.05
 
 
+def test_a_trained_state_keeps_the_round_before_for_the_guards_that_compare(tmp_path, rotten_tomatoes_csv):
+    """One FL round: the model the clients accepted before the trained state is the untrained model;
+    untrained, there is none."""
+    from leakshield.text_grid.config import parse_text_config
+    from leakshield.text_grid.world import TextWorld
+
+    config = parse_text_config({
+        "track": "text", "name": "previous", "tokenizer": {"vocab_size": 300}, "max_length": 24,
+        "corpus": {"path": str(rotten_tomatoes_csv), "max_train": 200},
+        "models": [{"name": "bert", "width": 16, "layers": 1, "heads": 2}],
+        "fl": {"clients": 2, "local": {"algorithm": "fedavg", "local_lr": 0.05, "batch_size": 32}},
+        "partition": "iid", "training": {"rounds": 1}, "victims": {"count": 1, "batches": [1]},
+        "attacks": ["bag-of-words"],
+    })  # fmt: skip
+    from leakshield.artifacts import ArtifactCache
+
+    fedavg = {"algorithm": "fedavg", "local_lr": 0.05, "batch_size": 32}
+    with pytest.raises(ConfigError, match=r"sequence-imprint reads one gradient step; set update\.algorithm"):
+        parse_text_config({**config.model_dump(mode="json"), "attacks": ["sequence-imprint"],
+                           "update": fedavg})  # fmt: skip
+    world = TextWorld(config, torch.device("cpu"), cache=ArtifactCache(tmp_path / "cache"))
+    spec, setting = config.models[0], config.defenses[0]
+    assert world.state(spec, setting, "untrained", 0).previous is None
+    trained = world.state(spec, setting, "trained", 0)
+    fresh = world.fresh_model(spec, setting, 0).state_dict()
+    assert trained.previous is not None
+    assert all(torch.equal(v, fresh[k]) for k, v in trained.previous.state_dict().items())
+    assert not all(torch.equal(v, fresh[k]) for k, v in trained.model.state_dict().items())
+
+
 def test_guards_that_read_weights_refuse_it_and_pass_the_honest_model(tmp_path, rotten_tomatoes_csv):
     """A text grid: the row guard (its query rows repeat) refuses every victim's prepared model and
-    none of the honest ones; the loss guard (outputs barely move) refuses none."""
+    none of the honest ones; the loss guard (the outputs are the honest ones) refuses none."""
     config = {
         "track": "text", "name": "imprint-guards", "tokenizer": {"vocab_size": 300}, "max_length": 24,
         "corpus": {"path": str(rotten_tomatoes_csv), "max_train": 400},

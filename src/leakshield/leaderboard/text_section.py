@@ -126,19 +126,22 @@ GATE_MARGIN = 0.02
 
 
 def _gate_warning(converted: Sequence[CellRecord]) -> str:
-    """A sentence when the undefended model did not beat chance: the gate's floor is then chance itself
-    and a defense that does not train passes it (it is not a proof of utility)."""
-    found = [r.metrics for r in converted if r.kind == "utility" and r.defense == "none"]
-    if not found or any("chance" not in m for m in found):
-        return ""
-    accuracy = sum(m["accuracy"] for m in found) / len(found)
-    chance = sum(m["chance"] for m in found) / len(found)
-    if accuracy > chance + GATE_MARGIN:
-        return ""
-    return (f" The undefended model did not train ({accuracy:.3f} against chance {chance:.3f}): the "
-            "utility gate cannot tell a defense that does not train from one that does, and ranks here "
-            "say nothing about utility; train longer (training.rounds) or on more text "
-            "(corpus.max_train).")  # fmt: skip
+    """A sentence per model whose undefended model did not beat chance: the gate's floor is then chance
+    itself and a defense that does not train passes it (it is not a proof of utility)."""
+    out = ""
+    for model in sorted({r.model for r in converted if r.kind == "utility" and r.model}):
+        found = [r.metrics for r in converted
+                 if r.kind == "utility" and r.model == model and r.defense == "none"]  # fmt: skip
+        if not found or any("chance" not in m for m in found):
+            continue
+        accuracy = sum(m["accuracy"] for m in found) / len(found)
+        chance = sum(m["chance"] for m in found) / len(found)
+        if accuracy <= chance + GATE_MARGIN:
+            out += (f" The undefended {model} did not train ({accuracy:.3f} against chance {chance:.3f}): "
+                    "the utility gate cannot tell a defense that does not train from one that does, and "
+                    "its ranks say nothing about utility; train longer (training.rounds) or on more text "
+                    "(corpus.max_train).")  # fmt: skip
+    return out
 
 
 def _relabel(header: str) -> str:

@@ -265,12 +265,13 @@ class LampTextAttack(TextAttack):
 
 class SequenceImprintParams(Params):
     """bins: the imprint block's bins (more bins, fewer tokens sharing one; its update grows by
-    3·d·bins numbers); scale: s, how far the block moves the states (stealth against guards that read
-    outputs; recovery is scale-free); tolerance: relative distance at which a recovered state names a
-    (token, position) and two mean states are one sequence."""
+    3·d·bins numbers); scale: s, the size of the bins' gradients against what defenses add (noise,
+    rounding, pruning; the block's forward never changes, and exact recovery is scale-free); tolerance:
+    relative distance at which a recovered state names a (token, position) and two mean states are one
+    sequence."""
 
     bins: int = pydantic.Field(default=4096, ge=2, description="imprint bins (3·d·bins parameters)")
-    scale: float = pydantic.Field(default=1e-3, gt=0, description="s: the block's output scale")
+    scale: float = pydantic.Field(default=1.0, gt=0, description="s: the bins' gradient scale")
     tolerance: float = pydantic.Field(default=1e-3, gt=0, lt=1, description="relative match tolerance")
 
 

@@ -196,6 +196,11 @@ class TextExperimentConfig(Section):
                 validated = TEXT_ATTACKS.validate(attack.name, attack.params)
             except LeakshieldError as exc:
                 raise ConfigError(f"attacks[{i}]: {exc}") from None
+            if TEXT_ATTACKS.get(attack.name).threat.modifies_model and self.update.algorithm != "fedsgd":
+                raise ConfigError(
+                    f"attacks[{i}]: {attack.name} reads one gradient step; set update.algorithm to fedsgd "
+                    f"(it is {self.update.algorithm}: local steps move its bins)"
+                )
             if getattr(validated, "labels_known", True) is False and max(self.victims.batches) > 1:
                 raise ConfigError(
                     f"attacks[{i}].labels_known: false needs victims.batches [1] (only a batch of one leaks "
