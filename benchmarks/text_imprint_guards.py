@@ -4,8 +4,9 @@ For each model and seed, a federation trains by FedAvg (no guard in its pipeline
 model is the honest one); at every round each client's guards judge the honest global model
 (false positives) and the model the sequence-imprint server would send instead (true positives), with
 the previous round's honest model as the one it accepted before (the drift guard compares). Rates are
-counts over (round, client) judgements with Clopper–Pearson 95 % intervals; judgements of one seed
-share a model, so the interval is a floor on the uncertainty, not a design-effect-corrected one.
+counts over (round, client) judgements with Clopper–Pearson 95 % intervals; the clients of one seed
+and round judge one model (a guard that reads no client data gives them one verdict), so the
+intervals are too narrow: the (seed, round) count beside them is the honest unit for such guards.
 
     python benchmarks/text_imprint_guards.py --corpus rotten_tomatoes_corpus_full.csv.bz2 \\
         --seeds 3 --rounds 10 --out docs/text_imprint_guards.md
@@ -15,8 +16,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import re
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import torch
@@ -45,13 +47,18 @@ def config(corpus: str, kind: str) -> dict:
     }  # fmt: skip
 
 
-def measure(corpus: str, kind: str, seeds: int, rounds: int, bins: int) -> dict[tuple[str, str], list[int]]:
-    """(guard, honest|imprint) → [refused, judged]."""
+def measure(
+    corpus: str, kind: str, seeds: int, rounds: int, bins: int
+) -> tuple[dict[tuple[str, str], list[int]], dict[tuple[str, str], set], Counter]:
+    """(guard, honest|imprint) → [refused, judged]; → the (seed, round) with a refusal; the honest
+    refusals' reasons (parameter names and numbers dropped to their shape)."""
     cfg = parse_text_config(config(corpus, kind))
     world = TextWorld(cfg, torch.device("cpu"))
     spec = cfg.models[0]
     setting = cfg.defenses[0]
     counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    rounds_hit: dict[tuple[str, str], set] = defaultdict(set)
+    reasons: Counter = Counter()
     public = world.data.public.x
     for seed in range(seeds):
         model = world.fresh_model(spec, setting, seed)
@@ -70,9 +77,13 @@ def measure(corpus: str, kind: str, seeds: int, rounds: int, bins: int) -> dict[
                         verdict = client.inspect(m, r, seeded_generator(seed, r, c), previous if r else None)
                         counts[(guard, kind_sent)][0] += int(not verdict.accepted)
                         counts[(guard, kind_sent)][1] += 1
+                        if not verdict.accepted:
+                            rounds_hit[(guard, kind_sent)].add((seed, r))
+                            if kind_sent == "honest":
+                                reasons[(guard, r, re.sub(r"[0-9.]+", "#", verdict.reason)[:140])] += 1
             previous = honest
             sim.step()
-    return counts
+    return counts, rounds_hit, reasons
 
 
 def main() -> None:
@@ -86,24 +97,31 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     lines = [
-        "| model | guard | TPR (imprint refused) | FPR (honest refused) |",
-        "|---|---|---|---|",
+        "| model | guard | TPR (imprint refused) | FPR (honest refused) | seed-rounds with a refusal "
+        "(imprint; honest) |",
+        "|---|---|---|---|---|",
     ]
+    notes: list[str] = []
     began = time.perf_counter()
     for kind in ("bert", "gpt2"):
-        counts = measure(args.corpus, kind, args.seeds, args.rounds, args.bins)
+        counts, hit, reasons = measure(args.corpus, kind, args.seeds, args.rounds, args.bins)
+        total = args.seeds * args.rounds
         for guard in GUARDS:
             cells = []
             for sent in ("imprint", "honest"):
                 k, n = counts[(guard, sent)]
                 low, high = clopper_pearson(k, n)
                 cells.append(f"{k}/{n} = {k / n:.2f} [{low:.2f}, {high:.2f}]")
-            lines.append(f"| {kind} | {guard} | {cells[0]} | {cells[1]} |")
+            rounds_text = f"{len(hit[(guard, 'imprint')])}/{total}; {len(hit[(guard, 'honest')])}/{total}"
+            lines.append(f"| {kind} | {guard} | {cells[0]} | {cells[1]} | {rounds_text} |")
+        for (guard, r, reason), n in sorted(reasons.items()):
+            notes.append(f"- {kind}, {guard}, round {r}: {n} × {reason}")
         print("\n".join(lines), flush=True)
     lines.append(
         f"\n{args.seeds} seeds × {args.rounds} FedAvg rounds × 10 clients per model; {args.bins} bins; "
-        f"{time.perf_counter() - began:.0f} s on this machine."
+        f"{time.perf_counter() - began:.0f} s on this machine. Honest models refused:\n"
     )
+    lines += notes or ["- none"]
     text = "\n".join(lines)
     print(text)
     if args.out is not None:
