@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from leakshield.experiment.store import CellRecord
@@ -201,14 +201,25 @@ def ranked_records(records: Sequence[CellRecord], ranked: Sequence[CellRecord] =
     return [*records, *(r for r in ranked if r.kind == "attack" and _coordinates(r) not in own)]
 
 
+#: one threat model's ranking: (threat, rows, whether the adversary tampers with the model, header, body)
+Ranking = tuple[str, list[Standing], bool, list[str], list[list[str]]]
+
+
+def threat_rankings(records: Sequence[CellRecord]) -> Iterator[Ranking]:
+    """Per threat model of ``records``: (threat, its ranked rows with a strongest attack, whether the
+    adversary tampers with the model, the table's header and body)."""
+    for threat in threats(records):
+        rows = [r for r in standings(records, threat) if r.strongest is not None]
+        active = threat.startswith("malicious server")
+        header, body = ranking_rows(rows, active=active)
+        yield threat, rows, active, header, body
+
+
 def threat_tables(records: Sequence[CellRecord], ranked: Sequence[CellRecord] = ()) -> list[Table]:
     """One ranking per threat model over :func:`ranked_records`."""
     everything = ranked_records(records, ranked)
     tables = []
-    for threat in threats(everything):
-        rows = [r for r in standings(everything, threat) if r.strongest is not None]
-        active = threat.startswith("malicious server")
-        header, body = ranking_rows(rows, active=active)
+    for threat, rows, active, header, body in threat_rankings(everything):
         guard = (" Caught by guard: the share of victims whose client guard refused the tampered model "
                 "(their reconstruction is then the no-information guess, which the SSIM column counts); "
                 "SSIM if missed: the mean SSIM of the victims no guard refused — what the attack leaks "

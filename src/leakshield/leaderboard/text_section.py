@@ -20,8 +20,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from leakshield.experiment.store import CellRecord
-from leakshield.leaderboard.ranking import standings, threats
-from leakshield.leaderboard.tables import Table, letters, ranking_rows, selection_note
+from leakshield.leaderboard.tables import Table, letters, selection_note, threat_rankings
 
 #: what the text tables call the ranking's score columns
 LABELS = {"score": "ROUGE-2", "second": "ROUGE-1"}
@@ -97,10 +96,7 @@ def text_tables(records: Sequence[CellRecord], rounds: int) -> list[Table]:
     """One ranking per threat model of a text grid's cells (see the module docstring)."""
     converted = ranking_records(records, rounds)
     tables = []
-    for threat in threats(converted):
-        rows = [r for r in standings(converted, threat) if r.strongest is not None]
-        active = threat.startswith("malicious server")
-        header, body = ranking_rows(rows, active=active)
+    for threat, rows, active, header, body in threat_rankings(converted):
         header = [_relabel(h) for h in header]
         body = [[_cell_text(c) for c in row] for row in body]
         note = _note_text(selection_note(rows))
