@@ -39,12 +39,18 @@ from leakshield.errors import LeakshieldError
 from leakshield.imprint_bins import recover_from_bins
 from leakshield.seeds import seeded_generator
 from leakshield.text.models import TextClassifier
+from leakshield.text.span import module_inputs
 from leakshield.text.tokenizer import CLS, PAD, SEP, UNK
 
 #: the imprint block's query parameters end their names so in a prepared model
 QUERY_WEIGHT, QUERY_BIAS = "imprint.query.weight", "imprint.query.bias"
 #: public sequences whose states place the thresholds, at most
 PUBLIC_SEQUENCES = 2000
+
+
+def beside_mean(states: torch.Tensor) -> torch.Tensor:
+    """z = [h ; m]: each state beside its sequence's mean state (N × L × 2d)."""
+    return torch.cat([states, states.mean(dim=1, keepdim=True).expand_as(states)], dim=-1)
 
 
 class SequenceImprint(nn.Module):
@@ -62,12 +68,8 @@ class SequenceImprint(nn.Module):
             self.query.bias.copy_(-thresholds)
             self.spread.weight.copy_(spread[:, None].expand(-1, bins))
 
-    def measured(self, states: torch.Tensor) -> torch.Tensor:
-        """z = [h ; m]: each state beside its sequence's mean state (N × L × 2d)."""
-        return torch.cat([states, states.mean(dim=1, keepdim=True).expand_as(states)], dim=-1)
-
     def forward(self, states: torch.Tensor) -> torch.Tensor:
-        signal = self.spread(self.relu(self.query(self.measured(states.detach()))))
+        signal = self.spread(self.relu(self.query(beside_mean(states.detach()))))
         return states + (signal - signal.detach())  # the states exactly; the gradient flows to the bins
 
 
@@ -86,29 +88,9 @@ def _blocks(model: TextClassifier) -> nn.ModuleList:
     return model.backbone.encoder.layer if model.kind == "bert" else model.backbone.h
 
 
-class _StopForwardError(Exception):
-    """Raised once the first block's input is read: the rest of the forward pass is not needed."""
-
-
-@torch.no_grad()
 def first_block_inputs(model: TextClassifier, ids: torch.Tensor) -> torch.Tensor:
     """The states (N × L × d) the first transformer block receives for token ids N × L."""
-    block = _blocks(model)[0]
-    seen: list[torch.Tensor] = []
-
-    def read(_module: nn.Module, args: tuple, kwargs: dict) -> None:
-        seen.append(args[0] if args else kwargs["hidden_states"])
-        raise _StopForwardError
-
-    hook = block.register_forward_pre_hook(read, with_kwargs=True)
-    ids = ids.to(model.word_embeddings.weight.device)
-    try:
-        model.backbone(input_ids=ids, attention_mask=(ids != PAD).long())
-    except _StopForwardError:
-        pass
-    finally:
-        hook.remove()
-    return seen[0]
+    return module_inputs(model, _blocks(model)[0], ids, ids != PAD)
 
 
 def imprint_model(
@@ -127,8 +109,7 @@ def imprint_model(
     direction = torch.randn(width, generator=gen, dtype=torch.float64)
     sample = public_ids[torch.randperm(len(public_ids), generator=gen)[:PUBLIC_SEQUENCES]]
     states = first_block_inputs(model, sample).double()
-    blank = SequenceImprint(width, query.float(), torch.zeros(bins), direction.float())
-    measured = blank.measured(states)[sample.to(states.device) != PAD]  # real tokens only
+    measured = beside_mean(states)[sample.to(states.device) != PAD]  # real tokens only
     values = (measured @ query.to(measured.device)).cpu()
     levels = torch.arange(bins, dtype=torch.float64) / bins
     thresholds = torch.quantile(values, levels.clamp(1e-6, 1 - 1e-6))

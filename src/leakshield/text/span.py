@@ -132,26 +132,34 @@ def context_gradient(model: TextClassifier, gradient: Mapping[str, torch.Tensor]
 
 
 class _StopForwardError(Exception):
-    """Raised by the hook once the first feed-forward layer's input is read: the rest is not needed."""
+    """Raised by the hook once the module's input is read: the rest of the forward pass is not needed."""
 
 
 @torch.no_grad()
-def context_states(model: TextClassifier, ids: torch.Tensor) -> torch.Tensor:
-    """The first block's feed-forward inputs (N × L × d) for token ids (N × L, no padding); the forward
-    pass stops there."""
-    _, layer = _first_feed_forward(model)
+def module_inputs(
+    model: TextClassifier, module: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """What ``module`` of ``model`` receives as its first input (positional or ``hidden_states``) for
+    token ids with attention ``mask``; the forward pass stops there."""
     seen: list[torch.Tensor] = []
 
-    def read(_module: torch.nn.Module, args: tuple) -> None:
-        seen.append(args[0])
+    def read(_module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        seen.append(args[0] if args else kwargs["hidden_states"])
         raise _StopForwardError
 
-    hook = layer.register_forward_pre_hook(read)
-    ids = ids.to(model.word_embeddings.weight.device)
+    hook = module.register_forward_pre_hook(read, with_kwargs=True)
+    device = model.word_embeddings.weight.device
     try:
-        model.backbone(input_ids=ids, attention_mask=torch.ones_like(ids, dtype=torch.long))
+        model.backbone(input_ids=ids.to(device), attention_mask=mask.to(device).long())
     except _StopForwardError:
         pass
     finally:
         hook.remove()
     return seen[0]
+
+
+def context_states(model: TextClassifier, ids: torch.Tensor) -> torch.Tensor:
+    """The first block's feed-forward inputs (N × L × d) for token ids (N × L, no padding); the forward
+    pass stops there."""
+    _, layer = _first_feed_forward(model)
+    return module_inputs(model, layer, ids, torch.ones_like(ids))
