@@ -13,8 +13,14 @@ ALL_MODELS = [
     "mlp",
     "resnet18",
     "resnet20",
+    "vit",
 ]  # the SPEC models and Anti-GAN Table 6
-SMALL = {"convnet": {"width": 4}, "resnet18": {"width": 8}, "mlp": {"width": 32}}
+SMALL = {
+    "convnet": {"width": 4},
+    "resnet18": {"width": 8},
+    "mlp": {"width": 32},
+    "vit": {"dim": 32, "heads": 2},
+}
 
 
 def test_every_model_is_registered_and_listed(capsys):
