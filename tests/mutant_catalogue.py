@@ -38,6 +38,7 @@ ANTIGAN_PROTOCOL = "tests/test_antigan_protocol.py"
 LODA_PROTOCOL = "tests/test_loda_protocol.py"
 SEER = "tests/test_seer.py"
 FEATURE_FISHING = "tests/test_feature_fishing.py"
+EXACT = "tests/test_exact_attacks.py"
 DETECTORS = "tests/test_detectors.py"
 EVASION = "tests/test_guard_evasion.py"
 
@@ -289,6 +290,25 @@ MUTANTS: list[Mutant] = [
     Mutant("attack", "analytic", "the row multiplied by, not divided by, its bias gradient",
            "attacks/passive/analytic.py", "x = grad_w[row] / grad_b[row]", "x = grad_w[row] * grad_b[row]",
            (f"{SUITE}::test_analytic_attack_is_exact_on_an_mlp",)),
+    Mutant("attack", "april", "the patch embedding's gradient read with its sign flipped",
+           "attacks/passive/april.py", "_lstsq(position_grad[leading:].T, kernel_grad)",
+           "_lstsq(position_grad[leading:].T, -kernel_grad)",
+           (f"{EXACT}::test_april_is_exact_on_an_untrained_vit_at_batch_1",)),
+    Mutant("attack", "april", "the positional embedding added to, not removed from, the recovered tokens",
+           "attacks/passive/april.py", "embedded = tokens - vit.pos_embed", "embedded = tokens + vit.pos_embed",
+           (f"{EXACT}::test_april_attention_route_on_the_papers_block",)),
+    Mutant("attack", "spear", "the directions' scales not fixed by the bias gradient", "attacks/passive/spear.py",
+           "scales = torch.linalg.solve(basis, coefficients)", "scales = torch.ones_like(coefficients)",
+           (f"{EXACT}::test_spear_recovers_a_tiny_relu_layers_batch_exactly",
+            f"{EXACT}::test_spear_is_exact_on_real_images_within_its_regime")),
+    Mutant("attack", "spear", "every sparse direction accepted, blends of overlapping ReLU patterns too",
+           "attacks/passive/spear.py", "return bool(leverage.max() < LEVERAGE)", "return True",
+           (f"{EXACT}::test_spear_is_exact_on_real_images_within_its_regime",
+            f"{EXACT}::test_spear_recovers_a_tiny_relu_layers_batch_exactly")),
+    Mutant("attack", "spear", "the search stops at B directions found, a blend of two of them counted",
+           "attacks/passive/spear.py", "independent = numerical_rank(torch.stack(found))",
+           "independent = len(found)",
+           (f"{EXACT}::test_spear_searches_past_a_blend_of_directions_it_already_has",)),
     Mutant("attack", "gradinversion", "BatchNorm prior pulls the batch mean toward minus the running mean",
            "attacks/passive/inversion/objectives.py", "torch.linalg.vector_norm(mean - module.running_mean)",
            "torch.linalg.vector_norm(mean + module.running_mean)",

@@ -73,6 +73,11 @@ def _reachable(root: object, limit: int = 200_000) -> list[object]:
     return list(seen.values())
 
 
+#: attacks that need another model than the small MLP, or a batch (SPEAR's search runs from batch 2)
+MODELS_FOR = {"april": ("vit", {"dim": 32, "heads": 2, "depth": 1})}
+BATCH_FOR = {"spear": 2}
+
+
 def _scenario(name: str, digits8, monkeypatch):
     """Observe a victim under the attack's first target defense (or none) and reconstruct; returns the
     reconstruction, the attack, the views and the objects the client trained on."""
@@ -80,9 +85,11 @@ def _scenario(name: str, digits8, monkeypatch):
     defense = entry.targets[0] if entry.targets else "none"
     pipeline = DefensePipeline.from_config([{"name": defense, "params": DEFENSE_PARAMS.get(defense, {})}])
     info = digits8.info
-    model = create_model("mlp", {"width": 16}, in_shape=info.shape, num_classes=10, seed=0)
+    model_name, model_params = MODELS_FOR.get(name, ("mlp", {"width": 16}))
+    model = create_model(model_name, model_params, in_shape=info.shape, num_classes=10, seed=0)
     model = pipeline.model_hook(model).eval()
-    batch = ImageSet(digits8.train.x[:1].clone(), digits8.train.y[:1].clone())
+    size = BATCH_FOR.get(name, 1)
+    batch = ImageSet(digits8.train.x[:size].clone(), digits8.train.y[:size].clone())
     dataset = ImageSet(digits8.train.x[:20].clone(), digits8.train.y[:20].clone())
     cpu = torch.device("cpu")
     client_fits = {

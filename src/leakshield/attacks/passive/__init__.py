@@ -2,4 +2,4 @@
 inversion (DLG, iDLG, IG, CPL, GradInversion), analytic recovery of a linear layer's input, and label
 inference."""
 
-from leakshield.attacks.passive import analytic, inversion, labels  # noqa: F401  (register attacks)
+from leakshield.attacks.passive import analytic, april, inversion, labels, spear  # noqa: F401  (register attacks)
