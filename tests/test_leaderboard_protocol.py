@@ -175,6 +175,11 @@ def test_the_standard_preset_is_fair_and_realistic() -> None:
     eval_, train = scenarios["resnet18-eval"][0], scenarios["resnet18-train"][0]
     assert eval_.models[0].name == train.models[0].name == "resnet18" and eval_.dataset.params["size"] == 32
     assert (eval_.attack.model_mode, train.attack.model_mode) == ("eval", "train")
+    exact = scenarios["exact-mlp"][0]  # the exact attacks meet the model they apply to
+    assert exact.models[0].name == "smlp" and [a.name for a in exact.attacks] == ["spear", "analytic"]
+    assert "exact-vit" not in scenarios and not scenarios["exact-mlp"][1].get("ranked")
+    vit = {name: c for name, c, _ in load_scenarios("full")}["exact-vit"]
+    assert vit.models[0].name == "vit" and {a.name for a in vit.attacks} == {"april", "ig"}
     # a ranked scenario keeps the preset's seeds; a descriptive one runs 3; both keep the attack budgets
     assert secagg.seeds == scenarios["model-state"][0].seeds == config.seeds
     assert scenarios["batch"][0].seeds == [0, 1, 2]
