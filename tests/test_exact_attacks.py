@@ -189,3 +189,15 @@ def test_the_analytic_attack_is_not_exact_where_spear_is(cifar_victims, mlp):
     rec = create_attack("analytic").reconstruct(server_view_of(mlp, data, CIFAR))
     assert float(per_image_ssim(rec.images, data.x).min()) < 0.99
     assert F.mse_loss(rec.images, data.x) > 1e-4
+
+
+@pytest.mark.parametrize(("name", "model_name"), [("spear", "smlp"), ("april", "vit")])
+def test_the_exact_attacks_refuse_an_update_of_several_local_steps(name, model_name):
+    info = DatasetInfo("tiny", (1, 8, 8), 3, (0.5,), (0.5,))
+    params = {"width": 8} if model_name == "smlp" else {"dim": 32, "heads": 2, "depth": 1}
+    model = create_model(model_name, params, in_shape=info.shape, num_classes=3)
+    data = ImageSet(torch.rand(2, 1, 8, 8, generator=torch.Generator().manual_seed(0)), torch.tensor([0, 1]))
+    local = LocalTraining(algorithm="fedavg", local_epochs=2, batch_size=2)
+    view = server_view_of(model, data, info, local=local)
+    with pytest.raises(ValueError, match="needs a FedSGD gradient"):
+        create_attack(name).reconstruct(view)

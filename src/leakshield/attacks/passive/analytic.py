@@ -59,6 +59,13 @@ def first_linear_fed_by_image(model: nn.Module, shape: tuple[int, int, int]) -> 
     raise ValueError("no fully connected layer of this model receives the image itself")
 
 
+def require_one_gradient(view: ServerView, attack: str) -> None:
+    """Raise unless the update is one gradient (FedSGD, or FedAvg with one local step): the closed-form
+    attacks read its structure, which several local steps blend."""
+    if view.update.protocol.algorithm != "fedsgd" and view.update.protocol.local_steps != 1:
+        raise ValueError(f"{attack} needs a FedSGD gradient (or a one-step FedAvg update)")
+
+
 @ATTACKS.register(
     "analytic",
     summary="exact recovery of the input of the first fully connected layer from ∇W / ∇b",
@@ -73,8 +80,7 @@ class AnalyticFCInversion(Attack):
 
     def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction:
         start = time.perf_counter()
-        if view.update.protocol.algorithm != "fedsgd" and view.update.protocol.local_steps != 1:
-            raise ValueError("the analytic attack needs a FedSGD gradient (or a one-step FedAvg update)")
+        require_one_gradient(view, "the analytic attack")
         info = view.data_info
         layer = self.params.layer or first_linear_fed_by_image(view.model, info.shape)
         gradient = view.update.gradient()

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from leakshield.attacks.base import ATTACKS, Attack, Reconstruction
+from leakshield.attacks.passive.analytic import require_one_gradient
 from leakshield.attacks.passive.labels import granted_or_inferred_labels
 from leakshield.fl.types import ServerView
 from leakshield.registry import Params
@@ -125,8 +126,7 @@ class AprilAttack(Attack):
 
     def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction:
         start = time.perf_counter()
-        if view.update.protocol.algorithm != "fedsgd" and view.update.protocol.local_steps != 1:
-            raise ValueError("APRIL needs a FedSGD gradient (or a one-step FedAvg update)")
+        require_one_gradient(view, "APRIL")
         info = view.data_info
         prefix, vit = vision_transformer(view.model)
         self.check_model(view.model, info.shape)

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from leakshield.attacks.base import ATTACKS, Attack, Reconstruction
-from leakshield.attacks.passive.analytic import first_linear_fed_by_image
+from leakshield.attacks.passive.analytic import first_linear_fed_by_image, require_one_gradient
 from leakshield.attacks.passive.labels import granted_or_inferred_labels
 from leakshield.fl.types import ServerView
 from leakshield.registry import Params
@@ -232,8 +232,7 @@ class SpearAttack(Attack):
 
     def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction:
         start = time.perf_counter()
-        if view.update.protocol.algorithm != "fedsgd" and view.update.protocol.local_steps != 1:
-            raise ValueError("SPEAR needs a FedSGD gradient (or a one-step FedAvg update)")
+        require_one_gradient(view, "SPEAR")
         info = view.data_info
         layer = self._layer(view.model, info.shape)
         module = view.model.get_submodule(layer)
