@@ -201,3 +201,28 @@ def test_the_exact_attacks_refuse_an_update_of_several_local_steps(name, model_n
     view = server_view_of(model, data, info, local=local)
     with pytest.raises(ValueError, match="needs a FedSGD gradient"):
         create_attack(name).reconstruct(view)
+
+
+class TimmStyleViT(torch.nn.Module):
+    """timm's naming (``patch_embed.proj``, ``pos_embed``, no class token), a pooled LayerNorm head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patch_embed = torch.nn.Module()
+        self.patch_embed.proj = torch.nn.Conv2d(1, 32, 4, stride=4)
+        self.pos_embed = torch.nn.Parameter(0.02 * torch.randn(1, 16, 32))
+        self.norm = torch.nn.LayerNorm(32)
+        self.head = torch.nn.Linear(32, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = self.patch_embed.proj(x).flatten(2).transpose(1, 2) + self.pos_embed
+        return self.head(self.norm(torch.tanh(tokens)).mean(dim=1))
+
+
+def test_april_reads_a_timm_style_vit_without_a_class_token():
+    torch.manual_seed(0)
+    info = DatasetInfo("tiny", (1, 16, 16), 3, (0.5,), (0.5,))
+    data = ImageSet(torch.rand(1, 1, 16, 16, generator=torch.Generator().manual_seed(0)), torch.tensor([2]))
+    rec = create_attack("april").reconstruct(server_view_of(TimmStyleViT(), data, info, labels_known=True))
+    assert rec.stats["attention_route"] == 0.0
+    assert float(ssim(rec.images, data.x)) >= 0.99
