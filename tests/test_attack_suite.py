@@ -149,6 +149,13 @@ def test_analytic_attack_is_exact_on_an_mlp(digits3):
     assert float(psnr(rec.images, data.x)) >= 60
 
 
+def test_finding_the_image_fed_layer_leaves_the_random_stream_as_it_was(digits3):
+    model = create_model("dmlp", in_shape=digits3.info.shape, num_classes=10)
+    before = torch.get_rng_state()
+    assert first_linear_fed_by_image(model, digits3.info.shape) == "features.1"
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 def test_analytic_attack_refuses_models_without_an_image_fed_linear(digits3):
     model = create_model("lenet", in_shape=digits3.info.shape, num_classes=10)
     with pytest.raises(ValueError, match="no fully connected layer"):

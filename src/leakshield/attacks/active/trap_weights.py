@@ -53,10 +53,8 @@ def first_image_layer(
     """The first fully connected layer fed by the flattened image (qualified name, module), found as the
     analytic attack finds it (:func:`~leakshield.attacks.passive.analytic.first_linear_fed_by_image`, whose
     probe leaves the global random stream as it was); else a :class:`ConfigError` naming ``attack``."""
-    device = next(model.parameters()).device
     try:
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            name = first_linear_fed_by_image(model, info.shape)
+        name = first_linear_fed_by_image(model, info.shape)
     except ValueError:
         raise ConfigError(
             f"{attack}: the model's first layer must be fully connected on the flattened image (e.g. mlp)"
@@ -67,10 +65,8 @@ def first_image_layer(
 def check_image_fed_linear(model: nn.Module, shape: tuple[int, int, int]) -> None:
     """Refuse (:class:`ValueError`, the reason) a model none of whose fully connected layers reads the
     flattened image: the attacks on such a layer (trap weights, Cocktail Party) cannot work on it."""
-    device = next(model.parameters()).device
     try:
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            first_linear_fed_by_image(model, shape)
+        first_linear_fed_by_image(model, shape)
     except ValueError:
         raise ValueError(
             "its first layer must be fully connected on the flattened image (e.g. mlp), and no fully "

@@ -34,8 +34,21 @@ class AnalyticParams(Params):
 
 
 def first_linear_fed_by_image(model: nn.Module, shape: tuple[int, int, int]) -> str:
-    """Name of the first nn.Linear whose input is exactly the flattened input image (a probe forward)."""
-    probe = torch.rand(2, *shape, device=next(model.parameters()).device)
+    """Name of the first nn.Linear whose input is exactly the flattened input image (a probe forward).
+    The probe and any layer that samples during it draw from a fork of the random streams: the caller's
+    stream is left as it was."""
+    device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        probe = torch.rand(2, *shape, device=device)
+        seen = _linear_inputs(model, probe)
+    for name, inputs in seen.items():
+        if inputs.shape == (2, probe[0].numel()) and torch.allclose(inputs, probe.flatten(1)):
+            return name
+    raise ValueError("no fully connected layer of this model receives the image itself")
+
+
+def _linear_inputs(model: nn.Module, probe: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The input each nn.Linear of ``model`` receives on ``probe`` (its first call)."""
     seen: dict[str, torch.Tensor] = {}
 
     def recorder(name: str):
@@ -53,10 +66,7 @@ def first_linear_fed_by_image(model: nn.Module, shape: tuple[int, int, int]) -> 
     finally:
         for h in handles:
             h.remove()
-    for name, inputs in seen.items():
-        if inputs.shape == (2, probe[0].numel()) and torch.allclose(inputs, probe.flatten(1)):
-            return name
-    raise ValueError("no fully connected layer of this model receives the image itself")
+    return seen
 
 
 def require_one_gradient(view: ServerView, attack: str) -> None:
