@@ -93,7 +93,11 @@ class AprilAttack(Attack):
 
     def check_model(self, model: nn.Module, shape: tuple[int, int, int]) -> None:
         """Refuse a model without a learnable positional embedding, or too narrow for the system."""
-        _, vit = vision_transformer(model)
+        self._target(model, shape)
+
+    def _target(self, model: nn.Module, shape: tuple[int, int, int]) -> tuple[str, nn.Module, str]:
+        """(qualified name, module, route) of the ViT APRIL attacks, checked (ValueError, the reason)."""
+        prefix, vit = vision_transformer(model)
         if not vit.pos_embed.requires_grad:
             raise ValueError("the positional embedding is frozen: APRIL reads its gradient, never sent")
         route = self._route(vit)
@@ -105,6 +109,7 @@ class AprilAttack(Attack):
             raise ValueError(f"APRIL's {route} route needs token width ≥ {rows}, the model has {width}")
         if route == "attention" and width < patch_size:
             raise ValueError(f"inverting the patch embedding needs token width ≥ {patch_size}, not {width}")
+        return prefix, vit, route
 
     def _route(self, vit: nn.Module) -> str:
         route = self.params.route
@@ -128,14 +133,13 @@ class AprilAttack(Attack):
         start = time.perf_counter()
         require_one_gradient(view, "APRIL")
         info = view.data_info
-        prefix, vit = vision_transformer(view.model)
-        self.check_model(view.model, info.shape)
-        route = self._route(vit)
+        prefix, vit, route = self._target(view.model, info.shape)
         name = (prefix + ".") if prefix else ""
         gradient = view.update.gradient()
         conv_name, conv = _patch_conv(vit)
-        needed = [f"{name}pos_embed", f"{name}{conv_name}.weight"]
-        missing = [key for key in needed if key not in gradient]
+        read = f"{name}blocks.0.attn.qkv.weight" if route == "attention" else f"{name}{conv_name}.weight"
+        needed = {f"{name}pos_embed", f"{name}{conv_name}.weight", read}
+        missing = sorted(key for key in needed if key not in gradient)
         if missing:
             raise ValueError(f"the update carries no gradient of {', '.join(missing)}")
         leading = self._leading(vit, info.shape)
@@ -143,7 +147,7 @@ class AprilAttack(Attack):
         if route == "attention":
             qkv = vit.blocks[0].attn.qkv
             weight = qkv.weight.detach().double().cpu()
-            qkv_grad = gradient[f"{name}blocks.0.attn.qkv.weight"].double().cpu()
+            qkv_grad = gradient[read].double().cpu()
             tokens = _lstsq(position_grad.T, weight.T @ qkv_grad)  # Aᵀ z = Wᵀ ∂L/∂W
             embedded = tokens - vit.pos_embed.detach().double().cpu().reshape(tokens.shape)
             embedded = embedded[leading:]
@@ -152,7 +156,7 @@ class AprilAttack(Attack):
             kernel = conv.weight.detach().double().cpu().flatten(1)  # d × C·p²
             patches = _lstsq(kernel, embedded.T).T  # P W_eᵀ = embedded
         else:
-            kernel_grad = gradient[f"{name}{conv_name}.weight"].double().cpu().flatten(1)
+            kernel_grad = gradient[read].double().cpu().flatten(1)
             patches = _lstsq(position_grad[leading:].T, kernel_grad)  # A_pᵀ P = ∂L/∂W_e
         image = F.fold(
             patches.T.unsqueeze(0).float(), info.shape[1:], kernel_size=conv.kernel_size, stride=conv.stride
