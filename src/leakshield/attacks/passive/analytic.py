@@ -69,6 +69,16 @@ def _linear_inputs(model: nn.Module, probe: torch.Tensor) -> dict[str, torch.Ten
     return seen
 
 
+def pad_with_mean(inputs: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """``inputs`` completed to ``batch_size`` rows by their mean (an attack that recovered fewer
+    inputs than the batch holds)."""
+    if len(inputs) >= batch_size:
+        return inputs
+    return torch.cat(
+        [inputs, inputs.mean(0, keepdim=True).expand(batch_size - len(inputs), *inputs.shape[1:])]
+    )
+
+
 def require_one_gradient(view: ServerView, attack: str) -> None:
     """Raise unless the update is one gradient (FedSGD, or FedAvg with one local step): the closed-form
     attacks read its structure, which several local steps blend."""
@@ -97,9 +107,7 @@ class AnalyticFCInversion(Attack):
         grad_w, grad_b = gradient[f"{layer}.weight"].double(), gradient[f"{layer}.bias"].double()
         candidates = self._candidates(grad_w, grad_b, view.batch_size)
         inputs = candidates.float().view(-1, *info.shape).cpu()
-        if len(inputs) < view.batch_size:  # fewer isolated rows than samples: pad with the mean input
-            pad = inputs.mean(0, keepdim=True).expand(view.batch_size - len(inputs), -1, -1, -1)
-            inputs = torch.cat([inputs, pad])
+        inputs = pad_with_mean(inputs, view.batch_size)  # fewer isolated rows than samples
         images = info.denormalize(inputs).clamp(0, 1)
         labels = granted_or_inferred_labels(view)
         stats = {"rows_used": float(len(candidates)), "seconds": time.perf_counter() - start}

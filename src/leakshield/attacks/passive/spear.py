@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from leakshield.attacks.base import ATTACKS, Attack, Reconstruction
-from leakshield.attacks.passive.analytic import first_linear_fed_by_image, require_one_gradient
+from leakshield.attacks.passive.analytic import first_linear_fed_by_image, pad_with_mean, require_one_gradient
 from leakshield.attacks.passive.labels import granted_or_inferred_labels
 from leakshield.fl.types import ServerView
 from leakshield.registry import Params
@@ -188,13 +188,14 @@ def scaled_inputs(
 
 
 def relu_agreement(
-    weight: torch.Tensor, bias: torch.Tensor, inputs: torch.Tensor, upstream: torch.Tensor
+    weight: torch.Tensor, bias: torch.Tensor, inputs: torch.Tensor, upstream: torch.Tensor, tolerance: float
 ) -> float:
     """Fraction of (unit, sample) pairs where the recovered pre-activation's sign (> 0) matches a
-    nonzero gradient column (the ReLU pattern SPEAR's directions imply)."""
+    nonzero gradient column (the ReLU pattern SPEAR's directions imply; zero: below ``tolerance`` of
+    the column's largest entry, as in the search)."""
     active = (inputs @ weight.T + bias) > 0  # B × m
     scale = upstream.abs().amax(dim=0, keepdim=True).clamp_min(1e-300)
-    nonzero = (upstream.abs() > 1e-5 * scale).T  # B × m
+    nonzero = (upstream.abs() > tolerance * scale).T  # B × m
     return float((active == nonzero).double().mean())
 
 
@@ -214,11 +215,10 @@ class SpearAttack(Attack):
 
     def _layer(self, model: nn.Module, shape: tuple[int, int, int]) -> str:
         layer = self.params.layer or first_linear_fed_by_image(model, shape)
-        if not isinstance(model.get_submodule(layer), nn.Linear):
-            raise ValueError(f"{layer} is not a fully connected layer")
         module = model.get_submodule(layer)
-        if module.in_features != math.prod(shape):
-            size = math.prod(shape)
+        if not isinstance(module, nn.Linear):
+            raise ValueError(f"{layer} is not a fully connected layer")
+        if module.in_features != (size := math.prod(shape)):
             raise ValueError(f"{layer} does not read the image ({module.in_features} inputs, not {size})")
         if module.bias is None:
             raise ValueError(f"SPEAR fixes the scales with the bias gradient: {layer} has no bias")
@@ -252,11 +252,9 @@ class SpearAttack(Attack):
         samples = scaled_inputs(left, right, basis, grad_b)
         weight = module.weight.detach().double().cpu()
         bias = module.bias.detach().double().cpu()
-        agreement = relu_agreement(weight, bias, samples, left @ basis)
+        agreement = relu_agreement(weight, bias, samples, left @ basis, self.params.zero_tolerance)
         inputs = samples.float().view(rank, *info.shape)
-        if rank < view.batch_size:  # a batch wider than the layer: pad with the mean input
-            pad = inputs.mean(0, keepdim=True).expand(view.batch_size - rank, -1, -1, -1)
-            inputs = torch.cat([inputs, pad])
+        inputs = pad_with_mean(inputs, view.batch_size)  # a batch wider than the layer
         stats = {
             "directions": float(selected),
             "subsets": float(drawn),
