@@ -39,6 +39,7 @@ LODA_PROTOCOL = "tests/test_loda_protocol.py"
 SEER = "tests/test_seer.py"
 FEATURE_FISHING = "tests/test_feature_fishing.py"
 EXACT = "tests/test_exact_attacks.py"
+REALISTIC = "tests/test_realistic_attacks.py"
 DETECTORS = "tests/test_detectors.py"
 EVASION = "tests/test_guard_evasion.py"
 
@@ -290,6 +291,32 @@ MUTANTS: list[Mutant] = [
     Mutant("attack", "analytic", "the row multiplied by, not divided by, its bias gradient",
            "attacks/passive/analytic.py", "x = grad_w[row] / grad_b[row]", "x = grad_w[row] * grad_b[row]",
            (f"{SUITE}::test_analytic_attack_is_exact_on_an_mlp",)),
+    Mutant("attack", "gradinversion", "train-mode batch statistics read as if the running ones started at 0",
+           "attacks/passive/inversion/batchnorm.py", "(after[k].float() - keep * before[k].float())",
+           "(after[k].float() - 0 * before[k].float())",
+           (f"{REALISTIC}::test_train_mode_batchnorm_targets_are_the_batch_statistics",)),
+    Mutant("attack", "gradinversion", "the BatchNorm prior's targets not read from the update (train mode)",
+           "attacks/passive/inversion/engine.py", "BatchNormStatistics(model, batchnorm_targets(model, view))",
+           "BatchNormStatistics(model)",
+           (f"{REALISTIC}::test_gradinversion_reads_train_mode_statistics_from_the_update",)),
+    Mutant("attack", "fedleak", "partial matching keeps the entries where the dummy gradient is smallest",
+           "attacks/passive/fedleak.py", "mask = (d.detach().abs() > threshold)",
+           "mask = (d.detach().abs() <= threshold)",
+           (f"{REALISTIC}::test_partial_matching_compares_only_where_the_dummy_gradient_is_large",)),
+    Mutant("attack", "fedleak", "the look-ahead point a step up the objective, not down",
+           "attacks/passive/fedleak.py", "ahead = (x.detach() - rho * here)", "ahead = (x.detach() + rho * here)",
+           (f"{REALISTIC}::test_fedleak_steps_on_the_blend_of_here_and_the_look_ahead_point",)),
+    Mutant("attack", "fedavg-leakage", "every epoch steps through the first copy of the batch",
+           "attacks/passive/inversion/replay.py", "idx + (step // batches) * n", "idx",
+           (f"{REALISTIC}::test_each_epoch_steps_through_its_own_copy_of_the_batch",)),
+    Mutant("attack", "fedavg-leakage", "the epoch prior averages across epochs, not within one",
+           "attacks/passive/fedavg_leakage.py", "summary = per_epoch.mean(dim=1)", "summary = per_epoch.mean(dim=0)",
+           (f"{REALISTIC}::test_the_epoch_prior_ignores_order_and_the_merge_undoes_it",)),
+    Mutant("attack", "fedavg-leakage", "epoch copies averaged without matching their images first",
+           "attacks/passive/fedavg_leakage.py",
+           "merged.append(other[torch.as_tensor(columns[rows.argsort()], device=other.device)])",
+           "merged.append(other)",
+           (f"{REALISTIC}::test_the_epoch_prior_ignores_order_and_the_merge_undoes_it",)),
     Mutant("attack", "april", "the patch embedding's gradient read with its sign flipped",
            "attacks/passive/april.py", "_lstsq(position_grad[leading:].T, kernel_grad)",
            "_lstsq(position_grad[leading:].T, -kernel_grad)",
@@ -310,8 +337,8 @@ MUTANTS: list[Mutant] = [
            "independent = len(found)",
            (f"{EXACT}::test_spear_searches_past_a_blend_of_directions_it_already_has",)),
     Mutant("attack", "gradinversion", "BatchNorm prior pulls the batch mean toward minus the running mean",
-           "attacks/passive/inversion/objectives.py", "torch.linalg.vector_norm(mean - module.running_mean)",
-           "torch.linalg.vector_norm(mean + module.running_mean)",
+           "attacks/passive/inversion/batchnorm.py", "torch.linalg.vector_norm(mean - target.mean)",
+           "torch.linalg.vector_norm(mean + target.mean)",
            (f"{SUITE}::test_batchnorm_prior_vanishes_at_the_running_statistics",
             f"{SUITE}::test_gradinversion_bn_prior_pulls_batch_statistics_to_the_running_ones")),
     Mutant("attack", "imprint", "bins read without the consecutive differences", "imprint_bins.py",

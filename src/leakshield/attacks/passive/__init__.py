@@ -2,4 +2,12 @@
 inversion (DLG, iDLG, IG, CPL, GradInversion), analytic recovery of a linear layer's input, and label
 inference."""
 
-from leakshield.attacks.passive import analytic, april, inversion, labels, spear  # noqa: F401  (register attacks)
+from leakshield.attacks.passive import (  # noqa: F401  (register attacks)
+    analytic,
+    april,
+    fedavg_leakage,
+    fedleak,
+    inversion,
+    labels,
+    spear,
+)

@@ -28,14 +28,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from leakshield.attacks.base import Attack, Reconstruction
-from leakshield.attacks.passive.inversion.loops import lr_scheduler, optimize_one
+from leakshield.attacks.passive.inversion.batchnorm import BatchNormStatistics, batchnorm_targets
+from leakshield.attacks.passive.inversion.loops import Objective, lr_scheduler, optimize_one
 from leakshield.attacks.passive.inversion.many import attack_many
-from leakshield.attacks.passive.inversion.objectives import (
-    DISTANCES,
-    BatchNormStatistics,
-    image_norm,
-    total_variation,
-)
+from leakshield.attacks.passive.inversion.objectives import DISTANCES, Distance, image_norm, total_variation
 from leakshield.attacks.passive.inversion.params import GradientInversionParams
 from leakshield.attacks.passive.inversion.problem import layer_weight, matched_names, one_fedsgd_round
 from leakshield.attacks.passive.inversion.replay import dummy_update
@@ -80,15 +76,15 @@ class GradientInversion(Attack):
         p = self.params
         start = time.perf_counter()
         model = copy.deepcopy(view.model) if p.bn_stats else view.model
-        bn_prior = BatchNormStatistics(model) if p.bn_stats else None
+        bn_prior = BatchNormStatistics(model, batchnorm_targets(model, view)) if p.bn_stats else None
         device = next(model.parameters()).device
         info = view.data_info
-        n = view.batch_size
+        n = self._dummy_count(view)
         labels, label_source = self._labels(view, device)
         names = self._matched_names(model, view)
         weights = [self._layer_weight(name) for name in names]
         target = [view.update.delta[name].to(device) for name in names]
-        distance = DISTANCES[p.distance]
+        distance = self._distance(view)
         lo, hi = self._bounds(info, device)
         gen = torch.Generator(device="cpu").manual_seed(seed)
 
@@ -113,7 +109,12 @@ class GradientInversion(Attack):
                 loss = loss + p.bn_stats * bn_prior.pop()
             if p.task_loss:
                 loss = loss + p.task_loss * task
+            extra = self._prior(x, view)
+            if extra is not None:
+                loss = loss + extra
             return loss, grad_distance
+
+        objective = self._wrapped(objective)
 
         best = (None, None, math.inf)
         diverged = evaluations = budget_hits = 0
@@ -140,6 +141,7 @@ class GradientInversion(Attack):
         best_x, best_logits, best_score = best
         if best_x is None:
             raise FloatingPointError(f"every one of {p.restarts} restarts diverged (NaN/Inf)")
+        best_x = self._merged(best_x, view)
         final_labels = labels if best_logits is None else best_logits.argmax(dim=-1)
         if label_source == "bias":
             final_labels = labels.argmin(dim=-1)  # ∂L/∂z = p − t is most negative at the dominant class
@@ -206,6 +208,27 @@ class GradientInversion(Attack):
 
     #: the update a dummy batch would produce (``inversion.replay.dummy_update``)
     _dummy_update = staticmethod(dummy_update)
+
+    # -- what attacks built on the engine change (FedLeak, the FedAvg attack of Dimitrov et al.) ------
+    def _dummy_count(self, view: ServerView) -> int:
+        """How many dummy images are optimized: the batch's size."""
+        return view.batch_size
+
+    def _distance(self, view: ServerView) -> Distance:
+        """The update distance of ``params.distance``."""
+        return DISTANCES[self.params.distance]
+
+    def _prior(self, x: torch.Tensor, view: ServerView) -> torch.Tensor | None:
+        """A further prior on the dummy images, added to the objective (None: none)."""
+        return None
+
+    def _wrapped(self, objective: Objective) -> Objective:
+        """The objective the optimizer loop steps on: the matching objective itself."""
+        return objective
+
+    def _merged(self, x: torch.Tensor, view: ServerView) -> torch.Tensor:
+        """The reconstruction of the batch from the optimized dummies: the dummies themselves."""
+        return x
 
     # -- the public matching problem (:class:`~leakshield.attacks.passive.inversion.problem.MatchingProblem`)
     def labels_for(self, view: ServerView, device: torch.device) -> tuple[torch.Tensor | None, str]:

@@ -2,15 +2,17 @@
 
 Distances take the dummy and target updates as lists of tensors (one per matched parameter) and
 optional per-layer weights; a weight of 0 drops a layer (adaptive attacks down-weight defended layers).
+BatchNorm statistics, GradInversion's prior: :mod:`.batchnorm` (re-exported here).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 
+from leakshield.attacks.passive.inversion.batchnorm import BatchNormStatistics
 from leakshield.loss import cross_entropy
 from leakshield.models.base import auxiliary_loss
 
@@ -54,7 +56,10 @@ def cosine_distance(
     return 1 - dot / (norm_d.sqrt() * norm_t.sqrt() + 1e-12)  # type: ignore[union-attr]
 
 
-DISTANCES = {"l2": l2_distance, "l1": l1_distance, "cosine": cosine_distance}
+#: dummy update, target update, per-layer weights → distance
+Distance = Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor], Sequence[float] | None], torch.Tensor]
+
+DISTANCES: dict[str, Distance] = {"l2": l2_distance, "l1": l1_distance, "cosine": cosine_distance}
 
 
 def task_loss(
@@ -80,39 +85,14 @@ def image_norm(x: torch.Tensor) -> torch.Tensor:
     return x.pow(2).mean()
 
 
-class BatchNormStatistics:
-    """GradInversion's / DeepInversion's prior (Yin et al. 2021, Eq. 7): the distance of the dummy
-    batch's per-channel mean and variance at every BatchNorm layer to the layer's running statistics,
-    Σ_l ||μ_l(x) − μ_l||₂ + ||σ²_l(x) − σ²_l||₂. Hooks are registered on the attack's own model copy."""
-
-    def __init__(self, model: nn.Module) -> None:
-        self.terms: list[torch.Tensor] = []
-        self.handles = [
-            m.register_forward_hook(self._hook)
-            for m in model.modules()
-            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is not None
-        ]
-
-    def _hook(self, module: nn.Module, inputs: tuple[torch.Tensor, ...], _: torch.Tensor) -> None:
-        x = inputs[0]
-        dims = [0, *range(2, x.ndim)]
-        mean = x.mean(dim=dims)
-        var = x.var(dim=dims, unbiased=False)
-        self.terms.append(
-            torch.linalg.vector_norm(mean - module.running_mean)
-            + torch.linalg.vector_norm(var - module.running_var)
-        )
-
-    @property
-    def available(self) -> bool:
-        return bool(self.handles)
-
-    def pop(self) -> torch.Tensor:
-        """The prior's value for the last forward pass (0 without BatchNorm layers)."""
-        value = sum(self.terms) if self.terms else torch.zeros(())
-        self.terms = []
-        return value  # type: ignore[return-value]
-
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
+__all__ = [
+    "DISTANCES",
+    "BatchNormStatistics",
+    "Distance",
+    "cosine_distance",
+    "image_norm",
+    "l1_distance",
+    "l2_distance",
+    "task_loss",
+    "total_variation",
+]

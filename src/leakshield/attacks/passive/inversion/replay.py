@@ -5,6 +5,8 @@ client runs, Inverting Gradients Sec. 5)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 from torch.func import functional_call
@@ -24,12 +26,15 @@ def dummy_update(
     samples: int = 1,
     *,
     logit_gradient: bool = False,
+    per_epoch: bool = False,
 ) -> tuple[list[torch.Tensor], torch.Tensor]:
     """The update the dummy batch ``x`` (normalized) with ``labels`` would produce, for the parameters
     ``names``, and its first task loss. FedSGD: with ``samples`` > 1 the mean over that many draws of
     the stochastic layers; ``logit_gradient``: ``labels`` is ∂L/∂z (labels 'bias') and the gradient is
     the vector–Jacobian product ∂z/∂θᵀ·∂L/∂z. FedAvg: the client's known local SGD (lr, momentum,
-    epochs, minibatch size) unrolled over ``x`` in order, the update being θ_after − θ_before."""
+    epochs, minibatch size) unrolled over ``x`` in order, the update being θ_after − θ_before;
+    ``per_epoch``: ``x`` holds one copy of the batch per local epoch (``labels`` the batch's), epoch e
+    stepping through copy e (the FedAvg attack of Dimitrov et al., TMLR 2022, Sec. 4)."""
     facts = view.update.protocol
     params = dict(model.named_parameters())
     if facts.algorithm == "fedsgd":
@@ -54,9 +59,14 @@ def dummy_update(
         grads = torch.autograd.grad(loss, list(current.values()), create_graph=True)
         return dict(zip(current, grads, strict=True))
 
-    schedule = minibatch_schedule(
-        len(x), facts.batch_size, facts.local_epochs, shuffle=False, device=x.device
-    )
+    n = len(labels) if per_epoch else len(x)
+    if per_epoch and len(x) != n * facts.local_epochs:
+        raise ValueError(f"per_epoch: {len(x)} dummies for {facts.local_epochs} epochs of {n} images")
+    schedule = minibatch_schedule(n, facts.batch_size, facts.local_epochs, shuffle=False, device=x.device)
+    if per_epoch:
+        batches = math.ceil(n / facts.batch_size)
+        labels = labels.repeat(facts.local_epochs, *[1] * (labels.ndim - 1))
+        schedule = ((step, idx + (step // batches) * n) for step, idx in schedule)
     final = local_training(params, schedule, gradient, optimizer=facts.optimizer, lr=facts.local_lr,
                            momentum=facts.momentum, in_place=False)  # fmt: skip
     return [final[k] - params[k] for k in names], first_loss[0]
