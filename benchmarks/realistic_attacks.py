@@ -12,6 +12,11 @@ attack's paired difference from IG on the same batches with its interval (a diff
 excludes 0 is a measured win or loss; otherwise inconclusive at these seeds).
 
     python benchmarks/realistic_attacks.py --seeds 8 --out runs/realistic_attacks.json
+    python benchmarks/realistic_attacks.py --victims DIR/cifar10_victims128.npz --seeds 4 \
+        --settings fedsgd-b16 fedsgd-b64 --attacks ig fedleak --out runs/realistic_attacks_cifar.json
+
+With ``--victims`` (an .npz of ``images``, N×32×32×3 uint8, and ``labels``) the batches are drawn from
+those CIFAR-10 photographs instead, LeNet at 32 px.
 
 Run it alone (2 cores: one thread each).
 """
@@ -24,16 +29,19 @@ import statistics
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from leakshield.attacks import create_attack
-from leakshield.data import load_dataset
+from leakshield.data import ImageSet, load_dataset
+from leakshield.data.types import DatasetInfo
 from leakshield.fl import server_view_of
 from leakshield.fl.config import LocalTraining
 from leakshield.leaderboard.intervals import t_quantile
 from leakshield.metrics import match_reconstructions, ssim
 from leakshield.models import create_model
 
+CIFAR = DatasetInfo("cifar10", (3, 32, 32), 10, (0.4915, 0.4823, 0.4468), (0.2470, 0.2435, 0.2616))
 #: setting → (images in the batch, local training; None: FedSGD)
 SETTINGS = {
     "fedsgd-b16": (16, None),
@@ -66,10 +74,26 @@ def mean_ssim(images: torch.Tensor, truth: torch.Tensor) -> float:
     )
 
 
-def run(seeds: int, iterations: int, settings: list[str], attacks: list[str]) -> dict:
-    digits = load_dataset("digits", {"channels": 1, "size": 16})
-    info, pool = digits.info, digits.train
-    out: dict = {"seeds": seeds, "iterations": iterations, "settings": {}}
+def victims(path: Path | None) -> tuple[DatasetInfo, ImageSet]:
+    """The pool victim batches are drawn from: the digits at 16 px, or the photographs in ``path``."""
+    if path is None:
+        digits = load_dataset("digits", {"channels": 1, "size": 16})
+        return digits.info, digits.train
+    with np.load(path, allow_pickle=False) as npz:
+        images = torch.from_numpy(npz["images"]).permute(0, 3, 1, 2).float() / 255.0
+        return CIFAR, ImageSet(images.contiguous(), torch.from_numpy(npz["labels"]).long())
+
+
+def run(
+    seeds: int, iterations: int, settings: list[str], attacks: list[str], path: Path | None = None
+) -> dict:
+    info, pool = victims(path)
+    out: dict = {
+        "seeds": seeds,
+        "iterations": iterations,
+        "victims": path.name if path else "digits-16px",
+        "settings": {},
+    }
     for setting in settings:
         size, local = SETTINGS[setting]
         scores: dict[str, list[float]] = {a: [] for a in attacks}
@@ -115,10 +139,13 @@ def main() -> None:
     )
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--attacks", nargs="+", default=list(ATTACKS), choices=list(ATTACKS))
+    parser.add_argument(
+        "--victims", type=Path, default=None, help="CIFAR-10 photographs (.npz) instead of digits"
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/realistic_attacks.json"))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    result = run(args.seeds, args.iterations, args.settings, args.attacks)
+    result = run(args.seeds, args.iterations, args.settings, args.attacks, args.victims)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     for setting, row in result["settings"].items():

@@ -105,7 +105,7 @@ def test_partial_matching_compares_only_where_the_dummy_gradient_is_large():
 
 
 def test_fedleak_steps_on_the_blend_of_here_and_the_look_ahead_point():
-    attack = create_attack("fedleak", {"regularization": 0.3, "lookahead": 0.5})
+    attack = create_attack("fedleak", {"regularization": 0.3, "lookahead": 0.5, "iterations": 2})
     centre = torch.tensor([0.0, 0.0, 10.0])
 
     def objective(x, _):
@@ -115,11 +115,15 @@ def test_fedleak_steps_on_the_blend_of_here_and_the_look_ahead_point():
     blended = attack._wrapped(objective)
     # coordinates 0 and 2 sit more than a look-ahead step from the minimum, coordinate 1 less: there the
     # look-ahead point overshoots and its gradient's sign flips
-    x = torch.tensor([2.0, 0.2, 9.0], requires_grad=True)
+    x = torch.tensor([2.0, 0.3, 9.0], requires_grad=True)
     loss, _ = blended(x, None)
     assert float(loss.detach()) == pytest.approx(float(objective(x, None)[0].detach()))
     (step,) = torch.autograd.grad(loss, x)
     assert torch.allclose(step, torch.tensor([1.0, 0.4, -1.0]))  # 0.7·s + 0.3·s, 0.7·s − 0.3·s
+    # the look-ahead step decays with the step size (cosine over 2 steps: 0.5 → 0.25), so it no longer
+    # overshoots coordinate 1
+    (step,) = torch.autograd.grad(blended(x, None)[0], x)
+    assert torch.allclose(step, torch.tensor([1.0, 1.0, -1.0]))
     assert not attack.vectorizable([])
 
 

@@ -30,7 +30,7 @@ import torch
 
 from leakshield.attacks.base import ATTACKS
 from leakshield.attacks.passive.inversion.engine import GradientInversion, GradientInversionParams
-from leakshield.attacks.passive.inversion.loops import Objective
+from leakshield.attacks.passive.inversion.loops import Objective, lr_scheduler
 from leakshield.attacks.passive.inversion.objectives import Distance
 from leakshield.fl.types import ServerView
 from leakshield.threats import OBSERVER
@@ -128,9 +128,17 @@ class FedLeak(GradientInversion):
     def _wrapped(self, objective: Objective) -> Objective:
         """The objective whose value is the matching objective at x and whose image gradient is the blend
         (1 − λ)·sign g(x) + λ·sign g(x − ρ·sign g(x)); the loop must not sign it again."""
-        lam, rho = self.params.regularization, self.params.lookahead
+        lam = self.params.regularization
+        # the look-ahead step follows the step size's schedule, as the reference's look-ahead is one step
+        # of its own optimizer: a clock advanced once per evaluation (one per step on the Adam/SGD loop)
+        clock = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=self.params.lookahead)
+        schedule = lr_scheduler(clock, self.params)
 
         def blended(x: torch.Tensor, logits: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+            rho = clock.param_groups[0]["lr"]
+            clock.step()
+            if schedule is not None:
+                schedule.step()
             loss, distance = objective(x, logits)
             here = torch.autograd.grad(loss, x)[0].sign()
             step = here
