@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from leakshield.attacks import create_attack
+from leakshield.attacks.passive.fedavg_leakage import copies_of
 from leakshield.data import ImageSet, load_dataset
 from leakshield.data.types import DatasetInfo
 from leakshield.fl import server_view_of
@@ -107,8 +108,8 @@ def run(
             view = server_view_of(model, batch, info, local=training, labels_known=True, seed=seed)
             for label in attacks:
                 name, params = ATTACKS[label]
-                if label.endswith("no-prior") and local is None:
-                    continue  # one epoch: the prior has nothing to tie
+                if label.endswith("no-prior") and copies_of(view) == 1:
+                    continue  # one copy of the batch: the prior has nothing to tie
                 start = time.perf_counter()
                 rec = create_attack(name, {"iterations": iterations, **params}).reconstruct(view, seed=seed)
                 seconds[label].append(time.perf_counter() - start)
@@ -152,8 +153,10 @@ def main() -> None:
         print(f"\n{setting}")
         for label, r in row.items():
             s, d = r["ssim"], r.get("minus_ig")
-            diff = f"  − IG {d['mean']:+.3f} ± {d['half_width']:.3f}" if d else ""
-            line = f"  {label:26s} SSIM {s['mean']:.3f} ± {s['half_width']:.3f}  {r['seconds_mean']:6.1f} s"
+            diff = f"  − IG {d['mean']:+.3f} ± {d['half_width'] or 0:.3f}" if d else ""
+            line = (
+                f"  {label:26s} SSIM {s['mean']:.3f} ± {s['half_width'] or 0:.3f}  {r['seconds_mean']:6.1f} s"
+            )
             print(line + diff)
 
 

@@ -8,11 +8,12 @@ import torch
 from torch import nn
 
 from leakshield.attacks import create_attack
-from leakshield.attacks.passive.fedavg_leakage import epoch_order_prior, merge_epochs
+from leakshield.attacks.passive.fedavg_leakage import copies_of, epoch_order_prior, merge_epochs
 from leakshield.attacks.passive.fedleak import partial_matching_distance
 from leakshield.attacks.passive.inversion.batchnorm import BatchNormStatistics, batchnorm_targets
 from leakshield.attacks.passive.inversion.replay import dummy_update
 from leakshield.data import load_dataset
+from leakshield.errors import ConfigError
 from leakshield.fl.config import LocalTraining
 from leakshield.fl.observation import server_view_of
 from leakshield.metrics import match_reconstructions, ssim
@@ -112,7 +113,7 @@ def test_fedleak_steps_on_the_blend_of_here_and_the_look_ahead_point():
         loss = ((x - centre) ** 2).sum()
         return loss, loss
 
-    blended = attack._wrapped(objective)
+    blended = attack._wrapped(objective, None)
     # coordinates 0 and 2 sit more than a look-ahead step from the minimum, coordinate 1 less: there the
     # look-ahead point overshoots and its gradient's sign flips
     x = torch.tensor([2.0, 0.3, 9.0], requires_grad=True)
@@ -193,3 +194,90 @@ def _mean_ssim(images, truth):
     return float(
         torch.stack([ssim(images[order][i : i + 1], truth[i : i + 1]) for i in range(len(truth))]).mean()
     )
+
+
+@pytest.mark.parametrize("momentum", [0.5, None])
+def test_the_prior_is_exact_over_several_minibatches_replayed_in_the_clients_order(digits3, momentum):
+    model = create_model("resnet18", {"width": 8}, in_shape=digits3.info.shape, num_classes=10)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.momentum = momentum
+            m.num_batches_tracked.fill_(5)  # a layer that has seen batches before (cumulative: 1/t)
+    data = digits3.train.subset(list(range(6)))
+    local = LocalTraining(algorithm="fedavg", local_lr=1e-9, local_epochs=1, batch_size=2, shuffle=False)
+    view = server_view_of(model, data, digits3.info, local=local, labels_known=True, model_mode="train")
+    targets = batchnorm_targets(view.model, view)
+    assert all(len(t.weights) == 3 for t in targets.values())
+    prior = BatchNormStatistics(view.model, targets)
+    x = digits3.info.normalize(data.x)
+    with torch.no_grad():
+        for rows in ([0, 1], [2, 3], [4, 5]):  # the client's three minibatches, in its order
+            view.model(x[rows])
+    assert float(prior.pop()) < 1e-3
+    with torch.no_grad():
+        for rows in ([0, 1], [2, 3]):  # fewer passes than the client's: each pass against the mean
+            view.model(x[rows])
+    assert float(prior.pop()) > 0.1
+    if momentum is not None:  # the same images in another order weigh otherwise (the cumulative: alike)
+        with torch.no_grad():
+            for rows in ([4, 5], [2, 3], [0, 1]):
+                view.model(x[rows])
+        assert float(prior.pop()) > 0.1
+    prior.remove()
+
+
+def test_subclasses_that_change_the_engines_parts_never_take_the_vectorized_path(digits16):
+    model = create_model("lenet", {"activation": "tanh", "init_range": None}, in_shape=digits16.info.shape,
+                         num_classes=10)  # fmt: skip
+    views = [
+        server_view_of(model, digits16.train.subset([i]), digits16.info, labels_known=True) for i in (0, 1)
+    ]
+    assert create_attack("ig").vectorizable(views)  # the engine itself: two FedSGD eval-mode views
+    assert not create_attack("fedleak").vectorizable(views)
+    assert not create_attack("fedavg-leakage").vectorizable(views)
+    with pytest.raises(ConfigError, match="signed"):
+        create_attack("fedleak").with_params(signed=True)._wrapped(lambda x, _: (x.sum(), x.sum()), None)
+
+
+def test_copies_only_where_the_clients_order_is_secret_and_the_priors_enter_the_objective(digits16):
+    _, shuffled = _fedavg_view(digits16)  # 2 epochs × 2 shuffled minibatches of 2
+    _, in_order = _fedavg_view(digits16, shuffle=False)
+    _, one_batch = _fedavg_view(digits16, batch=4)  # one minibatch per epoch: its order is no secret
+    attack = create_attack("fedavg-leakage")
+    assert [copies_of(v) for v in (shuffled, in_order, one_batch)] == [2, 1, 1]
+    gen = torch.Generator().manual_seed(0)
+    batch = torch.rand(4, 1, 16, 16, generator=gen)
+    same = digits16.info.normalize(torch.cat([batch, batch[[2, 0, 3, 1]]]))
+    other = digits16.info.normalize(torch.cat([batch, torch.rand(4, 1, 16, 16, generator=gen)]))
+    assert float(attack._prior(same, shuffled)) == pytest.approx(0.0, abs=1e-6)  # in the box, same images
+    assert float(attack._prior(other, shuffled)) > 1.0  # the epoch prior at weight 1,000
+    outside = digits16.info.normalize(torch.cat([batch, batch]) + 0.5)
+    assert float(attack._prior(outside, in_order)) > 0  # the clip prior alone
+    conv = create_attack("fedavg-leakage", {"epoch_features": "max-conv"})
+    assert float(conv._prior(same, shuffled).detach()) == pytest.approx(0.0, abs=1e-5)
+    assert float(conv._prior(other, shuffled).detach()) > 1.0
+
+
+def test_the_update_distance_is_on_the_summed_local_gradients_per_step(digits16):
+    _, view = _fedavg_view(digits16)  # lr 0.1, 4 local steps
+    distance = create_attack("fedavg-leakage")._distance(view)
+    dummy, target = [torch.zeros(3)], [torch.tensor([0.1, 0.0, 0.0])]
+    assert float(distance(dummy, target)) == pytest.approx(2 * 1.0 / 4)  # 2·||Δ/lr||² / T
+
+
+def test_epoch_e_steps_through_copy_e_in_the_clients_epoch_order(digits16):
+    data, view = _fedavg_view(digits16, batch=4, shuffle=False)  # 2 epochs of one full-batch step
+    names = [n for n, _ in view.model.named_parameters()]
+    first = digits16.info.normalize(data.x)
+    second = first.flip(-1)  # another image set for epoch 1
+    replayed, _ = dummy_update(view.model, names, torch.cat([first, second]), data.y, view, per_epoch=True)
+    params = dict(view.model.named_parameters())
+    current = {k: p.detach().clone().requires_grad_(True) for k, p in params.items()}
+    for images in (first, second):  # plain SGD by hand: epoch 0 on the first set, epoch 1 on the second
+        loss = torch.nn.functional.cross_entropy(
+            torch.func.functional_call(view.model, current, (images,)), data.y
+        )
+        grads = torch.autograd.grad(loss, list(current.values()))
+        current = {k: v - 0.1 * g for (k, v), g in zip(current.items(), grads, strict=True)}
+    expected = [current[n] - params[n].detach() for n in names]
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(replayed, expected, strict=True))

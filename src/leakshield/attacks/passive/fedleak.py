@@ -4,18 +4,20 @@ Inverting Gradients' recipe.
 
 * **Partial gradient matching.** Per parameter tensor only the entries where the dummy gradient is
   largest are compared — those with |∇θ'| at or above the tensor's ``1 − keep_fraction`` quantile (the
-  released code keeps half) — by mean |g − g'| + 1 − cos(g, g') over the kept entries (both gradients zeroed
-  elsewhere), summed over tensors. At a large batch most entries of the true gradient are sums of many
-  samples' small contributions the dummy batch cannot yet explain; matching them pulls every image
-  towards the batch's average.
+  released code keeps half) — by mean |g − g'| + 1 − cos(g, g'), both gradients zeroed outside the kept
+  entries (the mean runs over all entries, as in the released code), summed over tensors. The intent, as we
+  read it: at a large batch the dummy gradient's small entries are the ones it cannot yet explain, and
+  matching them early pulls every image towards the batch's average.
 * **Gradient regularization.** Each step moves along a blend of the signed image gradient here and
-  at a look-ahead point one signed step of ``lookahead`` further, (1 − λ)·sign g(x) + λ·sign g(x − ρ·sign
-  g(x)) with λ = ``regularization`` (0.3 in the released code), which damps the steps that a sharp,
-  single-point gradient would take.
+  at a look-ahead point one signed step of ρ further, (1 − λ)·sign g(x) + λ·sign g(x − ρ·sign g(x)) with
+  λ = ``regularization`` (0.3 in the released code), which damps the steps that a sharp, single-point
+  gradient would take. ρ starts at ``lookahead`` and decays with the step size's schedule (the released
+  code's look-ahead is one step of its own optimizer); the look-ahead point stays in the pixel box.
 
 leakshield optimizes the pixels, as Inverting Gradients does; the released code optimizes a randomly
 initialized image generator instead (a deep image prior at 128 px, 10,000 steps). On FedAvg updates the
-client's local steps are unrolled as for every gradient-matching attack. Parameters:
+client's local steps are unrolled as for every gradient-matching attack. A reconstruction's
+``grad_distance`` stat is FedLeak's own partial distance (not comparable with other attacks'). Parameters:
 :class:`FedLeakParams`.
 """
 
@@ -32,13 +34,14 @@ from leakshield.attacks.base import ATTACKS
 from leakshield.attacks.passive.inversion.engine import GradientInversion, GradientInversionParams
 from leakshield.attacks.passive.inversion.loops import Objective, lr_scheduler
 from leakshield.attacks.passive.inversion.objectives import Distance
+from leakshield.errors import ConfigError
 from leakshield.fl.types import ServerView
 from leakshield.threats import OBSERVER
 
 
 class FedLeakParams(GradientInversionParams):
-    """FedLeak's matching and step on top of the engine's parameters (``distance`` and ``signed`` are
-    FedLeak's own and ignored)."""
+    """FedLeak's matching and step on top of the engine's parameters (``distance`` is ignored: FedLeak
+    matches by its own; ``signed`` must stay false: its step is already a blend of signed gradients)."""
 
     keep_fraction: float = pydantic.Field(
         default=0.5,
@@ -95,11 +98,16 @@ def partial_matching_distance(
         w = 1.0 if weights is None else weights[i]
         if w == 0:
             continue
-        magnitude = d.detach().abs().flatten()
-        drop = math.floor((1.0 - keep_fraction) * magnitude.numel())
-        if drop > 0:
-            threshold = magnitude.kthvalue(drop).values
-            mask = (d.detach().abs() > threshold).to(d.dtype)
+        magnitude = d.detach().abs()
+        if keep_fraction < 1 and magnitude.numel() > 1:
+            # the (1 − keep)-quantile, as torch.quantile interpolates it (which refuses tensors over 16M
+            # entries), and every entry at or above it: ties and all-zero tensors keep all their entries
+            flat = magnitude.flatten().sort().values
+            position = (1.0 - keep_fraction) * (flat.numel() - 1)
+            low = math.floor(position)
+            high = min(low + 1, flat.numel() - 1)
+            threshold = flat[low] + (position - low) * (flat[high] - flat[low])
+            mask = (magnitude >= threshold).to(d.dtype)
             d, t = d * mask, t * mask
         l1 = (t - d).abs().mean()
         cosine = (t * d).sum() / (t.norm() * d.norm() + 1e-8)
@@ -113,10 +121,6 @@ class FedLeak(GradientInversion):
 
     params: FedLeakParams
 
-    def vectorizable(self, views: Sequence[ServerView]) -> bool:
-        """Never: the vectorized path knows the engine's distances and plain steps only."""
-        return False
-
     def _distance(self, view: ServerView) -> Distance:
         keep = self.params.keep_fraction
 
@@ -125,9 +129,11 @@ class FedLeak(GradientInversion):
 
         return distance
 
-    def _wrapped(self, objective: Objective) -> Objective:
+    def _wrapped(self, objective: Objective, box: tuple[torch.Tensor, torch.Tensor] | None) -> Objective:
         """The objective whose value is the matching objective at x and whose image gradient is the blend
         (1 − λ)·sign g(x) + λ·sign g(x − ρ·sign g(x)); the loop must not sign it again."""
+        if self.params.signed:  # a copy made with with_params skips the validator
+            raise ConfigError("signed: true; FedLeak's step is already a blend of signed gradients")
         lam = self.params.regularization
         # the look-ahead step follows the step size's schedule, as the reference's look-ahead is one step
         # of its own optimizer: a clock advanced once per evaluation (one per step on the Adam/SGD loop)
@@ -143,11 +149,14 @@ class FedLeak(GradientInversion):
             here = torch.autograd.grad(loss, x)[0].sign()
             step = here
             if lam:
-                ahead = (x.detach() - rho * here).requires_grad_(True)
+                ahead = x.detach() - rho * here
+                if box is not None:
+                    ahead = torch.max(torch.min(ahead, box[1]), box[0])
+                ahead.requires_grad_(True)
                 there = torch.autograd.grad(objective(ahead, logits)[0], ahead)[0].sign()
                 step = (1 - lam) * here + lam * there
             # value: the objective at x; gradient w.r.t. x: the blended step
-            surrogate = loss.detach() + (x * step).sum() - (x.detach() * step).sum()
+            surrogate = loss.detach() + ((x - x.detach()) * step).sum()
             return surrogate, distance.detach()
 
         return blended
@@ -156,7 +165,7 @@ class FedLeak(GradientInversion):
 ATTACKS.register(
     "fedleak",
     summary="FedLeak: partial gradient matching (each tensor's top half by dummy-gradient magnitude, "
-    "L1 − cosine) and a look-ahead-blended signed Adam step (λ 0.3), TV 1e-5, cosine decay",
+    "L1 + 1 − cosine) and a look-ahead-blended signed Adam step (λ 0.3), TV 1e-5, cosine decay",
     reference="Fan et al., Boosting Gradient Leakage Attacks: Data Reconstruction in Realistic FL "
     "Settings, USENIX Security 2025 (released code: 50 % kept, λ 0.3, AdamW lr 0.01 on a generator)",
     params=FedLeakParams,

@@ -2,14 +2,19 @@
 statistics it pulls the dummy batch towards.
 
 In eval mode a BatchNorm layer normalizes with its running statistics, which are then the data's best
-summary the server holds. In train mode it normalizes with the *batch's own* statistics and moves its
-running ones towards them, r ← (1 − m)·r + m·b; a client that runs in train mode reports its buffers
-after training, so the server reads the batch statistics back from before and after: after k forward
-passes over batches with statistics b (``num_batches_tracked`` counts them),
-b = (r_after − (1 − m)^k·r_before) / (1 − (1 − m)^k) — exact for one pass (FedSGD), the passes' weighted
-mean for several (FedAvg). Matching the running statistics instead, as an eval-mode prior does, pulls a
-train-mode reconstruction towards the global model's statistics (at round 0 a mean of 0 and a variance of
-1 at every layer), not the client's.
+summary the server holds. In train mode it normalizes with the *batch's own* statistics b_i and moves its
+running ones towards them, r ← (1 − m)·r + m·b_i (momentum None: the cumulative average); a client that
+runs in train mode reports its buffers after training, so the server reads the batch statistics back
+from before and after. After k train-mode passes (``num_batches_tracked`` counts them),
+r_after = (1 − m)^k·r_before + Σ_i m(1 − m)^(k−i)·b_i, so
+b̄ = (r_after − (1 − m)^k·r_before) / (1 − (1 − m)^k) is the passes' mean with weights
+w_i = m(1 − m)^(k−i) / (1 − (1 − m)^k) (equal weights for momentum None). The prior compares the same
+weighted mean of the dummy batch's passes with b̄ when the replay runs k passes (exact for one client's
+FedSGD gradient, and for FedAvg when the attacker replays the client's minibatches in its order), else
+each pass with b̄. Under secure aggregation the buffers are the clients' mean, and a data-stage defense
+(DCS²'s concealed samples) adds its own images to the pass: then b̄ is not the victim batch's alone.
+Matching the running statistics instead, as an eval-mode prior does, pulls a train-mode reconstruction
+towards the global model's statistics (at round 0 a mean of 0 and a variance of 1 at every layer).
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ class BatchNormTarget:
     mean: torch.Tensor
     var: torch.Tensor
     unbiased: bool
+    #: the weights of the client's passes whose weighted mean ``mean`` and ``var`` are (None: compare
+    #: every pass with them)
+    weights: torch.Tensor | None = None
 
 
 def _batchnorm_layers(model: nn.Module) -> dict[str, nn.modules.batchnorm._BatchNorm]:
@@ -46,8 +54,8 @@ def batchnorm_targets(
     """The statistics each BatchNorm layer of ``model`` (the view's model or a copy) should see: the
     running statistics when the client ran in eval mode; in train mode the batch statistics read back
     from the update's buffers (module docstring). Raises ValueError (one line) when train-mode buffers
-    are missing or a layer keeps a cumulative average (momentum None), whose batch statistics the
-    buffers do not determine."""
+    are missing, no pass ran, or a layer's momentum is outside (0, 1] (None, the cumulative average, is
+    read too)."""
     layers = _batchnorm_layers(model)
     if view.update.protocol.model_mode == "eval":
         return {
@@ -63,20 +71,30 @@ def batchnorm_targets(
                 f"{attack}: the client ran BatchNorm in train mode but its update carries "
                 f"no statistics of layer {name!r} (buffers) to read its batch's from"
             )
-        if m.momentum is None:
-            raise ValueError(
-                f"{attack}: BatchNorm layer {name!r} keeps a cumulative average (momentum "
-                "None); its batch statistics cannot be read from the update"
-            )
         passes = int(after[keys[2]]) - int(before[keys[2]])
         if passes < 1:
             raise ValueError(
                 f"{attack}: BatchNorm layer {name!r} ran no train-mode pass "
                 "(num_batches_tracked unchanged); its statistics are not the batch's"
             )
-        keep = (1.0 - float(m.momentum)) ** passes
-        mean, var = ((after[k].float() - keep * before[k].float()) / (1.0 - keep) for k in keys[:2])
-        targets[name] = BatchNormTarget(mean.to(m.running_mean), var.clamp_min(0).to(m.running_var), True)
+        if m.momentum is None:  # the cumulative average over t passes: t·r = Σ b_i
+            start = float(before[keys[2]])
+            old = start / (start + passes)
+            weights = torch.full((passes,), 1.0 / passes)
+        else:
+            momentum = float(m.momentum)
+            if not 0 < momentum <= 1:
+                raise ValueError(
+                    f"{attack}: BatchNorm layer {name!r} has momentum {momentum}; its running statistics "
+                    "do not follow the batches (allowed: 0 < momentum ≤ 1, or None)"
+                )
+            old = (1.0 - momentum) ** passes
+            weights = torch.tensor([momentum * (1 - momentum) ** (passes - i) for i in range(1, passes + 1)])
+            weights = weights / (1.0 - old)
+        mean, var = ((after[k].float() - old * before[k].float()) / (1.0 - old) for k in keys[:2])
+        targets[name] = BatchNormTarget(
+            mean.to(m.running_mean), var.clamp_min(0).to(m.running_var), True, weights.to(m.running_mean)
+        )
     return targets
 
 
@@ -88,7 +106,8 @@ class BatchNormStatistics:
     registered on the attack's own model copy."""
 
     def __init__(self, model: nn.Module, targets: dict[str, BatchNormTarget] | None = None) -> None:
-        self.terms: list[torch.Tensor] = []
+        #: per layer, the (mean, variance) of each pass since the last :meth:`pop`
+        self.passes: dict[nn.Module, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         layers = _batchnorm_layers(model)
         if targets is None:
             targets = {
@@ -102,10 +121,8 @@ class BatchNormStatistics:
         target = self.targets[module]
         x = inputs[0]
         dims = [0, *range(2, x.ndim)]
-        mean = x.mean(dim=dims)
-        var = x.var(dim=dims, unbiased=target.unbiased)
-        self.terms.append(
-            torch.linalg.vector_norm(mean - target.mean) + torch.linalg.vector_norm(var - target.var)
+        self.passes.setdefault(module, []).append(
+            (x.mean(dim=dims), x.var(dim=dims, unbiased=target.unbiased))
         )
 
     @property
@@ -113,10 +130,22 @@ class BatchNormStatistics:
         return bool(self.handles)
 
     def pop(self) -> torch.Tensor:
-        """The prior's value for the last forward pass (0 without BatchNorm layers)."""
-        value = sum(self.terms) if self.terms else torch.zeros(())
-        self.terms = []
-        return value  # type: ignore[return-value]
+        """The prior's value for the forward passes since the last call (0 without BatchNorm layers):
+        per layer, the passes' weighted mean against the target when there are as many passes as the
+        target has weights, else every pass against it."""
+        terms = []
+        for module, passes in self.passes.items():
+            target = self.targets[module]
+            if target.weights is not None and len(passes) == len(target.weights) > 1:
+                w = target.weights.view(-1, 1)
+                means, variances = (torch.stack([p[i] for p in passes]) for i in (0, 1))
+                passes = [((means * w).sum(0), (variances * w).sum(0))]
+            for mean, var in passes:
+                terms.append(
+                    torch.linalg.vector_norm(mean - target.mean) + torch.linalg.vector_norm(var - target.var)
+                )
+        self.passes = {}
+        return sum(terms) if terms else torch.zeros(())  # type: ignore[return-value]
 
     def remove(self) -> None:
         for handle in self.handles:

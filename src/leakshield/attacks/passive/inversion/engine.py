@@ -76,7 +76,11 @@ class GradientInversion(Attack):
         p = self.params
         start = time.perf_counter()
         model = copy.deepcopy(view.model) if p.bn_stats else view.model
-        bn_prior = BatchNormStatistics(model, batchnorm_targets(model, view)) if p.bn_stats else None
+        bn_prior = (
+            BatchNormStatistics(model, batchnorm_targets(model, view, attack=self.name))
+            if p.bn_stats
+            else None
+        )
         device = next(model.parameters()).device
         info = view.data_info
         n = self._dummy_count(view)
@@ -114,7 +118,7 @@ class GradientInversion(Attack):
                 loss = loss + extra
             return loss, grad_distance
 
-        objective = self._wrapped(objective)
+        objective = self._wrapped(objective, (lo, hi) if p.boxed else None)
 
         best = (None, None, math.inf)
         diverged = evaluations = budget_hits = 0
@@ -161,9 +165,10 @@ class GradientInversion(Attack):
     # -- many victims at once -----------------------------------------------------------------------
     def vectorizable(self, views: Sequence[ServerView]) -> bool:
         """Whether :meth:`reconstruct_many` may advance these victims together (one FedSGD round of one
-        deterministic eval-mode model; no BatchNorm prior; joint labels only with L-BFGS)."""
+        deterministic eval-mode model; no BatchNorm prior; joint labels only with L-BFGS; none of the
+        engine's changeable parts overridden)."""
         p = self.params
-        if self.execution.path == "loop" or len(views) < 2 or p.bn_stats:
+        if self.execution.path == "loop" or len(views) < 2 or p.bn_stats or self._parts_changed():
             return False
         if p.labels == "joint" and p.optimizer != "lbfgs":
             return False
@@ -210,6 +215,16 @@ class GradientInversion(Attack):
     _dummy_update = staticmethod(dummy_update)
 
     # -- what attacks built on the engine change (FedLeak, the FedAvg attack of Dimitrov et al.) ------
+    #: the parts below and the replay: the vectorized path knows none of their overrides
+    CHANGEABLE_PARTS = ("_dummy_update", "_dummy_count", "_distance", "_prior", "_wrapped", "_merged")
+
+    def _parts_changed(self) -> bool:
+        """Whether a subclass overrides one of :attr:`CHANGEABLE_PARTS` (then every victim runs alone)."""
+        return any(
+            getattr(type(self), part) is not getattr(GradientInversion, part)
+            for part in self.CHANGEABLE_PARTS
+        )
+
     def _dummy_count(self, view: ServerView) -> int:
         """How many dummy images are optimized: the batch's size."""
         return view.batch_size
@@ -222,8 +237,9 @@ class GradientInversion(Attack):
         """A further prior on the dummy images, added to the objective (None: none)."""
         return None
 
-    def _wrapped(self, objective: Objective) -> Objective:
-        """The objective the optimizer loop steps on: the matching objective itself."""
+    def _wrapped(self, objective: Objective, box: tuple[torch.Tensor, torch.Tensor] | None) -> Objective:
+        """The objective the optimizer loop steps on (``box``: the pixel box of a boxed attack): the
+        matching objective itself."""
         return objective
 
     def _merged(self, x: torch.Tensor, view: ServerView) -> torch.Tensor:
