@@ -55,7 +55,14 @@ ATTACKS = {
     "fedleak": ("fedleak", {}),
     "fedavg-leakage": ("fedavg-leakage", {}),
     "fedavg-leakage-no-prior": ("fedavg-leakage", {"epoch_prior": 0.0}),
+    # ablations (not run by default): FedLeak without its parts, the epoch prior's weight
+    "fedleak-keep-all": ("fedleak", {"keep_fraction": 1.0}),
+    "fedleak-no-lookahead": ("fedleak", {"regularization": 0.0}),
+    "fedleak-neither": ("fedleak", {"keep_fraction": 1.0, "regularization": 0.0}),
+    "fedavg-leakage-prior-1": ("fedavg-leakage", {"epoch_prior": 1.0}),
+    "fedavg-leakage-prior-100": ("fedavg-leakage", {"epoch_prior": 100.0}),
 }
+DEFAULT_ATTACKS = ["ig", "fedleak", "fedavg-leakage", "fedavg-leakage-no-prior"]
 
 
 def interval(values: list[float]) -> dict:
@@ -108,7 +115,7 @@ def run(
             view = server_view_of(model, batch, info, local=training, labels_known=True, seed=seed)
             for label in attacks:
                 name, params = ATTACKS[label]
-                if label.endswith("no-prior") and copies_of(view) == 1:
+                if "prior" in label and copies_of(view) == 1:
                     continue  # one copy of the batch: the prior has nothing to tie
                 start = time.perf_counter()
                 rec = create_attack(name, {"iterations": iterations, **params}).reconstruct(view, seed=seed)
@@ -139,7 +146,7 @@ def main() -> None:
         "--iterations", type=int, default=200, help="every attack's steps (the standard preset's IG)"
     )
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
-    parser.add_argument("--attacks", nargs="+", default=list(ATTACKS), choices=list(ATTACKS))
+    parser.add_argument("--attacks", nargs="+", default=DEFAULT_ATTACKS, choices=list(ATTACKS))
     parser.add_argument(
         "--victims", type=Path, default=None, help="CIFAR-10 photographs (.npz) instead of digits"
     )
