@@ -125,7 +125,6 @@ def test_fedleak_steps_on_the_blend_of_here_and_the_look_ahead_point():
     # overshoots coordinate 1
     (step,) = torch.autograd.grad(blended(x, None)[0], x)
     assert torch.allclose(step, torch.tensor([1.0, 1.0, -1.0]))
-    assert not attack.vectorizable([])
 
 
 def test_fedleak_reconstructs_a_small_batch(digits16):
@@ -281,3 +280,32 @@ def test_epoch_e_steps_through_copy_e_in_the_clients_epoch_order(digits16):
         current = {k: v - 0.1 * g for (k, v), g in zip(current.items(), grads, strict=True)}
     expected = [current[n] - params[n].detach() for n in names]
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(replayed, expected, strict=True))
+
+
+def test_every_restart_steps_on_a_freshly_wrapped_objective(digits16, monkeypatch):
+    """FedLeak's look-ahead schedule lives in its wrapped objective: a restart must not inherit the
+    previous restart's decayed look-ahead."""
+    model = create_model("lenet", {"activation": "tanh", "init_range": None}, in_shape=digits16.info.shape,
+                         num_classes=10)  # fmt: skip
+    view = server_view_of(model, digits16.train.subset([0, 1]), digits16.info, labels_known=True)
+    attack = create_attack("fedleak", {"iterations": 3, "restarts": 2})
+    wraps = []
+    wrapped = attack._wrapped
+    monkeypatch.setattr(
+        attack, "_wrapped", lambda objective, box: wraps.append(box) or wrapped(objective, box)
+    )
+    attack.reconstruct(view, seed=0)
+    assert len(wraps) == 2 and all(box is not None for box in wraps)  # boxed: the look-ahead stays inside
+
+
+@pytest.mark.parametrize("momentum", [0.0, 1.5])
+def test_a_momentum_the_running_statistics_do_not_follow_is_refused(digits3, momentum):
+    model = create_model("resnet18", {"width": 8}, in_shape=digits3.info.shape, num_classes=10)
+    view = server_view_of(
+        model, digits3.train.subset([0, 1]), digits3.info, labels_known=True, model_mode="train"
+    )
+    for m in view.model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.momentum = momentum
+    with pytest.raises(ValueError, match="momentum"):
+        batchnorm_targets(view.model, view)

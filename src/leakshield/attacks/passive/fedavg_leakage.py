@@ -76,7 +76,7 @@ class FedAvgLeakageParams(GradientInversionParams):
     def _no_joint_labels(cls, value: str) -> str:
         if value == "joint":
             raise ValueError("'joint'; the FedAvg attack tiles one label vector over its epochs: known, "
-                             "infer or auto")  # fmt: skip
+                             "infer, bias or auto")  # fmt: skip
         return value
 
 

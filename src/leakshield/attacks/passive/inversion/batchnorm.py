@@ -91,7 +91,8 @@ def batchnorm_targets(
             old = (1.0 - momentum) ** passes
             weights = torch.tensor([momentum * (1 - momentum) ** (passes - i) for i in range(1, passes + 1)])
             weights = weights / (1.0 - old)
-        mean, var = ((after[k].float() - old * before[k].float()) / (1.0 - old) for k in keys[:2])
+        # in float64: with momentum None, 1 − old = k / (t + k) amplifies float32 rounding on a trained model
+        mean, var = ((after[k].double() - old * before[k].double()) / (1.0 - old) for k in keys[:2])
         targets[name] = BatchNormTarget(
             mean.to(m.running_mean), var.clamp_min(0).to(m.running_var), True, weights.to(m.running_mean)
         )

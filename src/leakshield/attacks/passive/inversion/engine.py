@@ -118,8 +118,6 @@ class GradientInversion(Attack):
                 loss = loss + extra
             return loss, grad_distance
 
-        objective = self._wrapped(objective, (lo, hi) if p.boxed else None)
-
         best = (None, None, math.inf)
         diverged = evaluations = budget_hits = 0
         # stochastic layers (dropout, PRECODE) draw from the global RNG: seed it for this attack only
@@ -133,7 +131,8 @@ class GradientInversion(Attack):
                     logits0 = None
                     if labels is None:  # joint optimization of soft labels (DLG)
                         logits0 = torch.randn(n, info.num_classes, generator=gen).to(device)
-                    x, logits, score, spent, hit = optimize_one(p, x0, logits0, objective, lo, hi)
+                    stepped = self._wrapped(objective, (lo, hi) if p.boxed else None)  # fresh per restart
+                    x, logits, score, spent, hit = optimize_one(p, x0, logits0, stepped, lo, hi)
                     evaluations, budget_hits = evaluations + spent, budget_hits + hit
                     if not math.isfinite(score):
                         diverged += 1
