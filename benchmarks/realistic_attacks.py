@@ -38,7 +38,7 @@ from leakshield.data import ImageSet, load_dataset
 from leakshield.data.types import DatasetInfo
 from leakshield.fl import server_view_of
 from leakshield.fl.config import LocalTraining
-from leakshield.leaderboard.intervals import t_quantile
+from leakshield.leaderboard.intervals import estimate
 from leakshield.metrics import match_reconstructions, ssim
 from leakshield.models import create_model
 
@@ -66,20 +66,15 @@ DEFAULT_ATTACKS = ["ig", "fedleak", "fedavg-leakage", "fedavg-leakage-no-prior"]
 
 
 def interval(values: list[float]) -> dict:
-    mean = statistics.fmean(values)
-    half = (
-        t_quantile(len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
-        if len(values) > 1
-        else None
-    )
-    return {"mean": round(mean, 4), "half_width": None if half is None else round(half, 4), "n": len(values)}
+    """The seed mean and its 95 % Student-t half-width (the leaderboard's estimate), rounded for the JSON."""
+    found = estimate(values)
+    half = None if found.half_width is None else round(found.half_width, 4)
+    return {"mean": round(found.mean, 4), "half_width": half, "n": found.n}
 
 
 def mean_ssim(images: torch.Tensor, truth: torch.Tensor) -> float:
     order = match_reconstructions(images, truth)
-    return statistics.fmean(
-        float(ssim(images[order][i : i + 1], truth[i : i + 1])) for i in range(len(truth))
-    )
+    return float(ssim(images[order], truth).mean())  # per-image SSIM, averaged
 
 
 def victims(path: Path | None) -> tuple[DatasetInfo, ImageSet]:

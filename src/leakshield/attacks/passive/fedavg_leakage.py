@@ -36,7 +36,6 @@ from scipy.optimize import linear_sum_assignment
 from leakshield.attacks.base import ATTACKS
 from leakshield.attacks.passive.inversion.engine import GradientInversion, GradientInversionParams
 from leakshield.attacks.passive.inversion.objectives import DISTANCES, Distance
-from leakshield.attacks.passive.inversion.replay import dummy_update
 from leakshield.fl.types import ServerView
 from leakshield.threats import OBSERVER
 
@@ -95,7 +94,8 @@ def epoch_order_prior(x: torch.Tensor, epochs: int, features: torch.nn.Module | 
     if features is None:
         summary = per_epoch.mean(dim=1)
     else:
-        summary = features(x).reshape(epochs, -1, *features(x[:1]).shape[1:]).amax(dim=1)
+        mapped = features(x)
+        summary = mapped.reshape(epochs, -1, *mapped.shape[1:]).amax(dim=1)
     flat = summary.reshape(epochs, -1)
     return (flat[:, None, :] - flat[None, :, :]).pow(2).mean(dim=-1).sum() / epochs**2
 
@@ -119,22 +119,6 @@ class FedAvgLeakage(GradientInversion):
     :class:`FedAvgLeakageParams`."""
 
     params: FedAvgLeakageParams
-
-    def _dummy_update(  # type: ignore[override]
-        self,
-        model: torch.nn.Module,
-        names: list[str],
-        x: torch.Tensor,
-        labels: torch.Tensor,
-        view: ServerView,
-        samples: int = 1,
-        *,
-        logit_gradient: bool = False,
-    ) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """The client's local training unrolled, epoch e stepping through dummy copy e (one copy: the
-        plain replay)."""
-        return dummy_update(model, names, x, labels, view, samples, logit_gradient=logit_gradient,
-                            per_epoch=len(x) != len(labels))  # fmt: skip
 
     def _distance(self, view: ServerView) -> Distance:
         """The update distance on Δθ / lr (the sum of the local gradients), times ``matching_factor`` / T

@@ -40,6 +40,11 @@ class BatchNormTarget:
     weights: torch.Tensor | None = None
 
 
+def _running(m: nn.modules.batchnorm._BatchNorm) -> BatchNormTarget:
+    """The layer's running statistics now, the eval-mode target."""
+    return BatchNormTarget(m.running_mean.detach().clone(), m.running_var.detach().clone(), False)
+
+
 def _batchnorm_layers(model: nn.Module) -> dict[str, nn.modules.batchnorm._BatchNorm]:
     return {
         name: m
@@ -58,10 +63,7 @@ def batchnorm_targets(
     read too)."""
     layers = _batchnorm_layers(model)
     if view.update.protocol.model_mode == "eval":
-        return {
-            name: BatchNormTarget(m.running_mean.detach().clone(), m.running_var.detach().clone(), False)
-            for name, m in layers.items()
-        }
+        return {name: _running(m) for name, m in layers.items()}
     after, before = view.update.buffers, view.update.global_params
     targets = {}
     for name, m in layers.items():
@@ -111,10 +113,7 @@ class BatchNormStatistics:
         self.passes: dict[nn.Module, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         layers = _batchnorm_layers(model)
         if targets is None:
-            targets = {
-                n: BatchNormTarget(m.running_mean.detach().clone(), m.running_var.detach().clone(), False)
-                for n, m in layers.items()
-            }
+            targets = {n: _running(m) for n, m in layers.items()}
         self.targets = {layers[n]: t for n, t in targets.items() if n in layers}
         self.handles = [m.register_forward_hook(self._hook) for m in self.targets]
 

@@ -26,15 +26,14 @@ def dummy_update(
     samples: int = 1,
     *,
     logit_gradient: bool = False,
-    per_epoch: bool = False,
 ) -> tuple[list[torch.Tensor], torch.Tensor]:
     """The update the dummy batch ``x`` (normalized) with ``labels`` would produce, for the parameters
     ``names``, and its first task loss. FedSGD: with ``samples`` > 1 the mean over that many draws of
     the stochastic layers; ``logit_gradient``: ``labels`` is ∂L/∂z (labels 'bias') and the gradient is
     the vector–Jacobian product ∂z/∂θᵀ·∂L/∂z. FedAvg: the client's known local SGD (lr, momentum,
-    epochs, minibatch size) unrolled over ``x`` in order, the update being θ_after − θ_before;
-    ``per_epoch``: ``x`` holds one copy of the batch per local epoch (``labels`` the batch's), epoch e
-    stepping through copy e (the FedAvg attack of Dimitrov et al., TMLR 2022, Sec. 4)."""
+    epochs, minibatch size) unrolled over ``x`` in order, the update being θ_after − θ_before. When
+    ``x`` holds one copy of the batch per local epoch (E·N images for the N ``labels``), epoch e steps
+    through copy e (the FedAvg attack of Dimitrov et al., TMLR 2022, Sec. 4)."""
     facts = view.update.protocol
     params = dict(model.named_parameters())
     if facts.algorithm == "fedsgd":
@@ -45,6 +44,13 @@ def dummy_update(
             total = list(grads) if total is None else [t + g for t, g in zip(total, grads, strict=True)]
         assert total is not None
         return (total if samples == 1 else [t / samples for t in total]), loss
+    n = len(labels)
+    copies = facts.local_epochs if len(x) != n else 1
+    if len(x) != n * copies:
+        raise ValueError(f"{len(x)} dummies for {n} labels: one copy of the batch, or one per each of the "
+                         f"{facts.local_epochs} local epochs")  # fmt: skip
+    if copies > 1:
+        labels = labels.repeat(copies, *[1] * (labels.ndim - 1))
     buffers = dict(model.named_buffers())
     first_loss: list[torch.Tensor] = []
 
@@ -59,13 +65,9 @@ def dummy_update(
         grads = torch.autograd.grad(loss, list(current.values()), create_graph=True)
         return dict(zip(current, grads, strict=True))
 
-    n = len(labels) if per_epoch else len(x)
-    if per_epoch and len(x) != n * facts.local_epochs:
-        raise ValueError(f"per_epoch: {len(x)} dummies for {facts.local_epochs} epochs of {n} images")
     schedule = minibatch_schedule(n, facts.batch_size, facts.local_epochs, shuffle=False, device=x.device)
-    if per_epoch:
+    if copies > 1:
         batches = math.ceil(n / facts.batch_size)
-        labels = labels.repeat(facts.local_epochs, *[1] * (labels.ndim - 1))
         schedule = ((step, idx + (step // batches) * n) for step, idx in schedule)
     final = local_training(params, schedule, gradient, optimizer=facts.optimizer, lr=facts.local_lr,
                            momentum=facts.momentum, in_place=False)  # fmt: skip
