@@ -95,6 +95,17 @@ ACCEPTED = Verdict(True)
 
 
 @dataclass(frozen=True)
+class Participation:
+    """Client-level facts for a client-level privacy account: ``rounds``, how many rounds each defended
+    client sent an update in (client id → rounds); ``sample_rate``, the share of clients the server
+    samples a round (clients per round / clients); ``total_rounds``, the rounds the federation ran."""
+
+    rounds: Mapping[int, int]
+    sample_rate: float
+    total_rounds: int
+
+
+@dataclass(frozen=True)
 class PublicDefense:
     """A defense as an attacker may know it (Kerckhoffs): its registered ``name`` and its validated,
     immutable parameter object (e.g. ``params.sigma`` of Gaussian noise). Never its secrets."""
@@ -155,9 +166,18 @@ class Defense(Fittable):
         the notion does not apply); the accuracy on sensitive samples uses it."""
         return None
 
-    def privacy_spent(self, client_steps: Mapping[int, tuple[int, float]]) -> dict[str, float]:
-        """Formal privacy spent after training, from each client's (local steps, sampling rate); empty
-        for defenses without a guarantee (DP-SGD reports ε)."""
+    def aggregate_hook(
+        self, updates: Sequence[dict[str, torch.Tensor]], generator: torch.Generator
+    ) -> dict[str, torch.Tensor] | None:
+        """The server stage (central DP): the round's step from the released ``updates``, drawing from
+        the server's ``generator``; None (the default) leaves the step to the aggregator."""
+        return None
+
+    def privacy_spent(
+        self, client_steps: Mapping[int, tuple[int, float]], participation: Participation | None = None
+    ) -> dict[str, float]:
+        """Formal privacy spent after training, from each client's (local steps, sampling rate) and the
+        clients' ``participation``; empty for defenses without a guarantee (DP-SGD reports ε)."""
         return {}
 
     def public_config(self) -> PublicDefense:
@@ -270,10 +290,22 @@ class DefensePipeline:
                 return mask
         return None
 
-    def privacy_spent(self, client_steps: Mapping[int, tuple[int, float]]) -> dict[str, float]:
+    def aggregate_hook(
+        self, updates: Sequence[dict[str, torch.Tensor]], generator: torch.Generator
+    ) -> dict[str, torch.Tensor] | None:
+        """The first server stage that forms the step (None: the aggregator's)."""
+        for defense in self.defenses:
+            step = defense.aggregate_hook(updates, generator)
+            if step is not None:
+                return step
+        return None
+
+    def privacy_spent(
+        self, client_steps: Mapping[int, tuple[int, float]], participation: Participation | None = None
+    ) -> dict[str, float]:
         spent: dict[str, float] = {}
         for defense in self.defenses:
-            spent.update(defense.privacy_spent(client_steps))
+            spent.update(defense.privacy_spent(client_steps, participation))
         return spent
 
     def public_config(self) -> tuple[PublicDefense, ...]:

@@ -24,7 +24,7 @@ import pydantic
 import torch
 from torch import nn
 
-from leakshield.defenses.base import DEFENSES, ClientContext, Defense
+from leakshield.defenses.base import DEFENSES, ClientContext, Defense, Participation
 from leakshield.gradients import per_sample_gradients
 from leakshield.registry import Params
 
@@ -122,7 +122,9 @@ class DPSGD(Defense):
             out[k] = (total + noise) / len(x)
         return out
 
-    def privacy_spent(self, client_steps: Mapping[int, tuple[int, float]]) -> dict[str, float]:
+    def privacy_spent(
+        self, client_steps: Mapping[int, tuple[int, float]], participation: Participation | None = None
+    ) -> dict[str, float]:
         """ε per client from (local steps over all rounds, sampling rate); reports the largest."""
         p = self.params
         eps = [dp_epsilon(p.sigma(q), q, steps, p.delta) for steps, q in client_steps.values()]

@@ -33,7 +33,7 @@ def run_utility(world: ExperimentContext, cell: Cell) -> CellOutput:
         "accuracy_train": train_acc,
         "accuracy_public": public_acc,  # model selection (the leaderboard's tuning) reads this, not test
         "chance": 1.0 / world.info.num_classes,  # the leaderboard's utility gate starts from it
-        **trained.pipeline.privacy_spent(trained.client_steps),
+        **trained.pipeline.privacy_spent(trained.client_steps, trained.participation),
     }
     criteria = fit_convergence([d.artifact for d in trained.pipeline.defenses if d.artifact is not None]
                                + list(trained.pipeline.client_artifacts.values()))  # fmt: skip

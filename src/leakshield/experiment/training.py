@@ -11,7 +11,7 @@ from torch import nn
 
 from leakshield.artifacts import ArtifactCache
 from leakshield.data.types import DatasetSplits, ImageSet
-from leakshield.defenses.base import DefensePipeline
+from leakshield.defenses.base import DefensePipeline, Participation
 from leakshield.experiment.config import Component, DefenseSetting, ExperimentConfig
 from leakshield.experiment.federation import build_model, fitted_model
 from leakshield.experiment.fitting import ArtifactUse
@@ -29,6 +29,8 @@ class TrainedModel:
     rounds: int
     #: (seconds, updates) the defended clients spent computing their updates over these rounds
     client_time: tuple[float, int] = (0.0, 0)
+    #: the defended clients' participation (client-level accounting); None before any round
+    participation: Participation | None = None
 
 
 @dataclass
@@ -44,8 +46,8 @@ class TrainedModels:
     cache: ArtifactCache
     progress: bool = False
     used: list[ArtifactUse] = field(default_factory=list)
-    _states: dict[tuple, tuple[dict[str, torch.Tensor], DefensePipeline, dict, tuple[float, int]]] = field(
-        default_factory=dict
+    _states: dict[tuple, tuple[dict[str, torch.Tensor], DefensePipeline, dict, tuple[float, int], dict]] = (
+        field(default_factory=dict)
     )
 
     def fresh(
@@ -73,9 +75,10 @@ class TrainedModels:
         start = 0
         client_steps: dict[int, tuple[int, float]] = {}
         client_time = (0.0, 0)
+        client_rounds: dict[int, int] = {}
         if cached:
             start = max(cached)
-            state, pipeline, client_steps, client_time = self._states[(*base_key, start)]
+            state, pipeline, client_steps, client_time, client_rounds = self._states[(*base_key, start)]
             net = build_model(model, pipeline, self.data.info, seed, self.device)
             net.load_state_dict(state)
         else:
@@ -94,8 +97,18 @@ class TrainedModels:
             sim.round = start
             sim.client_steps = dict(client_steps)
             sim.client_time = client_time
+            sim.client_rounds = dict(client_rounds)
             sim.run(rounds - start, progress=self.progress, desc=f"FL rounds {start}→{rounds}")
-            client_steps, client_time = sim.client_steps, sim.client_time
+            client_steps, client_time, client_rounds = sim.client_steps, sim.client_time, sim.client_rounds
         state = {k: v.detach().clone() for k, v in net.state_dict().items()}
-        self._states[(*base_key, rounds)] = (state, pipeline, dict(client_steps), client_time)
-        return TrainedModel(net, pipeline, dict(client_steps), rounds, client_time)
+        self._states[(*base_key, rounds)] = (
+            state,
+            pipeline,
+            dict(client_steps),
+            client_time,
+            dict(client_rounds),
+        )
+        fl = self.config.fl_for(defense)
+        rate = (fl.clients_per_round or fl.clients) / fl.clients
+        participation = Participation(dict(client_rounds), rate, rounds)
+        return TrainedModel(net, pipeline, dict(client_steps), rounds, client_time, participation)

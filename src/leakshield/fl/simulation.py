@@ -12,12 +12,15 @@ from tqdm.auto import tqdm
 
 from leakshield.artifacts import ArtifactCache
 from leakshield.data.types import DatasetInfo, ImageSet
-from leakshield.defenses.base import DefensePipeline
+from leakshield.defenses.base import DefensePipeline, Participation
 from leakshield.fl.aggregation import Aggregator, create_aggregator
 from leakshield.fl.client import HonestClient, seeded_generator
 from leakshield.fl.config import FLConfig
 from leakshield.fl.participants import Participant, RoundObserver
 from leakshield.fl.types import ClientUpdate
+
+#: the stream of the server's own randomness (central DP noise), apart from the clients' sampling
+SERVER_NOISE_STREAM = 7_919
 
 
 class FederatedSimulation:
@@ -50,6 +53,10 @@ class FederatedSimulation:
         #: participant id → (local SGD steps taken over all rounds so far, minibatch sampling rate), for
         #: privacy accounting (DP-SGD's ε) of the participants that run the defenses
         self.client_steps: dict[int, tuple[int, float]] = {}
+        #: participant id → rounds it sent an update in, for client-level accounting (DP-FedAvg's ε)
+        self.client_rounds: dict[int, int] = {}
+        #: the server stages of the defenses (central DP's noisy mean; the identity by default)
+        self.server_stage = DefensePipeline()
         #: (seconds, updates): wall time the defended participants spent computing their updates, and
         #: how many updates that was (a defense's client cost; a measurement, never a test's input)
         self.client_time: tuple[float, int] = (0.0, 0)
@@ -84,7 +91,9 @@ class FederatedSimulation:
             )
             for i, data in enumerate(clients)
         ]
-        return cls(model, participants, config, observers=observers, seed=seed)
+        sim = cls(model, participants, config, observers=observers, seed=seed)
+        sim.server_stage = pipeline
+        return sim
 
     @property
     def refusals(self) -> list[tuple[int, int, str]]:
@@ -122,14 +131,26 @@ class FederatedSimulation:
                 steps, _ = self.client_steps.get(participant.client_id, (0, 0.0))
                 rate = float(getattr(participant, "sampling_rate", 1.0))
                 self.client_steps[participant.client_id] = (steps + update.protocol.local_steps, rate)
+                self.client_rounds[participant.client_id] = (
+                    self.client_rounds.get(participant.client_id, 0) + 1
+                )
         if updates:
             self._apply(updates)
         for observer in self.observers:
             observer.round_finished(self.round, copy.deepcopy(self.model))
         self.round += 1
 
+    @property
+    def participation(self) -> Participation:
+        """The defended clients' participation so far, for client-level privacy accounting."""
+        k = self.config.clients_per_round or self.config.clients
+        return Participation(dict(self.client_rounds), k / self.config.clients, self.round)
+
     def _apply(self, updates: list[ClientUpdate]) -> None:
-        step = self.aggregator.combine(updates)
+        noisy = self.server_stage.aggregate_hook(
+            [u.delta for u in updates], seeded_generator(self.seed, SERVER_NOISE_STREAM, self.round)
+        )
+        step = noisy if noisy is not None else self.aggregator.combine(updates)
         buffers = self.aggregator.buffers(updates)
         sign = -self.config.local.local_lr if self.config.local.algorithm == "fedsgd" else 1.0
         with torch.no_grad():

@@ -11,7 +11,15 @@ default) wrapped in the audit. Their run config (``[tool.flwr.app.config]``, ove
 ``audit-clients``  replies attacked per round (default 5; 0 turns the audit off)
 ``fraction-train`` share of the nodes sampled each round (default 1.0)
 ``device``         ``cpu`` (default) or ``cuda``
+``dp-clip``        > 0: central client-level DP with Flower's own wrappers — the audited strategy
+                   wrapped in ``DifferentialPrivacyClientSideFixedClipping``, which sends this L2
+                   bound to the clients; the client app then clips its reply with Flower's
+                   ``fixedclipping_mod`` (default 0: off)
+``dp-noise``       its noise multiplier σ: N(0, (σ·clip/m)²) on the mean of m replies (default 1.0)
 =================  ===========================================================================
+
+Under ``dp-clip`` the audit attacks the clipped replies, which is what the server sees: central DP's
+noise is added after aggregation and protects the published model, not the replies.
 """
 
 from __future__ import annotations
@@ -25,9 +33,11 @@ from typing import Any
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord
 from flwr.clientapp import ClientApp
+from flwr.clientapp.mod import fixedclipping_mod
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAvg, Strategy
+from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping, FedAvg, Strategy
+from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
 from leakshield.defenses.base import DefensePipeline
 from leakshield.errors import LeakshieldError
@@ -95,7 +105,15 @@ class ConfiguredTrainStep(TrainerStep):
                 chain = functools.partial(self.guard(step), call_next=chain)
             for mod in reversed(release_mods(step.config.defenses[0].entries)):
                 chain = functools.partial(mod, call_next=chain)
+        if asks_for_clipping(msg):  # Flower's DP wrapper sent its clipping norm: its mod clips last
+            chain = functools.partial(fixedclipping_mod, call_next=chain)
         return chain(msg, context)
+
+
+def asks_for_clipping(msg: Message) -> bool:
+    """Whether the server's message carries the clipping norm of Flower's client-side-clipping DP wrapper
+    (``DifferentialPrivacyClientSideFixedClipping``), which its ``fixedclipping_mod`` applies."""
+    return any(KEY_CLIPPING_NORM in record for record in msg.content.config_records.values())
 
 
 def client_app(config: str | Path | None = None, *, base: Path | None = None) -> ClientApp:
@@ -115,6 +133,8 @@ SERVER_DEFAULTS: dict[str, Any] = {
     "audit-clients": 5,
     "fraction-train": 1.0,
     "device": "cpu",
+    "dp-clip": 0.0,
+    "dp-noise": 1.0,
 }
 
 
@@ -152,6 +172,8 @@ def server_app(
                 experiment, out, settings=AuditSettings(clients=audit_clients), federation=fed
             )
             inner = AuditingStrategy(inner, auditor)
+        if float(rc["dp-clip"]) > 0:
+            inner = central_dp(inner, float(rc["dp-noise"]), float(rc["dp-clip"]), clients, rc)
         model = fed.fresh_model()
         result = inner.start(
             grid=grid,
@@ -166,6 +188,13 @@ def server_app(
         (out / ACCURACY_FILE).write_text(json.dumps(history, indent=1))
 
     return app
+
+
+def central_dp(inner: Strategy, noise: float, clip: float, clients: int, rc: Mapping[str, Any]) -> Strategy:
+    """``inner`` wrapped in Flower's ``DifferentialPrivacyClientSideFixedClipping`` (σ ``noise``, clipping
+    norm ``clip``, the round's sampled clients: ``fraction-train`` of ``clients``)."""
+    sampled = max(1, round(float(rc["fraction-train"]) * clients))
+    return DifferentialPrivacyClientSideFixedClipping(inner, noise, clip, sampled)
 
 
 def _test_accuracy(fed: Federation, server_round: int, arrays: ArrayRecord) -> MetricRecord:

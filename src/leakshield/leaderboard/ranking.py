@@ -132,6 +132,8 @@ class Standing:
     accuracy: float | None = None
     adr: float | None = None
     epsilon: float | None = None
+    #: client-level ε (DP-FedAvg: one client's whole data), beside the record-level ``epsilon``
+    epsilon_client: float | None = None
     cost: float | None = None
     failed: tuple[str, ...] = ()
     pareto: bool = False
@@ -283,7 +285,7 @@ def standings(records: Sequence[CellRecord], threat: str | None = None) -> list[
     budget: dict[tuple[str, str], str | None] = {}
     for r in records:
         if r.kind == "utility" and r.status == "ok" and r.model and r.defense:
-            for name in ("accuracy", "epsilon", "client_seconds", "chance"):
+            for name in ("accuracy", "epsilon", "epsilon_client", "client_seconds", "chance"):
                 value = finite(r.metrics.get(name))
                 if value is not None:
                     utility[(r.model, r.defense)][name].append(value)
@@ -314,7 +316,7 @@ def standings(records: Sequence[CellRecord], threat: str | None = None) -> list[
                 scores=tuple(scores.get((model, defense), [])),
                 accuracy=acc.mean if acc else None, accuracy_half_width=acc.half_width if acc else None,
                 adr=(clean - acc.mean) / clean if clean and acc is not None else None,
-                epsilon=_mean(util.get("epsilon", [])),
+                epsilon=_mean(util.get("epsilon", [])), epsilon_client=_mean(util.get("epsilon_client", [])),
                 cost=seconds / base_seconds if seconds is not None and base_seconds else None,
                 failed=tuple(sorted(failed.get((model, defense), []))), threat=threat or "",
                 floor=None if clean is None else chance + 0.5 * (clean - chance),

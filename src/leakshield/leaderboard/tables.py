@@ -117,6 +117,14 @@ def _seeds_text(row: Standing) -> str:
     return seeds_text(leaking, seeds) if seeds else "—"
 
 
+def epsilon_text(row: Standing) -> str:
+    """``2.41 per record`` (DP-SGD), ``4.38 per client`` (DP-FedAvg), both when both apply, else —."""
+    parts = [f"{value:.2f} per {level}" for value, level in ((row.epsilon, "record"),
+                                                             (row.epsilon_client, "client"))
+             if value is not None]  # fmt: skip
+    return " · ".join(parts) or "—"
+
+
 def ranking_rows(rows: Sequence[Standing], *, active: bool) -> tuple[list[str], list[list[str]]]:
     """Header and rows of one threat model's ranking (``active``: add the client guards' catch rate)."""
     header = ["rank", "model · defense", "strongest attack (round)", "leaked victims ↓ (95 % CI)",
@@ -142,7 +150,7 @@ def ranking_rows(rows: Sequence[Standing], *, active: bool) -> tuple[list[str], 
             _with_interval(row.accuracy, row.accuracy_half_width)
             + (f" ({UNDER_BUDGET})" if row.under_budget else ""),
             _num(row.adr, ".3f"),
-            _num(row.epsilon, ".2f"),
+            epsilon_text(row),
             "—" if row.cost is None else f"{row.cost:.2f}×",
             "●" if row.pareto else "",
         ]

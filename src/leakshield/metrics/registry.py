@@ -166,6 +166,13 @@ for _spec in (
         range=(0.0, math.inf),
     ),
     MetricSpec(
+        "epsilon_client",
+        "client-level ε of (ε, δ)-DP (one client's whole data; DP-FedAvg, PRV or RDP accountant)",
+        "utility",
+        False,
+        range=(0.0, math.inf),
+    ),
+    MetricSpec(
         "epsilon_target",
         "the ε budget DP-SGD's σ was set for (target_epsilon over target_steps local steps)",
         "utility",

@@ -190,7 +190,7 @@ class TextWorld:
             sim.run(1)
             spent: dict[str, float] = {}
             for defense in pipeline.defenses:
-                spent.update(defense.privacy_spent(sim.client_steps))
+                spent.update(defense.privacy_spent(sim.client_steps, sim.participation))
             state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
             return Artifact({**state, **before}, {"privacy": spent})
 

@@ -7,7 +7,8 @@ attack                   targets                adaptation
 pruning-aware            pruning, quantization  match only the released (non-zero) entries
 noise-aware              gaussian-noise,        the distance is the noise's negative log-likelihood:
                          laplacian-noise,       L2/(2σ²) for Gaussian (DP-SGD: σ·C/B), L1/b for
-                         dp-sgd, clipping       Laplacian, cosine (scale-free) against clipping
+                         dp-sgd, clipping,      Laplacian, cosine (scale-free) against clipping
+                         dp-fedavg              and DP-FedAvg (clipped, isotropic noise)
 soteria-bypass           soteria                the defended layer gets weight 0 in the matching loss
 dropout-expectation      dropout                the dummy gradient is averaged over dropout masks
 dropout-mask             dropout                the client's mask, read off the zero columns of the
@@ -136,7 +137,8 @@ def noise_adaptation(view: ServerView, layer_weights: dict[str, float]) -> dict[
         b = float(laplacian.params.scale)  # type: ignore[attr-defined]
         scale = 1 / (b * entries) if b > 0 else 1.0
         return {"distance": "l1", "layer_weights": {**weights, "*": scale}}
-    if find_defense(view.defenses, "clipping") is not None:
+    if find_defense(view.defenses, "clipping", "dp-fedavg") is not None:
+        # DP-FedAvg clips the update (scale lost) and, locally, adds isotropic noise: cosine to the release
         return {"distance": "cosine"}
     return {}
 
@@ -221,7 +223,7 @@ ATTACKS.register(
     reference="Balunović et al., Bayesian Framework for Gradient Leakage, ICLR 2022",
     params=preset_params("noise-aware", ADAPTIVE_IG),
     threat=ADAPTIVE_OBSERVER,
-    targets=("gaussian-noise", "laplacian-noise", "dp-sgd", "clipping"),
+    targets=("gaussian-noise", "laplacian-noise", "dp-sgd", "clipping", "dp-fedavg"),
 )(NoiseAwareInversion)
 
 ATTACKS.register(

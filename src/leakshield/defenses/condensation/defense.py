@@ -17,7 +17,7 @@ import torch
 
 from leakshield.artifacts import Artifact, FitData, FitKey, FitScope, data_fingerprint
 from leakshield.data.types import ImageSet
-from leakshield.defenses.base import DEFENSES, ClientContext, Defense
+from leakshield.defenses.base import DEFENSES, ClientContext, Defense, Participation
 from leakshield.defenses.condensation.dpmerf import (
     FeatureGenerator,
     FourierFeatures,
@@ -333,7 +333,9 @@ class DPMerf(CondensedData):
             "sigma_applied": applied,  # measured on the release: σ if the noise was added as stated
         }
 
-    def privacy_spent(self, client_steps: dict) -> dict[str, float]:
+    def privacy_spent(
+        self, client_steps: dict, participation: Participation | None = None
+    ) -> dict[str, float]:
         """The one release of each client's embedding: ε of σ at sampling rate 1."""
         p = self.params
         return {
@@ -371,6 +373,8 @@ class GSWGAN(CondensedData):
             x = G(G.latent(len(y), torch.Generator().manual_seed(data.seed)), y)
         return ImageSet(x, y), {"images": len(x), "steps": budget.steps, "epsilon": p.epsilon(), **losses}
 
-    def privacy_spent(self, client_steps: dict) -> dict[str, float]:
+    def privacy_spent(
+        self, client_steps: dict, participation: Participation | None = None
+    ) -> dict[str, float]:
         """The generator's ε over its steps (subsampling rate 1/K): a fit's fact, the same per client."""
         return {"epsilon": self.params.epsilon(), "delta": self.params.delta}

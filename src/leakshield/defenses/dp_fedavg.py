@@ -1,0 +1,153 @@
+"""Client-level differential privacy: DP-FedAvg (McMahan et al., *Learning Differentially Private
+Recurrent Language Models*, ICLR 2018, Algorithm 1), the guarantee FL deployments use. Two records are
+adjacent when they differ in one client's whole dataset.
+
+Every client clips its update Δ to global L2 norm S: Δ·min(1, S/||Δ||). Then
+
+* ``mode: central`` — the server averages the round's m clipped updates with equal weights and adds
+  N(0, (σ·S/m)²) to every entry of the mean (Flower's ``DifferentialPrivacyClientSideFixedClipping``
+  with ``fixedclipping_mod``: the same mechanism). The server itself sees every clipped update: central
+  DP protects the model the federation publishes, and everyone who sees only the global models (another
+  participant), never against the server. Its leakage to an honest-but-curious server is clipping's.
+* ``mode: local`` — each client adds N(0, (σ·S)²) to its own clipped update before it leaves (Flower's
+  ``LocalDpMod`` calibrates the same Gaussian from (ε, δ) per release): the server sees noisy updates.
+
+Privacy is accounted per client with Opacus's PRV accountant (Gopi et al., *Numerical Composition of
+Differential Privacy*, NeurIPS 2021), numerically tight, with its ε error set to 0.2 % of the RDP
+accountant's ε: central, T rounds of the Gaussian mechanism on the aggregate subsampled at the server's
+client sampling rate q (clients per round / clients; the accountant assumes Poisson sampling of clients,
+the server here draws a fixed number, the usual approximation); local, each client's own releases,
+one Gaussian mechanism of σ per round it took part in, with no amplification (the server knows who was
+sampled). ``accountant: rdp`` reports Opacus's RDP bound instead (the accountant of DP-SGD's rows and of
+Flower's DP strategies).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import pydantic
+import torch
+
+from leakshield.defenses.base import DEFENSES, ClientContext, Defense, Participation
+from leakshield.defenses.clipping import update_norm
+from leakshield.registry import Params
+
+
+class DPFedAvgParams(Params):
+    """mode: ``central`` (the server noises the mean) or ``local`` (each client noises its update).
+    noise_multiplier: σ, the noise's std over the clipping bound (z in McMahan et al.). clip: S, the
+    largest L2 norm of a client's update. delta: the δ at which ε is reported. accountant: ``prv``
+    (tight, the default) or ``rdp`` (an upper bound; Flower's and DP-SGD's)."""
+
+    mode: Literal["central", "local"] = "central"
+    noise_multiplier: float = pydantic.Field(default=1.0, ge=0)
+    clip: float = pydantic.Field(default=1.0, gt=0)
+    delta: float = pydantic.Field(default=1e-5, gt=0, lt=1)
+    accountant: Literal["prv", "rdp"] = "prv"
+
+
+@functools.lru_cache(maxsize=1024)
+def client_level_epsilon(
+    noise_multiplier: float, sample_rate: float, releases: int, delta: float, accountant: str = "prv"
+) -> float:
+    """ε after ``releases`` Gaussian mechanisms of noise multiplier σ, each on a population subsampled
+    at ``sample_rate`` (1: no subsampling), at ``delta``: Opacus's PRV accountant (``prv``) or RDP
+    accountant (``rdp``)."""
+    if releases == 0:
+        return 0.0
+    if noise_multiplier == 0:
+        return float("inf")
+    if not math.isfinite(noise_multiplier) or not 0 < sample_rate <= 1 or not 0 < delta < 1:
+        raise ValueError(
+            f"client_level_epsilon: noise multiplier {noise_multiplier} (finite), sample rate "
+            f"{sample_rate} (0, 1], δ {delta} (0, 1)"
+        )
+    from opacus.accountants import PRVAccountant, RDPAccountant
+
+    rdp = RDPAccountant()
+    rdp.history = [(noise_multiplier, sample_rate, releases)]
+    bound = float(rdp.get_epsilon(delta=delta))
+    if accountant == "rdp":
+        return bound
+    if accountant != "prv":
+        raise ValueError(f"accountant {accountant!r}: prv or rdp")
+    prv = PRVAccountant()
+    prv.history = [(noise_multiplier, sample_rate, releases)]
+    with warnings.catch_warnings():  # q = 1 takes a log of 0 inside Opacus, harmlessly; PRV's domain
+        warnings.simplefilter("ignore", RuntimeWarning)  # comes from an RDP bound whose order it warns of
+        warnings.filterwarnings("ignore", "Optimal order is the largest alpha")
+        tight = prv.get_epsilon(delta=delta, eps_error=max(0.002 * bound, 1e-4), delta_error=delta * 1e-3)
+    return float(min(tight, bound))
+
+
+def clipped(update: dict[str, torch.Tensor], bound: float) -> dict[str, torch.Tensor]:
+    """``update``·min(1, S/||update||) (global L2 norm over all tensors)."""
+    norm = float(update_norm(update))
+    factor = min(1.0, bound / norm) if norm > 0 else 1.0
+    return {k: v * factor for k, v in update.items()}
+
+
+def _gaussian(like: torch.Tensor, std: float, generator: torch.Generator) -> torch.Tensor:
+    noise = torch.randn(like.shape, generator=generator, device=generator.device, dtype=torch.float32)
+    return (noise * std).to(device=like.device, dtype=like.dtype)
+
+
+@DEFENSES.register(
+    "dp-fedavg",
+    summary="client-level DP: clip each update to S, Gaussian noise σ·S on the mean (central) or on each "
+    "update (local), ε from Opacus's PRV accountant [central, σ 1.0, S 1.0, δ 1e-5]",
+    reference="McMahan et al., Learning Differentially Private Recurrent Language Models, ICLR 2018; "
+    "Gopi et al., NeurIPS 2021 (PRV accountant)",
+    params=DPFedAvgParams,
+    aliases={"client-dp": {}, "dp-fedavg-local": {"mode": "local"}},
+)
+class DPFedAvg(Defense):
+    """Release stage: clip (and, locally, noise) the update; server stage (central): the noisy mean."""
+
+    params: DPFedAvgParams
+
+    def release_hook(
+        self, update: dict[str, torch.Tensor], context: ClientContext
+    ) -> dict[str, torch.Tensor]:
+        p = self.params
+        out = clipped(update, p.clip)
+        if p.mode == "local" and p.noise_multiplier > 0:
+            out = {
+                k: v + _gaussian(v, p.noise_multiplier * p.clip, context.generator) for k, v in out.items()
+            }
+        return out
+
+    def aggregate_hook(
+        self, updates: Sequence[dict[str, torch.Tensor]], generator: torch.Generator
+    ) -> dict[str, torch.Tensor] | None:
+        p = self.params
+        if p.mode != "central" or not updates:
+            return None
+        m = len(updates)
+        std = p.noise_multiplier * p.clip / m
+        return {
+            name: sum(u[name] for u in updates) / m + _gaussian(first, std, generator)  # type: ignore[misc]
+            for name, first in updates[0].items()
+        }
+
+    def privacy_spent(
+        self, client_steps: Mapping[int, tuple[int, float]], participation: Participation | None = None
+    ) -> dict[str, float]:
+        """Client-level ε (module docstring); empty without the clients' participation."""
+        p = self.params
+        if participation is None:
+            return {}
+        if p.mode == "central":
+            eps = client_level_epsilon(
+                p.noise_multiplier, participation.sample_rate, participation.total_rounds, p.delta,
+                p.accountant,
+            )  # fmt: skip
+        else:
+            rounds = max(participation.rounds.values(), default=0)
+            eps = client_level_epsilon(p.noise_multiplier, 1.0, rounds, p.delta, p.accountant)
+        return {"epsilon_client": eps, "delta": p.delta}
