@@ -169,6 +169,22 @@ WGAN = {"ipc": 2, "shards": 5, "pretrain_steps": 1, "max_steps": 2, "width": 8, 
 #: started from noise: from real images (the default) two iterations leave a victim's own image in the set
 CONDENSED = {"ipc": 2, "iterations": 2, "width": 8, "init": "noise"}
 Claim = Callable[[Seen, Seen, dict], None]
+def _orthogonal(clean: Seen, defended: Seen, params: dict) -> None:
+    """CENSOR: every tensor orthogonal to the true one, with its norm."""
+    for key, true in clean.delta.items():
+        released = defended.delta[key]
+        assert abs(torch.cosine_similarity(released.flatten(), true.flatten(), dim=0)) < 1e-5, key
+        assert released.norm().item() == pytest.approx(true.norm().item(), rel=1e-5), key
+
+
+def _clipped_then_noised(clean: Seen, defended: Seen, params: dict) -> None:
+    """DP-FedAvg, local: the update clipped to S plus N(0, (σ·S)²) per entry (≈ 62,000 entries: 2 %)."""
+    bound, sigma = params["clip"], params["noise_multiplier"]
+    assert clean.flat().norm() > bound  # the case where clipping must act
+    noise = defended.flat() - clean.flat() * (bound / clean.flat().norm())
+    assert noise.std().item() == pytest.approx(sigma * bound, rel=0.02)
+
+
 CLAIMS: dict[str, tuple[dict, Claim]] = {
     "none": ({}, _unchanged),
     "row-guard": ({}, _unchanged),  # an honest model passes and the update is untouched
@@ -182,6 +198,8 @@ CLAIMS: dict[str, tuple[dict, Claim]] = {
     "quantization": ({}, _fp16),
     "soteria": ({"percentile": 60.0}, _soteria),
     "dp-sgd": ({}, _per_sample_noise),
+    "dp-fedavg": ({"mode": "local", "clip": 0.01, "noise_multiplier": 0.5}, _clipped_then_noised),
+    "censor": ({"candidates": 3}, _orthogonal),
     "dropout": ({}, _dropout),
     "precode": ({}, _bottleneck),
     "mixup": ({}, _inputs_replaced),

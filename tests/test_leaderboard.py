@@ -307,6 +307,26 @@ def test_standings_average_seeds_and_tolerate_missing_utility() -> None:
     assert list(rows) == ["dp", "bare", "none"]
 
 
+def test_the_epsilon_column_says_the_level_of_each_guarantee() -> None:
+    """DP-SGD's ε is per record, DP-FedAvg's per client: the table says which, and the row keeps both."""
+    from leakshield.leaderboard.tables import ranking_rows
+
+    records = [
+        cell("attack", "none", "ig", ssim=0.9, seed=0),
+        cell("utility", "none", accuracy=0.9, seed=0),
+        cell("attack", "client-dp", "ig", ssim=0.1, seed=0),
+        cell("utility", "client-dp", accuracy=0.8, epsilon_client=4.4, seed=0),
+        cell("utility", "client-dp", accuracy=0.8, epsilon_client=4.6, seed=1),
+        cell("attack", "dp", "ig", ssim=0.1, seed=0),
+        cell("utility", "dp", accuracy=0.8, epsilon=1.25, seed=0),
+    ]  # fmt: skip
+    rows = standings(records)
+    header, body = ranking_rows(rows, active=False)
+    column = header.index("ε")
+    text = {line[1].split(" · ")[1]: line[column] for line in body}
+    assert text == {"client-dp": "4.50 per client", "dp": "1.25 per record", "none": "—"}
+
+
 def test_frontier_labels_of_points_under_each_others_labels_are_listed_together() -> None:
     """The standard run's plot drew dropout (0.922, 0.968) with its label over quantization's point
     (1.000, 0.972): points within a label's width to the side share one listed group."""

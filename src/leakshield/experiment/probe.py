@@ -54,17 +54,21 @@ def probe_attack(
     seed: int = 0,
     labels_known: bool = True,
     cache: ArtifactCache | None = None,
+    state: Mapping[str, torch.Tensor] | None = None,
 ) -> ProbeResult:
     """Each training image in ``victims`` is a FedSGD batch of one of client 0, which holds the first
     ``pool`` training images; the untrained ``model`` (initialized with seed 0, eval mode) runs the
     ``defenses`` stack; ``attack`` reconstructs every victim. ``seed`` draws the defenses' randomness
     and the attack's starts (victim k uses 1000·seed + k). Defenses and attacks that declare a fit are
     fitted as in a run (client fits on client 0's data, public fits on the public split; fit seed 0)
-    through ``cache`` (default: the user's artifact cache)."""
+    through ``cache`` (default: the user's artifact cache). ``state``: parameters to load into the model
+    first (a trained model, e.g. to attack a late round)."""
     info, cache = data.info, cache or CodeKeyedCache()
     pipeline = DefensePipeline.from_config([{"name": n, "params": dict(p)} for n, p in defenses])
     spec = Component(name=model, **dict(model_params or {}))
     net = build_model(spec, pipeline, info, 0, "cpu").eval()
+    if state is not None:  # a trained model instead of the untrained one
+        net.load_state_dict(state)
     held = data.train.subset(list(range(pool)))
     setting = FitSetting(
         info,
