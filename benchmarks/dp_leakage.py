@@ -73,16 +73,18 @@ def plot(rows: list[dict], out: str) -> None:
         xs, ys = [r["epsilon"] for r in points], [r["mean"] for r in points]
         errors = [r["half_width"] or 0 for r in points]
         ax.errorbar(xs, ys, yerr=errors, marker=marker, capsize=3, label=label)
+        below = label.startswith("DP-SGD")  # its points sit near the local series': label them underneath
+        colour = ax.lines[-1].get_color()
         for r in points:
             ax.annotate(f"σ {r['sigma']:g}", (r["epsilon"], r["mean"]), textcoords="offset points",
-                        xytext=(4, 4), fontsize=7)  # fmt: skip
+                        xytext=(4, -11 if below else 5), fontsize=7, color=colour)  # fmt: skip
     ax.axhline(0.6, color="grey", linestyle=":", linewidth=1)
     ax.text(0.02, 0.62, "SSIM 0.6: leaked", fontsize=7, color="grey", transform=ax.get_yaxis_transform())
     ax.set_xscale("log")
-    ax.set_xlabel("ε of the observed release (δ = 1e-5, PRV accountant)")
+    ax.set_xlabel("ε of the observed release (δ = 1e-5; PRV accountant, its RDP bound above 100)")
     ax.set_ylabel("SSIM of the strongest attack (95 % CI)")
     ax.set_title("Leakage to the server against ε: client-level vs record-level DP", fontsize=10)
-    ax.legend(fontsize=8, loc="center right")
+    ax.legend(fontsize=8, loc="center left")
     fig.tight_layout()
     fig.savefig(out)
 
@@ -95,7 +97,12 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=500)
     parser.add_argument("--out", default="dp_leakage.png", help="the plot (PNG)")
     parser.add_argument("--json", help="write the raw numbers here")
+    parser.add_argument("--from-json", help="redraw the plot from a --json file instead of measuring")
     args = parser.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            plot(json.load(f), args.out)
+        return
     rows = measure(args.seeds, args.iterations)
     plot(rows, args.out)
     if args.json:
