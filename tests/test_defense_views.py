@@ -169,6 +169,8 @@ WGAN = {"ipc": 2, "shards": 5, "pretrain_steps": 1, "max_steps": 2, "width": 8, 
 #: started from noise: from real images (the default) two iterations leave a victim's own image in the set
 CONDENSED = {"ipc": 2, "iterations": 2, "width": 8, "init": "noise"}
 Claim = Callable[[Seen, Seen, dict], None]
+
+
 def _orthogonal(clean: Seen, defended: Seen, params: dict) -> None:
     """CENSOR: every tensor orthogonal to the true one, with its norm."""
     for key, true in clean.delta.items():

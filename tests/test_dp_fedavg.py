@@ -4,6 +4,7 @@ and the ε a run reports."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -149,5 +150,5 @@ def test_epsilon_falls_with_the_noise_over_the_whole_range() -> None:
     sigmas = [0.01, 0.03, 0.1, 0.3, 1.0, 3.0]
     for rate in (1.0, 1 / 60):
         values = [client_level_epsilon(s, rate, 1, 1e-5) for s in sigmas]
-        assert all(a > b for a, b in zip(values, values[1:], strict=False)), values
+        assert all(a > b for a, b in itertools.pairwise(values)), values
     assert client_level_epsilon(0.01, 1.0, 1, 1e-5) > 5000

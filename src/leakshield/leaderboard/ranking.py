@@ -23,7 +23,7 @@ import functools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from leakshield.experiment.store import CellRecord
 from leakshield.leaderboard.intervals import PRECISION, Estimate, estimate, level
@@ -121,8 +121,8 @@ def _seed_statistics(outcomes: Sequence[SeedOutcome]) -> dict:
 @dataclass(frozen=True)
 class Standing:
     """A defense's row: its strongest attack reported on the held-out seeds (None if no attack cell
-    succeeded), the attacks tied with it where it was chosen, every attack score, its utility, and
-    the cells that failed."""
+    succeeded), the attacks tied with it where it was chosen, every attack score, its utility (ε per
+    record: ``epsilon``, DP-SGD; per client: ``epsilon_client``, DP-FedAvg), and the failed cells."""
 
     model: str
     defense: str
@@ -132,13 +132,11 @@ class Standing:
     accuracy: float | None = None
     adr: float | None = None
     epsilon: float | None = None
-    #: client-level ε (DP-FedAvg: one client's whole data), beside the record-level ``epsilon``
     epsilon_client: float | None = None
     cost: float | None = None
     failed: tuple[str, ...] = ()
     pareto: bool = False
     rank: int | None = None
-    extra: dict[str, float] = field(default_factory=dict)
     #: the threat model the row is ranked under ("" : every attack)
     threat: str = ""
     #: 95 % interval half-width of the accuracy over seeds
