@@ -168,3 +168,27 @@ def test_an_orthogonal_release_does_not_train_where_the_plain_gradient_does() ->
     plain, censored = train(False), train(True)
     assert plain >= 0.6
     assert censored < 0.25, (plain, censored)
+
+
+def test_censor_aware_runs_plain_ig_once_the_defended_rounds_are_over(monkeypatch) -> None:
+    """From ``until_round`` on the client releases its plain gradient: the adaptive attack matches it
+    with IG's cosine instead of asking for orthogonality."""
+    from types import SimpleNamespace
+
+    from leakshield.attacks import create_attack
+    from leakshield.attacks.base import Reconstruction
+    from leakshield.attacks.passive.inversion.engine import GradientInversion
+    from leakshield.defenses.base import PublicDefense
+
+    used: list[str] = []
+
+    def fake(self, view, *, seed=0):  # type: ignore[no-untyped-def]
+        used.append("orthogonality" if type(self).__name__ == "CensorAware" else self.params.distance)
+        return Reconstruction(torch.zeros(1, 1, 2, 2), stats={"grad_distance": 0.5})
+
+    monkeypatch.setattr(GradientInversion, "reconstruct", fake)
+    attack = create_attack("censor-aware", {"iterations": 1})
+    public = (PublicDefense("censor", CensorParams(until_round=2)),)
+    attack.reconstruct(SimpleNamespace(defenses=public, round=1), seed=0)
+    attack.reconstruct(SimpleNamespace(defenses=public, round=2), seed=0)
+    assert used == ["orthogonality", "cosine"]

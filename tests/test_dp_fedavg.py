@@ -152,3 +152,14 @@ def test_epsilon_falls_with_the_noise_over_the_whole_range() -> None:
         values = [client_level_epsilon(s, rate, 1, 1e-5) for s in sigmas]
         assert all(a > b for a, b in itertools.pairwise(values)), values
     assert client_level_epsilon(0.01, 1.0, 1, 1e-5) > 5000
+
+
+def test_central_dp_refuses_an_aggregator_it_would_replace(digits3) -> None:
+    from leakshield.errors import ConfigError
+
+    cfg = FLConfig(clients=2, aggregator="median", local=LocalTraining(algorithm="fedsgd", batch_size=8))
+    clients = [digits3.train.subset(list(range(i * 8, i * 8 + 8))) for i in range(2)]
+    model = create_model("lenet", in_shape=digits3.info.shape, num_classes=10, seed=0)
+    pipeline = DefensePipeline.from_config([{"name": "dp-fedavg"}])
+    with pytest.raises(ConfigError, match="fl.aggregator: median"):
+        FederatedSimulation.honest(model, clients, cfg, pipeline, digits3.info).run(1)

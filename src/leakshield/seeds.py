@@ -45,6 +45,13 @@ def victim_round_generator(
 
 #: the key of the other clients of a victim's secure aggregate (who they are, their batches, dropouts)
 AGGREGATE_STREAM = 23
+#: the key of the server's own randomness (central DP's noise on the aggregate)
+SERVER_NOISE_STREAM = 0x5E7E4
+
+
+def server_noise_generator(seed: int, round: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """The server's randomness in ``round`` of a federation seeded ``seed`` (central DP's noise)."""
+    return seeded_generator(seed, SERVER_NOISE_STREAM, round, device=device)
 
 
 def aggregate_draw_seed(cell_seed: int, victim: int) -> int:

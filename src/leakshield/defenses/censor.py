@@ -15,7 +15,8 @@ Choices the paper leaves open or the authors' code makes differently (docs/devia
   reference``), which leaves a component along g_l unless ||g_l|| = 1;
 * ``fallback``: when no candidate lowers the batch loss below the loss at θ, the authors' code releases
   the true gradient g. That is ``fallback: original``; the default ``best`` releases the best candidate
-  anyway, so the release is always orthogonal (the stage records how often the fallback would fire);
+  anyway, so the release is always orthogonal (the stage notes whether the fallback fired, for the
+  minibatch, in the context's ``censor_fallback``; ``benchmarks/censor.py`` counts it over training);
 * the candidates' loss is evaluated with the model's buffers read, never updated (train-mode BatchNorm
   keeps its statistics), and in float64 when ``float64_selection`` (η = 1e-4 moves a float32 loss by
   less than its rounding otherwise);

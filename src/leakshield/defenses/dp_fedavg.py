@@ -5,10 +5,12 @@ adjacent when they differ in one client's whole dataset.
 Every client clips its update Δ to global L2 norm S: Δ·min(1, S/||Δ||). Then
 
 * ``mode: central`` — the server averages the round's m clipped updates with equal weights and adds
-  N(0, (σ·S/m)²) to every entry of the mean (Flower's ``DifferentialPrivacyClientSideFixedClipping``
-  with ``fixedclipping_mod``: the same mechanism). The server itself sees every clipped update: central
-  DP protects the model the federation publishes, and everyone who sees only the global models (another
-  participant), never against the server. Its leakage to an honest-but-curious server is clipping's.
+  N(0, (σ·S/m)²) to every entry of the mean; it replaces the aggregator (``fl.aggregator: mean`` only).
+  Flower's ``DifferentialPrivacyClientSideFixedClipping`` with ``fixedclipping_mod`` adds the same
+  noise to FedAvg's sample-weighted mean: the same mechanism when clients hold equally many samples.
+  The server itself sees every clipped update: central DP protects the model the federation publishes,
+  and everyone who sees only the global models (another participant), never against the server. Its
+  leakage to an honest-but-curious server is clipping's.
 * ``mode: local`` — each client adds N(0, (σ·S)²) to its own clipped update before it leaves (Flower's
   ``LocalDpMod`` calibrates the same Gaussian from (ε, δ) per release): the server sees noisy updates.
 
@@ -19,7 +21,8 @@ client sampling rate q (clients per round / clients; the accountant assumes Pois
 the server here draws a fixed number, the usual approximation); local, each client's own releases,
 one Gaussian mechanism of σ per round it took part in, with no amplification (the server knows who was
 sampled). ``accountant: rdp`` reports Opacus's RDP bound instead (the accountant of DP-SGD's rows and of
-Flower's DP strategies).
+Flower's DP strategies). BatchNorm running statistics are averaged as usual, unclipped and without
+noise: they lie outside the guarantee.
 """
 
 from __future__ import annotations

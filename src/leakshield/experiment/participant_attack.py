@@ -77,6 +77,7 @@ def run_participant_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
                              info, public=world.models.public, seed=cell.seed, accounted=fl.is_defended(i))
             )  # fmt: skip
     sim = FederatedSimulation(model, participants, fl, seed=cell.seed)
+    sim.server_stage = trained.pipeline  # central DP's noise reaches the participant's global models
     sim.round = start
     if start < cell.round:  # the control's rounds before the attack, the victims silent
         sim.run(cell.round - start, progress=world.progress, desc="FL rounds without the victims")

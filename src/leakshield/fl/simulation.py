@@ -13,14 +13,13 @@ from tqdm.auto import tqdm
 from leakshield.artifacts import ArtifactCache
 from leakshield.data.types import DatasetInfo, ImageSet
 from leakshield.defenses.base import DefensePipeline, Participation
+from leakshield.errors import ConfigError
 from leakshield.fl.aggregation import Aggregator, create_aggregator
 from leakshield.fl.client import HonestClient, seeded_generator
 from leakshield.fl.config import FLConfig
 from leakshield.fl.participants import Participant, RoundObserver
 from leakshield.fl.types import ClientUpdate
-
-#: the stream of the server's own randomness (central DP noise), apart from the clients' sampling
-SERVER_NOISE_STREAM = 7_919
+from leakshield.seeds import server_noise_generator
 
 
 class FederatedSimulation:
@@ -148,8 +147,13 @@ class FederatedSimulation:
 
     def _apply(self, updates: list[ClientUpdate]) -> None:
         noisy = self.server_stage.aggregate_hook(
-            [u.delta for u in updates], seeded_generator(self.seed, SERVER_NOISE_STREAM, self.round)
+            [u.delta for u in updates], server_noise_generator(self.seed, self.round)
         )
+        if noisy is not None and self.aggregator.name != "mean":
+            raise ConfigError(
+                f"fl.aggregator: {self.aggregator.name}; a defense that forms the step on the server "
+                "(central DP-FedAvg: the noisy uniform mean) replaces the aggregator: use mean"
+            )
         step = noisy if noisy is not None else self.aggregator.combine(updates)
         buffers = self.aggregator.buffers(updates)
         sign = -self.config.local.local_lr if self.config.local.algorithm == "fedsgd" else 1.0

@@ -15,7 +15,8 @@ default) wrapped in the audit. Their run config (``[tool.flwr.app.config]``, ove
                    wrapped in ``DifferentialPrivacyClientSideFixedClipping``, which sends this L2
                    bound to the clients; the client app then clips its reply with Flower's
                    ``fixedclipping_mod`` (default 0: off)
-``dp-noise``       its noise multiplier σ: N(0, (σ·clip/m)²) on the mean of m replies (default 1.0)
+``dp-noise``       its noise multiplier σ: N(0, (σ·clip/m)²) on the mean of m replies (default 1.0);
+                   a central ``dp-fedavg`` in the config's defenses sets both when ``dp-clip`` is 0
 =================  ===========================================================================
 
 Under ``dp-clip`` the audit attacks the clipped replies, which is what the server sees: central DP's
@@ -172,8 +173,9 @@ def server_app(
                 experiment, out, settings=AuditSettings(clients=audit_clients), federation=fed
             )
             inner = AuditingStrategy(inner, auditor)
-        if float(rc["dp-clip"]) > 0:
-            inner = central_dp(inner, float(rc["dp-noise"]), float(rc["dp-clip"]), clients, rc)
+        dp = central_dp_settings(experiment.defenses[0].entries, rc)
+        if dp is not None:
+            inner = central_dp(inner, *dp, clients, rc)
         model = fed.fresh_model()
         result = inner.start(
             grid=grid,
@@ -190,10 +192,24 @@ def server_app(
     return app
 
 
+def central_dp_settings(entries: list, rc: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(σ, S) of central client-level DP: the run config's ``dp-noise`` and ``dp-clip`` when ``dp-clip``
+    is set, else those of a central ``dp-fedavg`` in the config's defenses (whose noise Flower's wrapper
+    then adds: leakshield's server stage does not run under Flower), else None."""
+    if float(rc["dp-clip"]) > 0:
+        return float(rc["dp-noise"]), float(rc["dp-clip"])
+    for defense in DefensePipeline.from_config(entries).defenses:
+        if defense.name == "dp-fedavg" and getattr(defense.params, "mode", "") == "central":
+            return float(defense.params.noise_multiplier), float(defense.params.clip)  # type: ignore[attr-defined]
+    return None
+
+
 def central_dp(inner: Strategy, noise: float, clip: float, clients: int, rc: Mapping[str, Any]) -> Strategy:
     """``inner`` wrapped in Flower's ``DifferentialPrivacyClientSideFixedClipping`` (σ ``noise``, clipping
-    norm ``clip``, the round's sampled clients: ``fraction-train`` of ``clients``)."""
-    sampled = max(1, round(float(rc["fraction-train"]) * clients))
+    norm ``clip``, m the nodes FedAvg samples a round: ``max(int(fraction-train · clients), 2)``). Flower
+    sizes the noise σ·S/m for equal weights while FedAvg weights replies by their sample counts: the
+    guarantee is σ's when the clients hold equally many samples."""
+    sampled = max(int(float(rc["fraction-train"]) * clients), min(2, clients))
     return DifferentialPrivacyClientSideFixedClipping(inner, noise, clip, sampled)
 
 

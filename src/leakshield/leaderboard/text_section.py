@@ -68,7 +68,7 @@ def ranking_records(records: Sequence[CellRecord], rounds: int) -> list[CellReco
         accuracy = r.metrics.get("accuracy")
         if trained and accuracy is not None and (r.model, r.defense, r.seed) not in utility:
             found = {"accuracy": accuracy}
-            for name in ("chance", "epsilon"):
+            for name in ("chance", "epsilon", "epsilon_client"):
                 if r.metrics.get(name) is not None:
                     found[name] = r.metrics[name]
             utility[(r.model, r.defense, r.seed)] = dataclasses.replace(

@@ -7,7 +7,8 @@ ask for dummy images whose gradient g'_l is orthogonal to ĝ_l and has ĝ_l's no
     D_orth(g', ĝ) = (1/L)·Σ_l w_l·[cos²(g'_l, ĝ_l) + (log ||g'_l|| − log ||ĝ_l||)²],
 
 zero at the true images. The norms are what CENSOR keeps of the gradient: one number per tensor, and
-the orthogonality one linear condition per tensor. Under ``fallback: original`` (public configuration)
+the orthogonality one linear condition per tensor. From ``until_round`` on the client releases plain
+gradients and the attack is plain IG. Under ``fallback: original`` (public configuration)
 the client releases g itself when no candidate lowered its loss: the attack first runs plain IG and
 keeps it when its cosine distance ends below ``FALLBACK_MATCH`` (the release was the true gradient),
 else minimises D_orth. (Minimising min(D_orth, cosine) in one run does not work: random dummies start
@@ -65,8 +66,12 @@ class CensorAware(GradientInversion):
 
     def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction:
         censor = find_defense(view.defenses, "censor")
+        until = getattr(censor.params, "until_round", None) if censor is not None else None
+        cosine = GradientInversion(self.params.model_copy(update={"distance": "cosine"}), self.init_images)
+        if until is not None and view.round >= until:  # past the defended rounds: the plain gradient
+            return cosine.reconstruct(view, seed=seed)
         if censor is not None and getattr(censor.params, "fallback", "best") == "original":
-            plain = GradientInversion(self.params, self.init_images).reconstruct(view, seed=seed)
+            plain = cosine.reconstruct(view, seed=seed)
             if plain.stats.get("grad_distance", 1.0) <= FALLBACK_MATCH:
                 plain.stats["fallback_detected"] = 1.0
                 return plain
