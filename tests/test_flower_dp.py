@@ -80,3 +80,17 @@ def test_audit_under_flowers_central_dp_attacks_the_clipped_replies(
     assert len(seen) == 2 and all(norm <= CLIP * (1 + 1e-4) for norm in seen), seen
     assert all(norm > CLIP * 0.99 for norm in seen)  # clipped down to the bound, not below it
     assert torch.isfinite(torch.tensor(seen)).all()
+
+
+def test_central_dp_comes_from_the_run_config_or_the_configs_dp_fedavg() -> None:
+    """leakshield's server stage does not run under Flower: a central dp-fedavg in the config becomes
+    Flower's wrapper with its σ and S; the run config's dp-clip overrides it; a local one stays a mod."""
+    from leakshield.flower.apps import SERVER_DEFAULTS, central_dp_settings
+
+    central = [{"name": "dp-fedavg", "params": {"noise_multiplier": 0.7, "clip": 2.0}}]
+    local = [{"name": "dp-fedavg", "params": {"mode": "local"}}]
+    assert central_dp_settings(central, SERVER_DEFAULTS) == (0.7, 2.0)
+    assert central_dp_settings(local, SERVER_DEFAULTS) is None
+    assert central_dp_settings([{"name": "none"}], SERVER_DEFAULTS) is None
+    overridden = {**SERVER_DEFAULTS, "dp-clip": 0.5, "dp-noise": 3.0}
+    assert central_dp_settings(central, overridden) == (3.0, 0.5)
