@@ -49,7 +49,7 @@ AGGREGATE_STREAM = 23
 SERVER_NOISE_STREAM = 0x5E7E4
 
 
-def server_noise_generator(seed: int, round: int, device: torch.device | str = "cpu") -> torch.Generator:
+def server_generator(seed: int, round: int, device: torch.device | str = "cpu") -> torch.Generator:
     """The server's randomness in ``round`` of a federation seeded ``seed`` (central DP's noise)."""
     return seeded_generator(seed, SERVER_NOISE_STREAM, round, device=device)
 

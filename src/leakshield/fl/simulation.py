@@ -19,7 +19,7 @@ from leakshield.fl.client import HonestClient, seeded_generator
 from leakshield.fl.config import FLConfig
 from leakshield.fl.participants import Participant, RoundObserver
 from leakshield.fl.types import ClientUpdate
-from leakshield.seeds import server_noise_generator
+from leakshield.seeds import server_generator
 
 
 class FederatedSimulation:
@@ -146,15 +146,15 @@ class FederatedSimulation:
         return Participation(dict(self.client_rounds), k / self.config.clients, self.round)
 
     def _apply(self, updates: list[ClientUpdate]) -> None:
-        noisy = self.server_stage.aggregate_hook(
-            [u.delta for u in updates], server_noise_generator(self.seed, self.round)
+        formed = self.server_stage.aggregate_hook(
+            [u.delta for u in updates], server_generator(self.seed, self.round)
         )
-        if noisy is not None and self.aggregator.name != "mean":
+        if formed is not None and self.aggregator.name != "mean":
             raise ConfigError(
                 f"fl.aggregator: {self.aggregator.name}; a defense that forms the step on the server "
-                "(central DP-FedAvg: the noisy uniform mean) replaces the aggregator: use mean"
+                "(a noisy uniform mean, for one) replaces the aggregator: use mean"
             )
-        step = noisy if noisy is not None else self.aggregator.combine(updates)
+        step = formed if formed is not None else self.aggregator.combine(updates)
         buffers = self.aggregator.buffers(updates)
         sign = -self.config.local.local_lr if self.config.local.algorithm == "fedsgd" else 1.0
         with torch.no_grad():
