@@ -161,5 +161,5 @@ def test_central_dp_refuses_an_aggregator_it_would_replace(digits3) -> None:
     clients = [digits3.train.subset(list(range(i * 8, i * 8 + 8))) for i in range(2)]
     model = create_model("lenet", in_shape=digits3.info.shape, num_classes=10, seed=0)
     pipeline = DefensePipeline.from_config([{"name": "dp-fedavg"}])
-    with pytest.raises(ConfigError, match="fl.aggregator: median"):
+    with pytest.raises(ConfigError, match=r"fl\.aggregator: median"):
         FederatedSimulation.honest(model, clients, cfg, pipeline, digits3.info).run(1)
