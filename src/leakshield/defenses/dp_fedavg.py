@@ -38,6 +38,7 @@ import torch
 
 from leakshield.defenses.base import DEFENSES, ClientContext, Defense, Participation
 from leakshield.defenses.clipping import update_norm
+from leakshield.defenses.dpsgd import dp_epsilon
 from leakshield.registry import Params
 
 
@@ -66,30 +67,18 @@ def client_level_epsilon(
     """ε after ``releases`` Gaussian mechanisms of noise multiplier σ, each on a population subsampled
     at ``sample_rate`` (1: no subsampling), at ``delta``: Opacus's PRV accountant (``prv``; the RDP bound
     where that exceeds :data:`VACUOUS`) or RDP accountant (``rdp``)."""
-    if releases == 0:
-        return 0.0
-    if noise_multiplier == 0:
-        return float("inf")
-    if not math.isfinite(noise_multiplier) or not 0 < sample_rate <= 1 or not 0 < delta < 1:
-        raise ValueError(
-            f"client_level_epsilon: noise multiplier {noise_multiplier} (finite), sample rate "
-            f"{sample_rate} (0, 1], δ {delta} (0, 1)"
-        )
-    from opacus.accountants import PRVAccountant, RDPAccountant
-
     if accountant not in ("prv", "rdp"):
         raise ValueError(f"accountant {accountant!r}: prv or rdp")
-    history = [(noise_multiplier, sample_rate, releases)]
+    from opacus.accountants import PRVAccountant
+
     with warnings.catch_warnings():  # Opacus warns when the best RDP order is at the end of its range
         warnings.filterwarnings("ignore", "Optimal order is the")  # (the bound stays valid, if loose);
         warnings.simplefilter("ignore", RuntimeWarning)  # q = 1 takes a log of 0 inside PRV, harmlessly
-        rdp = RDPAccountant()
-        rdp.history = list(history)
-        bound = float(rdp.get_epsilon(delta=delta))
-        if accountant == "rdp" or bound > VACUOUS:
+        bound = dp_epsilon(noise_multiplier, sample_rate, releases, delta)  # refuses what has no meaning
+        if accountant == "rdp" or bound > VACUOUS or not math.isfinite(bound) or bound == 0:
             return bound
         prv = PRVAccountant()
-        prv.history = list(history)
+        prv.history = [(noise_multiplier, sample_rate, releases)]
         tight = prv.get_epsilon(delta=delta, eps_error=max(0.002 * bound, 1e-4), delta_error=delta * 1e-3)
     return float(min(tight, bound))
 
