@@ -115,7 +115,7 @@ MUTANTS: list[Mutant] = [
     Mutant("defense", "laplacian-noise", "Gaussian noise drawn instead of Laplacian", "defenses/noise.py",
            'kind = "laplacian"', 'kind = "gaussian"', (DEFENSES, EFFECTS)),
     Mutant("defense", "clipping", "the update is never scaled down", "defenses/clipping.py",
-           "factor = min(1.0, self.params.bound / norm) if norm > 0 else 1.0", "factor = 1.0",
+           "factor = min(1.0, bound / norm) if norm > 0 else 1.0", "factor = 1.0",
            (DEFENSES, EFFECTS)),
     Mutant("defense", "pruning", "the smallest entries kept instead of the largest", "defenses/pruning.py",
            "mask[torch.topk(flat, keep, sorted=False).indices] = True",

@@ -22,6 +22,13 @@ def update_norm(update: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.sqrt(sum(v.double().pow(2).sum() for v in update.values())).float()  # type: ignore[union-attr]
 
 
+def clipped(update: dict[str, torch.Tensor], bound: float) -> dict[str, torch.Tensor]:
+    """``update``·min(1, bound/||update||) (global L2 norm over all tensors)."""
+    norm = float(update_norm(update))
+    factor = min(1.0, bound / norm) if norm > 0 else 1.0
+    return {k: v * factor for k, v in update.items()}
+
+
 @DEFENSES.register(
     "clipping",
     summary="scales the update down to global L2 norm ≤ bound [bound 4]",
@@ -36,6 +43,4 @@ class Clipping(StagedPerturbation):
     params: ClippingParams
 
     def perturb(self, update: dict[str, torch.Tensor], context: ClientContext) -> dict[str, torch.Tensor]:
-        norm = float(update_norm(update))
-        factor = min(1.0, self.params.bound / norm) if norm > 0 else 1.0
-        return {k: v * factor for k, v in update.items()}
+        return clipped(update, self.params.bound)

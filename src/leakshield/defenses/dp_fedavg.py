@@ -37,8 +37,9 @@ import pydantic
 import torch
 
 from leakshield.defenses.base import DEFENSES, ClientContext, Defense, Participation
-from leakshield.defenses.clipping import update_norm
+from leakshield.defenses.clipping import clipped
 from leakshield.defenses.dpsgd import dp_epsilon
+from leakshield.defenses.noise import standard_noise
 from leakshield.registry import Params
 
 
@@ -83,18 +84,6 @@ def client_level_epsilon(
     return float(min(tight, bound))
 
 
-def clipped(update: dict[str, torch.Tensor], bound: float) -> dict[str, torch.Tensor]:
-    """``update``·min(1, S/||update||) (global L2 norm over all tensors)."""
-    norm = float(update_norm(update))
-    factor = min(1.0, bound / norm) if norm > 0 else 1.0
-    return {k: v * factor for k, v in update.items()}
-
-
-def _gaussian(like: torch.Tensor, std: float, generator: torch.Generator) -> torch.Tensor:
-    noise = torch.randn(like.shape, generator=generator, device=generator.device, dtype=torch.float32)
-    return (noise * std).to(device=like.device, dtype=like.dtype)
-
-
 @DEFENSES.register(
     "dp-fedavg",
     summary="client-level DP: clip each update to S, Gaussian noise σ·S on the mean (central) or on each "
@@ -115,9 +104,8 @@ class DPFedAvg(Defense):
         p = self.params
         out = clipped(update, p.clip)
         if p.mode == "local" and p.noise_multiplier > 0:
-            out = {
-                k: v + _gaussian(v, p.noise_multiplier * p.clip, context.generator) for k, v in out.items()
-            }
+            std = p.noise_multiplier * p.clip
+            out = {k: v + std * standard_noise(v, context.generator, "gaussian") for k, v in out.items()}
         return out
 
     def aggregate_hook(
@@ -129,7 +117,7 @@ class DPFedAvg(Defense):
         m = len(updates)
         std = p.noise_multiplier * p.clip / m
         return {
-            name: sum(u[name] for u in updates) / m + _gaussian(first, std, generator)  # type: ignore[misc]
+            name: sum(u[name] for u in updates) / m + std * standard_noise(first, generator, "gaussian")  # type: ignore[misc]
             for name, first in updates[0].items()
         }
 

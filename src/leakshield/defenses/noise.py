@@ -25,7 +25,7 @@ class LaplacianNoiseParams(StageParams):
     scale: float = pydantic.Field(default=1e-3, ge=0)
 
 
-def _standard_noise(like: torch.Tensor, generator: torch.Generator, kind: str) -> torch.Tensor:
+def standard_noise(like: torch.Tensor, generator: torch.Generator, kind: str) -> torch.Tensor:
     """Unit noise shaped like ``like``, drawn from ``generator`` (reproducible per client and round)."""
     if kind == "gaussian":
         noise = torch.randn(like.shape, generator=generator, device=generator.device)
@@ -47,7 +47,7 @@ class AdditiveNoise(StagedPerturbation):
 
     def perturb(self, update: dict[str, torch.Tensor], context: ClientContext) -> dict[str, torch.Tensor]:
         s = self.scale
-        return {k: v + s * _standard_noise(v, context.generator, self.kind) for k, v in update.items()}
+        return {k: v + s * standard_noise(v, context.generator, self.kind) for k, v in update.items()}
 
 
 @DEFENSES.register(
