@@ -15,7 +15,7 @@ from leakshield.data import load_dataset
 from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.experiment.compatibility import check_attacks_fit_models
 from leakshield.experiment.config import parse_config
-from leakshield.leaderboard.front_door import compact_table
+from leakshield.leaderboard.front_door import compact_results, compact_table
 from leakshield.leaderboard.published import check, rerender
 from leakshield.leaderboard.tables import Table
 
@@ -68,6 +68,28 @@ def test_a_compact_table_shows_the_top_ranked_rows_and_names_those_that_do_not_t
     assert "|\n\nDoes not train" in text  # a paragraph after the table, not a row of it
     assert compact_table(Table("t", HEADER, []), "p.md") == ""
     assert compact_table(Table("t", ["rank", "defense"], [["1", "x"]]), "p.md") == ""
+
+
+def test_the_text_sections_tables_are_compacted_after_the_images_under_their_own_heading() -> None:
+    """The text tables name the score ROUGE-2 and the unit a text: the same columns are kept."""
+    text_header = ["rank", "model · defense", "strongest attack (round)", "leaked texts ↓ (95 % CI)",
+                   "ROUGE-2 (95 % CI)", "ROUGE-1", "accuracy (95 % CI)", "front"]  # fmt: skip
+    rows = [
+        ["1", "bert · quantization", "tag@10", "0/16 = 0.00 [0.00, 0.21]", "0.05 ≈ guess", "0.3",
+         "0.660 ± 0.004", "●"],
+        ["2", "bert · none", "dager@0", "16/16 = 1.00 [0.79, 1.00]", "1.000", "1.0", "0.664 ± 0.002", ""],
+        ["does not train", "bert · pruning", "dager@0", "0/16 = 0.00 [0.00, 0.21]", "0.1", "0.2",
+         "0.556 ± 0.000", ""],
+    ]  # fmt: skip
+    image = Table("Honest-but-curious server", HEADER, [row(1, "none", "8/8 = 1.00 [0.63, 1.00]", "0.967")])
+    text = Table("Text · Honest-but-curious server (catalogue C)", text_header, rows)
+    out = compact_results([image], 0.4, "p.md", [text])
+    head, _, tail = out.partition("### Text: federated language models")
+    assert "lenet · none" in head and "bert" not in head
+    assert shown(tail) == ["bert · quantization", "bert · none"]
+    assert "| 0/16 = 0.00 [0.00, 0.21] | 0.05 ≈ guess | 0.660 ± 0.004 | ● |" in tail  # ROUGE-1 dropped
+    assert "not ranked): bert · pruning (accuracy 0.556 ± 0.000)" in tail
+    assert "### Text" not in compact_results([image], 0.4, "p.md")  # no text section: no heading
 
 
 def test_the_published_readme_and_results_page_are_checked_together(tmp_path: Path) -> None:

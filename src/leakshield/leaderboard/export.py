@@ -293,14 +293,15 @@ def readme_section(
     scenarios: Sequence[Scenario] = (),
     staleness: Staleness | None = None,
     tables: Sequence[Table] | None = None,
+    text: Sequence[Table] = (),
 ) -> str:
     """The README's Results section for the run exported at ``source``: its compact tables
     (:mod:`~leakshield.leaderboard.front_door`; with ``staleness``, the stale rows marked and counted),
     every table being on the results page (:func:`results_page`); ``tables``: as for
-    :func:`results_markdown`."""
+    :func:`results_markdown`; ``text``: the text section's tables, compacted after the images'."""
     tables = results_tables(records, scenarios, staleness) if tables is None else tables
     stale = stale_note(tables, staleness) + "\n\n" if staleness is not None and staleness.stale else ""
-    compact = compact_results(tables, baseline_ssim(records), results_page_of(source))
+    compact = compact_results(tables, baseline_ssim(records), results_page_of(source), text)
     head = _generated_from(facts, records, source, scenarios)
     return f"{README_START}\n{head}\n\n{stale}{compact}{README_END}"
 

@@ -20,6 +20,8 @@ KEPT = (
     "accuracy (95 % CI)",
     "front",
 )
+#: the text section's names of those columns (its unit is one text, its score ROUGE-2)
+TEXT_NAMES = {"leaked victims ↓ (95 % CI)": "leaked texts ↓ (95 % CI)", "SSIM (95 % CI)": "ROUGE-2 (95 % CI)"}
 
 
 def _parts(label: str) -> tuple[str, str]:
@@ -36,7 +38,8 @@ def compact_table(table: Table, page: str) -> str:
     shown ("" for a table that ranks nothing)."""
     if "rank" not in table.header or "model · defense" not in table.header or not table.rows:
         return ""
-    at = {name: table.header.index(name) for name in KEPT if name in table.header}
+    named = [TEXT_NAMES.get(name, name) if name not in table.header else name for name in KEPT]
+    at = {name: table.header.index(name) for name in named if name in table.header}
     label, rank, accuracy = at["model · defense"], at["rank"], at.get("accuracy (95 % CI)")
 
     undefended = [row for row in table.rows if _parts(row[label])[1] == "none"]
@@ -71,9 +74,11 @@ def compact_table(table: Table, page: str) -> str:
     return "\n".join(lines) + ("\n" + " ".join(words) + "\n" if words else "")
 
 
-def compact_results(tables: Sequence[Table], baseline: float | None, page: str) -> str:
+def compact_results(
+    tables: Sequence[Table], baseline: float | None, page: str, text: Sequence[Table] = ()
+) -> str:
     """The README's tables: one compact table per ranked threat model (realism tables are on the
-    ``page`` only), after one line on how to read them."""
+    ``page`` only), after one line on how to read them; then the ``text`` section's, after its own line."""
     level = "" if baseline is None else f", {baseline:.3f} here for the public mean image"
     intro = (
         "Per threat model: the most private defenses that train, ranked by the share of victims the "
@@ -84,4 +89,14 @@ def compact_results(tables: Sequence[Table], baseline: float | None, page: str) 
         f"scenarios: the [results page]({page})."
     )
     parts = [compact_table(t, page) for t in tables]
-    return intro + "\n\n" + "\n".join(p for p in parts if p)
+    out = intro + "\n\n" + "\n".join(p for p in parts if p)
+    found = [p for p in (compact_table(t, page) for t in text) if p]
+    if not found:
+        return out
+    reading = (
+        "Federated language models (a small BERT classifying movie reviews, FedAvg over 10 clients): the "
+        "unit is one review, leaked when its reconstruction's ROUGE-2 is ≥ 0.6 and above that of its own "
+        "no-information guess (the public split's most frequent words at its length); accuracy on the test "
+        f"reviews after FedAvg under the defense. Every column and the rule: the [results page]({page})."
+    )
+    return out + "\n### Text: federated language models\n\n" + reading + "\n\n" + "\n".join(found)

@@ -137,10 +137,11 @@ def render(
     staleness = judge_export(text, graph, protocol)
     scenarios = scenarios_from_json(text)
     tables = results_tables(records, scenarios, staleness)
-    text_cells = text_from_json(text)  # the text section: on the results page, not in the README's block
-    page = [*tables, *(text_tables(*text_cells) if text_cells is not None else [])]
+    text_cells = text_from_json(text)
+    text_found = text_tables(*text_cells) if text_cells is not None else []
+    page = [*tables, *text_found]
     return Rendered(
-        readme_section(facts, records, source, scenarios, staleness, tables),
+        readme_section(facts, records, source, scenarios, staleness, tables, text_found),
         results_page(facts, records, source, scenarios, staleness, page),
         staleness,
         facts,
