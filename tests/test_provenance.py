@@ -39,9 +39,9 @@ from helpers import tiny_config
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "leakshield"
 EXPORT = ROOT / "docs" / "leaderboard" / "standard.json"
-#: the leaderboard file the published export was computed with (wave 3: 3 seeds): the scenarios below
+#: the leaderboard file the published export was computed with (the shipped one): the scenarios below
 #: judge that export against it, so that what they find is their edit's doing, not the protocol's
-WAVE3 = Protocol(ROOT / "tests" / "data" / "leaderboard_wave3.yaml")
+PUBLISHED = Protocol()
 
 
 def scratch_package(tmp_path: Path) -> Path:
@@ -57,7 +57,7 @@ def fresh_export() -> str:
     copy of the package and judge against it, so that what they find is their edit's doing alone,
     whatever the published Results already mark stale."""
     data = json.loads(EXPORT.read_text())
-    main, scenarios = WAVE3.configs(data["run"]["preset"])
+    main, scenarios = PUBLISHED.configs(data["run"]["preset"])
     return json.dumps(stamp_export(data, main, scenarios), indent=0, sort_keys=True)
 
 
@@ -67,7 +67,7 @@ def scratch_repo(tmp_path: Path) -> Path:
     shutil.copyfile(ROOT / "README.md", tmp_path / "README.md")
     export = tmp_path / "docs" / "leaderboard" / "standard.json"
     export.write_text(fresh_export())
-    rerender(tmp_path / "README.md", export, protocol=WAVE3)
+    rerender(tmp_path / "README.md", export, protocol=PUBLISHED)
     return tmp_path
 
 
@@ -203,8 +203,8 @@ def test_registering_a_new_attack_stales_nothing(tmp_path: Path) -> None:
     init = package / "attacks" / "__init__.py"
     init.write_text(init.read_text().replace("    active,\n", "    active,\n    dummy,\n"))
     assert "dummy" in init.read_text()
-    staleness = judge_export(fresh_export(), CodeGraph(package), WAVE3)
-    assert staleness.cells == 1086 and not staleness.stale
+    staleness = judge_export(fresh_export(), CodeGraph(package), PUBLISHED)
+    assert staleness.cells == 3331 and not staleness.stale
     assert tree_hash(package) != published_source()  # the old rule: every row stale
 
 
@@ -215,40 +215,45 @@ def test_editing_the_noise_defense_stales_exactly_its_rows_and_the_rerendered_bl
     noise = package / "defenses" / "noise.py"
     noise.write_text(noise.read_text() + "\n\ndef _unused_helper():\n    return 1\n")
     graph = CodeGraph(package)
-    staleness = judge_export(fresh_export(), graph, WAVE3)
-    assert staleness.changes == [
-        "leakshield.defenses.noise edited (defense gaussian-noise, defense laplacian-noise)"
+    staleness = judge_export(fresh_export(), graph, PUBLISHED)
+    assert staleness.changes == [  # DP-FedAvg draws its noise through noise.py
+        "leakshield.defenses.noise edited (defense dp-fedavg-local, defense dp-fedavg, "
+        "defense gaussian-noise, defense laplacian-noise)"
     ]
     data = json.loads(fresh_export())
     cells = [(None, c) for c in data["cells"]] + [
         (s["name"], c) for s in data["scenarios"] for c in s["cells"]
     ]
-    noisy = {(scope, c["key"]) for scope, c in cells if c["defense"] in ("gaussian-noise", "laplacian-noise")}
-    assert set(staleness.stale) == noisy and len(noisy) == 153
+    noisy_defenses = ("gaussian-noise", "laplacian-noise", "dp-fedavg", "dp-fedavg-local")
+    noisy = {(scope, c["key"]) for scope, c in cells if c["defense"] in noisy_defenses}
+    assert set(staleness.stale) == noisy and len(noisy) == 672
     repo = scratch_repo(tmp_path / "repo")
     readme = repo / "README.md"
-    rerender(readme, repo / "docs" / "leaderboard" / "standard.json", graph, WAVE3)
+    rerender(readme, repo / "docs" / "leaderboard" / "standard.json", graph, PUBLISHED)
     block = readme_block(readme.read_text())
     page = repo / "docs" / "leaderboard" / "standard.md"
     noise_rows = {
         "lenet-tanh · gaussian-noise",
         "lenet-tanh · laplacian-noise",
+        "lenet-tanh · dp-fedavg",
+        "lenet-tanh · dp-fedavg-local",
         "resnet18-w16 · gaussian-noise",
+        "smlp · gaussian-noise",
     }
     assert marked_rows(page.read_text()) == noise_rows  # every table is on the results page
     assert marked_rows(block) <= noise_rows and marked_rows(block)  # the README shows its top rows
-    assert "**Stale: 11 of 70 rows**" in block and "leakshield.defenses.noise edited" in block
-    verdict = check(readme, graph, WAVE3)
+    assert "**Stale: 16 of 76 rows**" in block and "leakshield.defenses.noise edited" in block
+    verdict = check(readme, graph, PUBLISHED)
     assert verdict.faithful and not verdict.fresh  # the block says what is stale: the suite stays green
-    assert any("11 of 70 rows" in line for line in verdict.lines)
+    assert any("16 of 76 rows" in line for line in verdict.lines)
 
     marked = page.read_text()
     page.write_text(marked.replace(STALE_MARK, ""))  # a page claiming a freshness it does not have
-    assert not check(readme, graph, WAVE3).faithful
+    assert not check(readme, graph, PUBLISHED).faithful
     page.write_text(marked)
-    assert check(readme, graph, WAVE3).faithful
+    assert check(readme, graph, PUBLISHED).faithful
     readme.write_text(readme.read_text().replace(STALE_MARK, ""))  # and the README's block
-    assert not check(readme, graph, WAVE3).faithful
+    assert not check(readme, graph, PUBLISHED).faithful
 
 
 def test_moving_a_core_module_stales_nothing(tmp_path: Path) -> None:
@@ -260,7 +265,7 @@ def test_moving_a_core_module_stales_nothing(tmp_path: Path) -> None:
             path.write_text(text.replace("leakshield.gradients", "leakshield.fl.gradients"))
     graph = CodeGraph(package)
     assert "leakshield.fl.gradients" in graph.closure(["leakshield.experiment.compute"])
-    assert not judge_export(fresh_export(), graph, WAVE3).stale
+    assert not judge_export(fresh_export(), graph, PUBLISHED).stale
     assert tree_hash(package) != published_source()  # the old rule: every row stale
 
 
@@ -288,8 +293,7 @@ def test_git_mv_of_a_defense_module_stales_nothing_as_the_cli_sees_it(tmp_path: 
     ]
     moved = subprocess.run(probe, env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert moved == "leakshield.defenses.perturbation.noise"
-    done = subprocess.run([sys.executable, "-m", "leakshield", "leaderboard", "--check", "README.md",
-                           "--config", str(WAVE3.path)],
+    done = subprocess.run([sys.executable, "-m", "leakshield", "leaderboard", "--check", "README.md"],
                           cwd=repo, env=env, capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("fresh")
@@ -299,13 +303,13 @@ def test_git_mv_of_a_defense_module_stales_nothing_as_the_cli_sees_it(tmp_path: 
 def test_an_edited_number_in_the_block_is_reported(tmp_path: Path) -> None:
     repo = scratch_repo(tmp_path)
     readme = repo / "README.md"
-    row = "| 1 | lenet-tanh · dp-sgd | no measurable leakage (highest: ggl-adaptive@2) · best of 14 | 0/2"
+    row = "| 1 | lenet-tanh · dp-sgd | ggl-adaptive@2 · best of 14 | 1/8"
     assert row in readme.read_text()
-    readme.write_text(readme.read_text().replace(row, row.replace("0/2", "2/2")))
-    verdict = check(readme, None, WAVE3)
+    readme.write_text(readme.read_text().replace(row, row.replace("1/8", "0/8")))
+    verdict = check(readme, None, PUBLISHED)
     assert not verdict.faithful and not verdict.staleness.stale  # the cells are fresh; the block is not
     assert verdict.lines[0].startswith("differs")
-    assert "2/2" in verdict.lines[1] and "0/2" in verdict.lines[1]
+    assert "0/8" in verdict.lines[1] and "1/8" in verdict.lines[1]
 
 
 def test_the_published_results_mark_exactly_their_stale_rows() -> None:
@@ -435,7 +439,8 @@ def test_an_attack_run_under_one_threat_stales_only_that_threats_rows(tmp_path: 
     imprint = package / "attacks" / "active" / "imprint.py"
     imprint.write_text(imprint.read_text() + "\n\nUNUSED = 1\n")
     repo = scratch_repo(tmp_path / "repo")
-    rerender(repo / "README.md", repo / "docs" / "leaderboard" / "standard.json", CodeGraph(package), WAVE3)
+    export = repo / "docs" / "leaderboard" / "standard.json"
+    rerender(repo / "README.md", export, CodeGraph(package), PUBLISHED)
     page = (repo / "docs" / "leaderboard" / "standard.md").read_text()
     sections = {part.split("\n", 1)[0]: part for part in page.split("\n### ")[1:]}
     marked = {title: marked_rows(text) for title, text in sections.items()}
@@ -447,12 +452,13 @@ def test_cells_stored_before_stamps_are_fresh_only_from_the_same_source_tree(tmp
     data = json.loads(fresh_export())
     for cell in data["cells"][:5]:
         del cell["environment"]["components"]
+        cell["environment"]["source"] = "0123456789abcdef"  # computed by another tree than this one
     stripped = json.dumps(data)
-    assert len(judge_export(stripped, protocol=WAVE3).stale) == 5  # the published cells' tree is not this one
+    assert len(judge_export(stripped, protocol=PUBLISHED).stale) == 5
     graph = CodeGraph(PACKAGE)
     for cell in data["cells"][:5]:
         cell["environment"]["source"] = tree_hash(graph.root)
-    assert not judge_export(json.dumps(data), graph, WAVE3).stale
+    assert not judge_export(json.dumps(data), graph, PUBLISHED).stale
 
 
 def test_a_fitted_artifact_is_keyed_by_the_code_that_fits_it(tmp_path: Path) -> None:
