@@ -128,8 +128,8 @@ def frontier_png(rows: list[Standing], baseline: float | None) -> bytes | None:
     ax.set_xlabel("SSIM under the strongest attack (lower: more private)" if by_ssim else leaked)
     ax.set_ylabel("test accuracy after FL training under the defense")
     ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="lower right", fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # below the axes: inside, it hid labels of points it covered
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, fontsize=8, frameon=False)
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
