@@ -38,8 +38,8 @@ def compact_table(table: Table, page: str) -> str:
     shown ("" for a table that ranks nothing)."""
     if "rank" not in table.header or "model · defense" not in table.header or not table.rows:
         return ""
-    named = [TEXT_NAMES.get(name, name) if name not in table.header else name for name in KEPT]
-    at = {name: table.header.index(name) for name in named if name in table.header}
+    columns = [TEXT_NAMES.get(name, name) if name not in table.header else name for name in KEPT]
+    at = {name: table.header.index(name) for name in columns if name in table.header}
     label, rank, accuracy = at["model · defense"], at["rank"], at.get("accuracy (95 % CI)")
 
     undefended = [row for row in table.rows if _parts(row[label])[1] == "none"]
@@ -94,9 +94,10 @@ def compact_results(
     if not found:
         return out
     reading = (
-        "Federated language models (a small BERT classifying movie reviews, FedAvg over 10 clients): the "
-        "unit is one review, leaked when its reconstruction's ROUGE-2 is ≥ 0.6 and above that of its own "
-        "no-information guess (the public split's most frequent words at its length); accuracy on the test "
-        f"reviews after FedAvg under the defense. Every column and the rule: the [results page]({page})."
+        "The text section, under the same rule: the unit is one text, leaked when its reconstruction's "
+        "ROUGE-2 is ≥ 0.6 and above that of its own no-information guess (the public split's most frequent "
+        "words at its length); accuracy on the test texts after FL training under the defense. Its cells "
+        "carry no component stamps: `--check` does not judge them. The model, the federation and every "
+        f"column: the [results page]({page})."
     )
     return out + "\n### Text: federated language models\n\n" + reading + "\n\n" + "\n".join(found)
