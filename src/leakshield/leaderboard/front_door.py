@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from leakshield.leaderboard.tables import DOES_NOT_TRAIN, STALE_MARK, Table
+from leakshield.leaderboard.text_section import text_header
 
 #: rows of defenses that train shown per threat model, besides the undefended one
 TOP = 3
@@ -20,8 +21,6 @@ KEPT = (
     "accuracy (95 % CI)",
     "front",
 )
-#: the text section's names of those columns (its unit is one text, its score ROUGE-2)
-TEXT_NAMES = {"leaked victims ↓ (95 % CI)": "leaked texts ↓ (95 % CI)", "SSIM (95 % CI)": "ROUGE-2 (95 % CI)"}
 
 
 def _parts(label: str) -> tuple[str, str]:
@@ -38,7 +37,7 @@ def compact_table(table: Table, page: str) -> str:
     shown ("" for a table that ranks nothing)."""
     if "rank" not in table.header or "model · defense" not in table.header or not table.rows:
         return ""
-    columns = [TEXT_NAMES.get(name, name) if name not in table.header else name for name in KEPT]
+    columns = [name if name in table.header else text_header(name) for name in KEPT]  # or the text's
     at = {name: table.header.index(name) for name in columns if name in table.header}
     label, rank, accuracy = at["model · defense"], at["rank"], at.get("accuracy (95 % CI)")
 

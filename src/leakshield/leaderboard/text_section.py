@@ -97,7 +97,7 @@ def text_tables(records: Sequence[CellRecord], rounds: int) -> list[Table]:
     converted = ranking_records(records, rounds)
     tables = []
     for threat, rows, active, header, body in threat_rankings(converted):
-        header = [_relabel(h) for h in header]
+        header = [text_header(h) for h in header]
         body = [[_cell_text(c) for c in row] for row in body]
         note = _note_text(selection_note(rows))
         note += (
@@ -140,7 +140,8 @@ def _gate_warning(converted: Sequence[CellRecord]) -> str:
     return out
 
 
-def _relabel(header: str) -> str:
+def text_header(header: str) -> str:
+    """An image table's column name in the text section's words (the unit a text, the score ROUGE-2)."""
     header = header.replace("leaked victims", "leaked texts")
     return header.replace("SSIM", LABELS["score"]).replace("PSNR", LABELS["second"])
 
