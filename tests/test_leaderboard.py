@@ -21,7 +21,8 @@ from leakshield.leaderboard.export import (
     scenarios_from_json,
 )
 from leakshield.leaderboard.presets import leaderboard_data, load_leaderboard, load_scenarios
-from leakshield.leaderboard.ranking import AttackScore, Standing, dominates, mark_pareto, rank, standings
+from leakshield.leaderboard.ordering import dominates, mark_pareto, rank
+from leakshield.leaderboard.ranking import AttackScore, Standing, standings
 from leakshield.leaderboard.threats import HONEST, MALICIOUS_CLIENT, MALICIOUS_SERVER, UNKNOWN, threat_of
 from leakshield.provenance import source_hash
 

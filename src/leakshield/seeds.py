@@ -26,6 +26,15 @@ def seeded_generator(*keys: int, device: torch.device | str = "cpu") -> torch.Ge
     return torch.Generator(device=device).manual_seed(mix(*keys))
 
 
+#: the key of the per-seed victim draw (``victims.per_seed``)
+VICTIM_DRAW_STREAM = 29
+
+
+def victim_draw_seed(victim_seed: int, cell_seed: int) -> int:
+    """The seed of the victim draw of cell seed ``cell_seed`` when victims are drawn per seed."""
+    return mix(VICTIM_DRAW_STREAM, victim_seed, cell_seed)
+
+
 def victim_attack_seed(cell_seed: int, victim: int) -> int:
     """The attack's seed (its starting images) for victim ``victim`` of a cell."""
     return cell_seed * CELL_STRIDE + victim

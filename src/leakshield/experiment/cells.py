@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -82,7 +83,11 @@ def expand_grid(config: ExperimentConfig) -> list[Cell]:
     participant attack, which attacks no victim batch, has no scale)."""
     scales = config.axes.scales()
     batches = list(dict.fromkeys(s.batch for s in scales))
-    cells = [Cell("baseline", scale=Scale(b)) for b in batches] if scales else [Cell("baseline")]
+    shared = [Cell("baseline", scale=Scale(b)) for b in batches] if scales else [Cell("baseline")]
+    if config.victims.per_seed:  # each seed's victims have their own no-information references
+        cells = [dataclasses.replace(c, seed=seed) for seed in config.seeds for c in shared]
+    else:
+        cells = shared
     for seed in config.seeds:
         for model in config.models:
             for defense in config.defenses:

@@ -41,6 +41,9 @@ def compute_cell(world: ExperimentContext, cell: Cell) -> CellRecord:
         threat = None if declared is None else declared.as_json()
         if threat is not None and world.config.fl.secure_aggregation:  # the protocol the cell ran under
             threat["aggregated"] = True
+            # the configured size decides the cell's table, never what its guards let through
+            configured = cell.scale.clients if cell.scale else None
+            threat["aggregate_size"] = configured or world.config.fl.aggregate_size
         output = run_cell(world, cell, declared)
         if output.grid_rows:
             png = png_bytes(image_grid(output.grid_rows))

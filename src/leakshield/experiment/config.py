@@ -43,7 +43,8 @@ MAX_CELLS = 100_000
 ADDED_FIELDS = ((("fl", "aggregator"), "mean"), (("fl", "local", "optimizer"), "sgd"),
                 (("attack", "update", "optimizer"), "sgd"), (("fl", "secure_aggregation"), False),
                 (("fl", "secagg_drop_rate"), 0.0), (("metrics", "no_information"), "public-mean"),
-                (("axes",), {"batch_size": None, "clients": None}))  # fmt: skip
+                (("axes",), {"batch_size": None, "clients": None}), (("victims", "per_seed"), False),
+                (("victims", "offset"), 0))  # fmt: skip
 
 
 class Component(pydantic.BaseModel):

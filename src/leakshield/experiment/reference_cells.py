@@ -16,7 +16,7 @@ def run_baseline(world: ExperimentContext, cell: Cell) -> CellOutput:
     """The no-information 'reconstruction' (:meth:`ExperimentContext.no_information_guess`): the public
     split's mean image, or with ``metrics.no_information: leave-one-out`` the mean of the dataset's
     images outside each victim's batch."""
-    victims = world.victims_of(cell.scale)
+    victims = world.victims_of(cell.scale, cell.seed)
     return world.score([world.no_information_guess(b) for b in victims], list(victims))
 
 
@@ -33,6 +33,7 @@ def run_utility(world: ExperimentContext, cell: Cell) -> CellOutput:
         "accuracy_train": train_acc,
         "accuracy_public": public_acc,  # model selection (the leaderboard's tuning) reads this, not test
         "chance": 1.0 / world.info.num_classes,  # the leaderboard's utility gate starts from it
+        "test_examples": float(len(data.test)),  # the accuracy interval's binomial error
         **trained.pipeline.privacy_spent(trained.client_steps, trained.participation),
     }
     criteria = fit_convergence([d.artifact for d in trained.pipeline.defenses if d.artifact is not None]

@@ -34,15 +34,19 @@ class AttackSection(Section):
 
 class VictimSection(Section):
     """count victim batches of batch_size images each, drawn with seed from client's training data;
-    the same victims for every model, defense, attack and seed. sensitive: how many images of each batch
-    are drawn from the client's sensitive samples (``metrics.sensitive`` defines them; they are put last
-    in the batch and flagged); None draws without regard to sensitivity."""
+    the same victims for every model, defense and attack. per_seed: each cell seed draws its own victims
+    (default false: the same in every seed). offset: batches of the draw skipped first (victims disjoint
+    from another grid's within a seed). sensitive: how many images of each batch are drawn from the
+    client's sensitive samples (``metrics.sensitive`` defines them; they are put last in the batch and
+    flagged); None draws without regard to sensitivity."""
 
     count: pydantic.PositiveInt = 8
     batch_size: pydantic.PositiveInt = 1
     seed: int = 0
     client: pydantic.NonNegativeInt = 0
     sensitive: pydantic.NonNegativeInt | None = None
+    per_seed: bool = False
+    offset: pydantic.NonNegativeInt = 0
 
     @pydantic.model_validator(mode="after")
     def _sensitive_within_batch(self) -> VictimSection:

@@ -67,7 +67,10 @@ def run_server_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
     if cell.round > 0 and trained[0].pipeline.needs_previous:
         previous = world.models.at_round(cell.model, cell.defense, cell.seed, cell.round - 1).model
 
+    offset = world.config.victims.offset  # stage 2's victims continue stage 1's streams, never reuse them
+
     def observe(k: int, batch: ImageSet) -> Observation:
+        k += offset
         batch = batch.to(world.device)
         if world.config.fl.secure_aggregation:  # the server sees each round's aggregate, never one update
             return observe_in_aggregate(world.config, world.models.clients, models, batch, client,
@@ -80,10 +83,10 @@ def run_server_attack(world: ExperimentContext, cell: Cell) -> CellOutput:
         return observe_victim(models, batch, client, threat=threat, rounds=rounds, server=attack,
                               knowledge=knowledge, generators=generators, previous=previous)  # fmt: skip
 
-    victims = world.victims_of(cell.scale)
+    victims = world.victims_of(cell.scale, cell.seed)
     observations = [observe(k, batch) for k, batch in enumerate(victims)]
     heard = [k for k, o in enumerate(observations) if not o.refused]
-    seeds = [victim_attack_seed(cell.seed, k) for k in heard]
+    seeds = [victim_attack_seed(cell.seed, k + offset) for k in heard]
     if attack.rounds_observed == 1:
         found = attack.reconstruct_many([observations[k].views[0] for k in heard], seeds=seeds,
                                         progress=world.progress)  # fmt: skip

@@ -88,6 +88,9 @@ class CellRecord:
     threat: dict[str, Any] | None = None
     #: the cell's point of the scale axes (``batch=16 clients=10``, :class:`~.axes.Scale`)
     scale: str | None = None
+    #: the leaderboard's stage (1: the grid that chooses each row's strongest attack; 2: that attack rerun
+    #: on fresh victims per seed, kept in a store of its own and tagged on loading — not a column)
+    stage: int = 1
 
 
 def _json_safe(value: Any) -> Any:

@@ -58,6 +58,7 @@ class ExperimentContext:
             for b in dict.fromkeys(s.batch for s in config.axes.scales())
             if b is not None
         }  # a mistaken batch size is refused before any work
+        self._victims_by_seed: dict[tuple[int, int | None], list[ImageSet]] = {}
         check_aggregates(config, self.clients)
         self.lpips, self.lpips_reason = load_cell_lpips(config.metrics.lpips, device)
         self.cache = cache or ArtifactCache()
@@ -72,11 +73,18 @@ class ExperimentContext:
             progress,
         )
 
-    def victims_of(self, scale: Scale | None) -> list[ImageSet]:
-        """The fixed victims at a point of the scale axes (the config's batch size without one)."""
-        if scale is None or scale.batch is None:
+    def victims_of(self, scale: Scale | None, seed: int | None = None) -> list[ImageSet]:
+        """The victims at a point of the scale axes (the config's batch size without one) — of cell seed
+        ``seed`` when ``victims.per_seed``, else the same for every seed."""
+        batch = None if scale is None else scale.batch
+        if self.config.victims.per_seed and seed is not None:
+            key = (seed, batch)
+            if key not in self._victims_by_seed:
+                self._victims_by_seed[key] = draw_victims(self.config, self.clients, batch, seed)
+            return self._victims_by_seed[key]
+        if batch is None:
             return self.victims
-        return self._victims_by_batch[scale.batch]
+        return self._victims_by_batch[batch]
 
     @property
     def artifacts_used(self) -> list[ArtifactUse]:

@@ -2,8 +2,9 @@
 protocol (``configs/leaderboard.yaml``), ranked by each defense's privacy under the strongest attack run
 against it, with the privacy–utility Pareto front."""
 
+from leakshield.leaderboard.ordering import mark_pareto, rank
 from leakshield.leaderboard.presets import load_leaderboard
-from leakshield.leaderboard.ranking import AttackScore, Standing, mark_pareto, rank, standings, strongest
+from leakshield.leaderboard.ranking import AttackScore, Standing, standings, strongest
 from leakshield.leaderboard.report import LeaderboardFiles, build_leaderboard
 from leakshield.leaderboard.threats import threat_of
 

@@ -66,6 +66,7 @@ def _cell_json(r: CellRecord) -> dict[str, Any]:
         "seconds": round(r.seconds, 2), "finished": round(r.finished, 1),
         "metrics": {k: v for k, v in r.metrics.items() if _kept(k, v)},
         "attack_name": r.attack_name, "threat": r.threat, **({"scale": r.scale} if r.scale else {}),
+        **({"stage": r.stage} if r.stage != 1 else {}),
         **({"environment": r.environment} if r.environment else {}),
         **({"victims": _victim_scores(r)} if r.kind in ("attack", "baseline") and r.victims else {}),
         **({"victims": _sequence_scores(r)} if r.kind == "text" and r.victims else {}),
@@ -141,7 +142,7 @@ def _record(c: dict[str, Any]) -> CellRecord:
         victims=c.get("victims", []), error=c["error"], images=None, seconds=c["seconds"],
         finished=c["finished"],
         attack_name=c.get("attack_name"), threat=c.get("threat"), scale=c.get("scale"),
-        environment=c.get("environment") or {},
+        environment=c.get("environment") or {}, stage=int(c.get("stage", 1)),
     )  # fmt: skip
 
 

@@ -10,7 +10,8 @@ correlation of the per-seed counts (Fleiss, *Statistical Methods for Rates and P
 Where ρ is undefined (no leaked victim, or every victim leaked) it is taken as 1: the seeds alone are
 the sample, the conservative reading. Leakage is *measurable* when the interval excludes 0, i.e. when
 some victim leaked; the seed-level count ("k of S seeds with a leaked victim") has its own
-Clopper–Pearson interval. Rows are compared by a paired t-test over the shared seeds, Holm-corrected.
+Clopper–Pearson interval. The leaderboard's headline uses one ρ per table (:mod:`.margin`); rows are
+compared in :mod:`.comparisons`.
 """
 
 from __future__ import annotations
@@ -146,31 +147,3 @@ def leak_rate(
     """The leak rate of per-seed counts, with ``interval``'s bounds."""
     low, high = interval(leaked, victims)
     return LeakRate(tuple(seeds), tuple(leaked), tuple(victims), low, high)
-
-
-def paired_p_value(a: Sequence[float], b: Sequence[float]) -> float:
-    """Two-sided paired t-test of ``a`` against ``b`` (the same seeds, in order): the seeds are the unit.
-    Identical differences give 1 (all zero) or 0 (all equal and non-zero); fewer than two pairs, 1."""
-    from scipy.stats import t
-
-    differences = [x - y for x, y in zip(a, b, strict=True)]
-    n = len(differences)
-    if n < 2:
-        return 1.0
-    mean = sum(differences) / n
-    variance = sum((d - mean) ** 2 for d in differences) / (n - 1)
-    if variance <= 1e-24:
-        return 1.0 if abs(mean) <= 1e-12 else 0.0
-    statistic = mean / math.sqrt(variance / n)
-    return float(2 * t.sf(abs(statistic), n - 1))
-
-
-def holm(p_values: Sequence[float], alpha: float = ALPHA) -> list[bool]:
-    """Holm's step-down rejections of ``p_values`` (family-wise error ≤ ``alpha``), in input order."""
-    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-    rejected = [False] * len(p_values)
-    for step, i in enumerate(order):
-        if p_values[i] > alpha / (len(p_values) - step):
-            break
-        rejected[i] = True
-    return rejected

@@ -1,8 +1,11 @@
-"""What one attack cell (one seed) did to each of its victims: the cell's mean score, and how many of its
-victims leaked against their own no-information references (:func:`.leak_rate.victim_leaked`).
+"""What one attack cell (one seed) did to each of its victims: the cell's mean score, each victim's
+margin above its own no-information reference (:mod:`.margin`) and how many of its victims leaked
+(:func:`.leak_rate.victim_leaked`).
 
-References come from the baseline cell of the same batch size: the public mean image's SSIM against
-each victim image, in the victims' order (victims are the same in every seed). An attack with a
+References come from the baseline cell of the same batch size, seed and stage: the public mean image's
+SSIM against each victim image, in the victims' order. Victims drawn per seed have a baseline per seed
+(``seed`` set); a run whose victims are the same in every seed has one shared baseline (``seed`` None),
+which every seed of its stage reads. An attack with a
 generative prior also records its prior's draw per image (``prior_ssim`` in the victim rows); its
 reference is the higher of the two. An export made before per-victim scores were kept (wave 3) has only
 cell means: each of its images then counts at the cell's mean SSIM against the baseline's mean (or the
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 
 from leakshield.experiment.store import CellRecord
 from leakshield.leaderboard.leak_rate import victim_leaked
+from leakshield.leaderboard.margin import victim_margin
 
 
 def finite(value: object) -> float | None:
@@ -45,6 +49,10 @@ class SeedOutcome:
     reference: float | None
     #: whether leaks were counted from per-victim scores (False: an old export's cell means)
     per_victim: bool = True
+    #: the mean over the seed's victims of their margins (max(SSIM − own reference, 0), 3 decimals)
+    margin: float = 0.0
+    #: the leaderboard's stage the cell belongs to (1: selection, 2: fresh victims)
+    stage: int = 1
 
 
 def _images(rows: Sequence[dict], key: str) -> list[float | None]:
@@ -63,15 +71,29 @@ def _priors(rows: Sequence[dict], mean: float | None) -> list[float | None]:
     return out
 
 
-def baseline_images(records: Sequence[CellRecord]) -> dict[str, list[float]]:
-    """Scale label (``""`` without axes; ``batch=16`` …) → the mean image's SSIM per victim image."""
-    out: dict[str, list[float]] = {}
+#: a baseline's place: (stage, seed — None when shared by every seed) → scale label → per-image SSIMs
+BaselineImages = dict[tuple[int, int | None], dict[str, list[float]]]
+
+
+def baseline_images(records: Sequence[CellRecord]) -> BaselineImages:
+    """(stage, seed or None) → scale label (``""`` without axes; ``batch=16`` …) → the mean image's SSIM
+    per victim image."""
+    out: BaselineImages = defaultdict(dict)
     for r in records:
         if r.kind == "baseline" and r.status == "ok":
             values = _images(r.victims, "ssim")
             if values and all(v is not None for v in values):
-                out[r.scale or ""] = [float(v) for v in values if v is not None]
-    return out
+                out[(r.stage, r.seed)][r.scale or ""] = [float(v) for v in values if v is not None]
+    return dict(out)
+
+
+def references_of(per_image: BaselineImages, scale: str, seed: int | None, stage: int = 1) -> object:
+    """The per-image references of a cell at ``scale``, ``seed`` and ``stage``: its seed's baseline,
+    else its stage's shared one (None when neither has one)."""
+    for place in ((stage, seed), (stage, None)):
+        if place in per_image:
+            return for_scale(per_image[place], scale)
+    return None
 
 
 def baselines(records: Sequence[CellRecord]) -> dict[str, float]:
@@ -79,7 +101,7 @@ def baselines(records: Sequence[CellRecord]) -> dict[str, float]:
     found: dict[str, list[float]] = defaultdict(list)
     for r in records:
         value = finite(r.metrics.get("ssim"))
-        if r.kind == "baseline" and r.status == "ok" and value is not None:
+        if r.kind == "baseline" and r.status == "ok" and value is not None and r.stage == 1:
             found[r.scale or ""].append(value)
     return {k: sum(v) / len(v) for k, v in found.items()}
 
@@ -90,29 +112,36 @@ def for_scale(table: dict, scale: str) -> object:
     return table.get(scale, table.get(batch, table.get("")))
 
 
-def outcome(record: CellRecord, per_image: dict[str, list[float]], means: dict[str, float]) -> SeedOutcome:
-    """The leaks of one successful attack cell (see the module docstring for the references)."""
+def outcome(record: CellRecord, per_image: BaselineImages, means: dict[str, float]) -> SeedOutcome:
+    """The margins and leaks of one successful attack cell (see the module docstring for the
+    references)."""
     score, metric = cell_score(record) or (math.nan, "ssim")
     psnr, seed, scale = finite(record.metrics.get("psnr")), int(record.seed or 0), record.scale or ""
+    stage = record.stage
     if metric == "class_ssim":  # classes are the victims; no no-information level is defined
         values = [finite(row.get("class_ssim")) for row in record.victims]
         if not values:  # an export without per-class rows: the cell's mean stands for one class
-            return SeedOutcome(seed, score, psnr, int(victim_leaked(score, None)), 1, None, False)
+            return SeedOutcome(seed, score, psnr, int(victim_leaked(score, None)), 1, None, False,
+                               victim_margin(score, None), stage)  # fmt: skip
         leaked = sum(victim_leaked(v, None) for v in values if v is not None)
-        return SeedOutcome(seed, score, psnr, leaked, len(values), None)
+        margin = _mean([victim_margin(v, None) for v in values])
+        return SeedOutcome(seed, score, psnr, leaked, len(values), None, True, margin, stage)
     mean_image = for_scale(means, scale)
     prior_mean = finite(record.metrics.get("prior_ssim"))
     reference = max((v for v in (mean_image, prior_mean) if v is not None), default=None)
     ssims = _images(record.victims, "ssim")
-    references = for_scale(per_image, scale)
+    references = references_of(per_image, scale, record.seed, stage)
     if ssims and isinstance(references, list) and len(references) == len(ssims):
         priors = _priors(record.victims, prior_mean)
-        leaked = sum(
-            victim_leaked(s, max(r, p if p is not None else -math.inf))
-            for s, r, p in zip(ssims, references, priors, strict=True)
-            if s is not None
-        )
-        return SeedOutcome(seed, score, psnr, leaked, len(ssims), reference)
+        own = [max(r, p if p is not None else -math.inf) for r, p in zip(references, priors, strict=True)]
+        leaked = sum(victim_leaked(s, r) for s, r in zip(ssims, own, strict=True) if s is not None)
+        margin = _mean([victim_margin(s, r) for s, r in zip(ssims, own, strict=True)])
+        return SeedOutcome(seed, score, psnr, leaked, len(ssims), reference, True, margin, stage)
     images = int(finite(record.metrics.get("images")) or max(len(record.victims), 1))
     leaked = images if victim_leaked(score, reference) else 0
-    return SeedOutcome(seed, score, psnr, leaked, images, reference, per_victim=False)
+    return SeedOutcome(seed, score, psnr, leaked, images, reference, False, victim_margin(score, reference),
+                       stage)  # fmt: skip
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0

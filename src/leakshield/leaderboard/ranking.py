@@ -1,20 +1,20 @@
 """The leaderboard's ranking, one per threat model: a defense's privacy against an adversary is its
 privacy under the *strongest* attack that adversary can run, over every attack and attacked model state.
 
-The unit is the seed (:mod:`.leak_rate`): a victim leaks when its SSIM is ≥ 0.6 and above its own
-no-information score (:mod:`.outcomes`); a cell's leak rate has an interval with seeds as clusters.
-A defense leaks *measurably* when some (attack, round, scale) cell of it leaked a victim in some seed;
-defenses without measurable leakage tie at the top. **The strongest attack is chosen fairly**: on half
-of the seeds (the first, third, … in seed order) by leak rate, then SSIM, and its numbers are reported
-on the other half, so the maximum over a row's K cells does not inflate what is shown (with one seed
-there is no other half: chosen and reported on the same seed, said in the table). Leaking defenses are
-ordered by the reported leak rate, then SSIM, and compared with the group's leader by a paired t-test
-over the reported seeds' leak rates, Holm-corrected over the rows compared; the rows before the first
-one shown different share the leader's rank, and the next group starts there (from one reported seed:
-exact ties only). **Utility gate**: a defense whose
-accuracy is below chance + ½ (undefended − chance) "does not train at this budget": it is shown, never
-ranked on privacy nor placed on the front. Failed cells never count as a defense's success: they are
-listed, and a defense whose attack cells all failed is unranked."""
+**Two stages.** Stage 1 is the grid (every attack × round × scale cell on every seed, a few victims
+each): it only *chooses* each row's strongest cell — by leak rate over all seeds, then mean margin
+(:mod:`.margin`), then name — and screens for any leak. Stage 2 reruns only that cell on the same seeds
+with fresh victims drawn per seed (``stage`` 2 records); its numbers are the row's headline. A run
+without stage 2 (an export made before it) reports the chosen cell's stage-1 numbers, said in the table.
+
+**The comparisons** (:mod:`.comparisons`): each row against no defense of the same model — a one-sided
+paired t-test over seeds on the per-seed mean margin, Holm-corrected over the table's rows, with the
+difference and its simultaneous interval — and a compact letter display from all-pairs tests.
+Rows are listed by mean margin. **Utility gate**: a defense whose accuracy is below chance + ½
+(undefended − chance) "does not train at this budget"; a client guard, which has no accuracy of its
+own, is gated on the share of honest models it refuses (more than half: "refuses honest models"). Gated
+rows are shown, never compared nor placed on the front. Failed cells never count as a defense's
+success: they are listed, and a defense whose attack cells all failed is unranked."""
 
 from __future__ import annotations
 
@@ -26,8 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from leakshield.experiment.store import CellRecord
+from leakshield.leaderboard.comparisons import Difference
 from leakshield.leaderboard.intervals import PRECISION, Estimate, estimate, level
-from leakshield.leaderboard.leak_rate import LeakRate, holm, leak_rate, paired_p_value
+from leakshield.leaderboard.leak_rate import LeakRate, leak_rate
+from leakshield.leaderboard.margin import Bounded, bounded_mean, leak_interval
 from leakshield.leaderboard.outcomes import (
     SeedOutcome,
     baseline_images,
@@ -39,8 +41,12 @@ from leakshield.leaderboard.outcomes import (
 )
 from leakshield.leaderboard.threats import threat_of
 
-__all__ = ["PRECISION", "AttackScore", "Standing", "baselines", "level", "rank", "standings", "strongest",
-           "threats"]  # fmt: skip
+__all__ = ["PRECISION", "AttackScore", "Standing", "baselines", "level", "standings", "strongest", "threats"]
+
+#: what a utility cell contributes to its row
+UTILITY_METRICS = ("accuracy", "epsilon", "epsilon_client", "client_seconds", "chance", "test_examples")
+#: a client guard that refuses more than this share of honest models does not pass the utility gate
+GUARD_REFUSAL_GATE = 0.5
 
 
 @dataclass(frozen=True)
@@ -70,8 +76,10 @@ class AttackScore:
     undetected: float | None = None
     #: the highest seed's value (None from one seed): a bimodal outcome the interval cannot resolve
     worst: float | None = None
-    #: each seed's cell: its score and leaked victims
+    #: each seed's cell: its score, margin and leaked victims
     outcomes: tuple[SeedOutcome, ...] = ()
+    #: the table's pooled intraclass correlation of leaks within a seed (None: ρ = 1, seeds alone)
+    rho: float | None = None
 
     @property
     def estimate(self) -> Estimate:
@@ -79,9 +87,32 @@ class AttackScore:
 
     @functools.cached_property
     def leak(self) -> LeakRate:
-        """Leaked victims per seed and the rate's interval (seeds as clusters), computed once."""
+        """Leaked victims per seed and the rate's interval (Clopper–Pearson at n / deff, the table's ρ)."""
         o = self.outcomes
-        return leak_rate([x.seed for x in o], [x.leaked for x in o], [x.victims for x in o])
+        rule = functools.partial(leak_interval, rho=self.rho)
+        return leak_rate([x.seed for x in o], [x.leaked for x in o], [x.victims for x in o], rule)
+
+    @property
+    def margins(self) -> dict[int, float]:
+        """Seed → the mean margin of its victims."""
+        return {o.seed: o.margin for o in self.outcomes}
+
+    @property
+    def margin(self) -> Bounded | None:
+        """The mean margin over seeds with its 95 % interval inside [0, 1] (None without outcomes)."""
+        return bounded_mean(list(self.margins.values())) if self.outcomes else None
+
+    @property
+    def leak_seeds(self) -> Bounded | None:
+        """The mean over seeds of each seed's share of leaked victims, with its bounded t-interval."""
+        if not self.outcomes:
+            return None
+        return bounded_mean([o.leaked / o.victims for o in self.outcomes if o.victims])
+
+    @property
+    def victims(self) -> int:
+        """Victims scored over all seeds."""
+        return sum(o.victims for o in self.outcomes)
 
     @property
     def from_cell_means(self) -> bool:
@@ -101,12 +132,10 @@ class AttackScore:
     def where(self) -> str:
         return f"{self.attack}@{self.round}" + (f" {self.scale}" if self.scale else "")
 
-    def on(self, seeds: Sequence[int]) -> AttackScore:
-        """This score recomputed on ``seeds`` only (its guard figures kept)."""
-        kept = tuple(o for o in self.outcomes if o.seed in set(seeds))
-        if not kept:  # no cell of those seeds succeeded: nothing to report there
-            return dataclasses.replace(self, outcomes=(), seeds=0, half_width=None, worst=None)
-        return dataclasses.replace(self, outcomes=kept, **_seed_statistics(kept))
+    @property
+    def place(self) -> tuple[str, int, str]:
+        """(attack, round, scale): the cell's coordinates within its row."""
+        return self.attack, self.round, self.scale
 
 
 def _seed_statistics(outcomes: Sequence[SeedOutcome]) -> dict:
@@ -120,9 +149,10 @@ def _seed_statistics(outcomes: Sequence[SeedOutcome]) -> dict:
 
 @dataclass(frozen=True)
 class Standing:
-    """A defense's row: its strongest attack reported on the held-out seeds (None if no attack cell
-    succeeded), the attacks tied with it where it was chosen, every attack score, its utility (ε per
-    record: ``epsilon``, DP-SGD; per client: ``epsilon_client``, DP-FedAvg), and the failed cells."""
+    """A defense's row: its strongest attack (stage 2's fresh victims where they ran; None if no attack
+    cell succeeded), the stage-1 cell it was chosen as and the attacks tied with it, every stage-1 attack
+    score, its utility (ε per record: ``epsilon``, DP-SGD; per client: ``epsilon_client``, DP-FedAvg),
+    the failed cells, and its comparisons (difference from no defense, letters)."""
 
     model: str
     defense: str
@@ -136,31 +166,41 @@ class Standing:
     cost: float | None = None
     failed: tuple[str, ...] = ()
     pareto: bool = False
+    #: the row's place in its table's order (by mean margin), None when not compared
     rank: int | None = None
     #: the threat model the row is ranked under ("" : every attack)
     threat: str = ""
-    #: 95 % interval half-width of the accuracy over seeds
-    accuracy_half_width: float | None = None
-    #: the seeds the strongest attack was chosen on (empty: chosen and reported on the same seeds)
-    chosen_on: tuple[int, ...] = ()
+    #: the accuracy's 95 % interval (seeds and the test set's binomial error; inside [0, 1])
+    accuracy_interval: Bounded | None = None
     #: the accuracy below which the defense does not train (None: no undefended accuracy to gate by)
     floor: float | None = None
     #: a fitted defense's gap to its convergence criterion (None: met, or nothing fitted)
     under_budget: str | None = None
+    #: whether ``strongest`` comes from stage 2 (fresh victims per seed)
+    stage_two: bool = False
+    #: a client guard's share of honest models refused (its detection cells; None: no guard)
+    refuses_honest: float | None = None
+    #: the difference from no defense (None: the reference row itself, or no reference)
+    versus_none: Difference | None = None
+    #: the compact letters (rows sharing a letter were not shown different)
+    letters: str = ""
 
     @property
     def leaks(self) -> bool:
-        """Whether some attack cell leaked a victim in some seed (all seeds, every cell)."""
-        return any(s.measurable for s in self.scores)
+        """Whether some attack cell leaked a victim in some seed (all seeds, every cell, both stages)."""
+        return any(s.measurable for s in self.scores) or bool(self.strongest and self.strongest.measurable)
 
     @property
     def trains(self) -> bool:
-        """Whether the accuracy reaches the floor (unknown accuracy or floor: not gated)."""
+        """Whether the row passes the utility gate: accuracy at the floor, or a guard refusing at most
+        :data:`GUARD_REFUSAL_GATE` of honest models (unknown: not gated)."""
+        if self.accuracy is None and self.refuses_honest is not None:
+            return self.refuses_honest <= GUARD_REFUSAL_GATE
         return self.floor is None or self.accuracy is None or self.accuracy >= self.floor
 
     @property
     def seeds_leaking(self) -> tuple[int, int]:
-        """(seeds in which some attack cell leaked a victim, seeds with a successful attack cell)."""
+        """(seeds in which some stage-1 attack cell leaked a victim, seeds with a successful cell)."""
         seeds = {o.seed for s in self.scores for o in s.outcomes}
         return len({o.seed for s in self.scores for o in s.outcomes if o.leaked}), len(seeds)
 
@@ -185,15 +225,15 @@ def undetected_ssim(cells: Sequence[CellRecord]) -> float | None:
 
 
 def attack_scores(
-    records: Sequence[CellRecord], threat: str | None = None
+    records: Sequence[CellRecord], threat: str | None = None, stage: int = 1
 ) -> dict[tuple[str, str], list[AttackScore]]:
-    """(model, defense) → the seed statistics of every (attack, round, scale) that ran successfully
-    (only the attacks of ``threat`` when given)."""
+    """(model, defense) → the seed statistics of every (attack, round, scale) of ``stage`` that ran
+    successfully (only the attacks of ``threat`` when given)."""
     groups: dict[tuple, list[CellRecord]] = defaultdict(list)
     for r in records:
         if r.kind != "attack" or r.status != "ok" or r.model is None or r.defense is None or r.attack is None:
             continue
-        if cell_score(r) is None or (threat is not None and threat_of(r) != threat):
+        if r.stage != stage or cell_score(r) is None or (threat is not None and threat_of(r) != threat):
             continue
         groups[(r.model, r.defense, r.attack, int(r.round or 0), r.scale or "")].append(r)
     per_image, means = baseline_images(records), baselines(records)
@@ -218,46 +258,21 @@ def attack_scores(
     return out
 
 
-def split_seeds(scores: Sequence[AttackScore]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(seeds the strongest attack is chosen on, seeds it is reported on): alternate seeds in order;
-    with one seed, that seed for both."""
-    seeds = sorted({o.seed for s in scores for o in s.outcomes})
-    if len(seeds) < 2:
-        return tuple(seeds), tuple(seeds)
-    return tuple(seeds[0::2]), tuple(seeds[1::2])
-
-
 def _strength(s: AttackScore) -> tuple:
-    psnr = s.psnr if s.psnr is not None else -math.inf
+    """Stage 1's order: the highest leak rate over all seeds, then the highest mean margin, then name."""
     rate = s.leak.rate if s.outcomes else 0.0
-    return (not s.measurable, -round(rate, 6), -level(s.ssim), -psnr, s.attack, s.round, s.scale)
+    margin = s.margin.mean if s.margin is not None else -math.inf
+    return (-round(rate, 6), -level(margin), s.attack, s.round, s.scale)
 
 
-def strongest(
-    scores: Sequence[AttackScore],
-    fair: bool = True,
-    split: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
-) -> tuple[AttackScore | None, tuple[str, ...], tuple[int, ...]]:
-    """The strongest of ``scores`` — measurable leaks first, then the highest leak rate, SSIM, PSNR,
-    name — chosen on half of the seeds and returned on the other half (``fair``; ``split``: the
-    table's (chosen, reported) seeds, by default this row's), the attacks tied with it where it was
-    chosen, and the seeds it was chosen on (empty: chosen on the seeds it is reported on — one seed, or
-    no cell with outcomes on both halves)."""
+def strongest(scores: Sequence[AttackScore]) -> tuple[AttackScore | None, tuple[str, ...]]:
+    """Stage 1's choice among ``scores`` on all their seeds — the highest leak rate, then mean margin,
+    then name — and the cells tied with it on both."""
     if not scores:
-        return None, (), ()
-    chosen_on, reported = (split or split_seeds(scores)) if fair else ((), ())
-
-    def ran_on(score: AttackScore, seeds: Sequence[int]) -> bool:
-        return any(o.seed in seeds for o in score.outcomes)
-
-    both = [s for s in scores if ran_on(s, chosen_on) and ran_on(s, reported)]
-    held_out = bool(chosen_on) and chosen_on != reported and bool(both)
-    pool = [s.on(chosen_on) for s in both] if held_out else list(scores)
-    best = min(pool, key=_strength)
-    tied = tuple(sorted({s.where for s in pool if s is not best and _strength(s)[:3] == _strength(best)[:3]}))
-    if not held_out:
-        return best, tied, ()
-    return next(s for s in both if s.where == best.where).on(reported), tied, chosen_on
+        return None, ()
+    best = min(scores, key=_strength)
+    tied = tuple(sorted(s.where for s in scores if s is not best and _strength(s)[:2] == _strength(best)[:2]))
+    return best, tied
 
 
 def threats(records: Sequence[CellRecord]) -> list[str]:
@@ -270,12 +285,34 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def accuracy_interval(accuracies: Sequence[float], test_examples: float | None) -> Bounded:
+    """The mean accuracy over seeds with a 95 % interval inside [0, 1]: the seeds' spread and, where the
+    test set's size is recorded, its binomial error p(1 − p)/n (one test set for every seed)."""
+    mean = sum(accuracies) / len(accuracies)
+    binomial = mean * (1 - mean) / test_examples if test_examples else 0.0
+    return bounded_mean(accuracies, binomial)
+
+
+def honest_refusals(records: Sequence[CellRecord]) -> dict[tuple[str, str], float]:
+    """(model, defense) → the share of honest models its client guard refused, pooled over its detection
+    cells (``fpr`` weighted by ``models_honest``)."""
+    found: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for r in records:
+        fpr = finite(r.metrics.get("fpr"))
+        if r.kind == "detection" and r.status == "ok" and r.model and r.defense and fpr is not None:
+            found[(r.model, r.defense)].append((fpr, finite(r.metrics.get("models_honest")) or 1.0))
+    return {k: sum(f * n for f, n in v) / sum(n for _, n in v) for k, v in found.items()}
+
+
 def standings(records: Sequence[CellRecord], threat: str | None = None) -> list[Standing]:
-    """Every (model, defense) with its strongest attack (of ``threat`` when given), utility (seed means;
-    ADR against ``none``; the utility gate's floor), ε, cost (client seconds per update relative to
-    ``none``) and failed cells; ranked, front marked."""
-    scores = attack_scores(records, threat)
-    split = split_seeds([s for found in scores.values() for s in found])  # one split for the table
+    """Every (model, defense) with its strongest attack (of ``threat`` when given; stage 2's rerun where
+    it ran), utility (seed means; ADR against ``none``; the utility gate's floor), ε, cost (client seconds
+    per update relative to ``none``), a guard's refusals of honest models and the failed cells; compared
+    with no defense and with each other, front marked (:mod:`.ordering`)."""
+    from leakshield.leaderboard.margin import pooled_icc
+    from leakshield.leaderboard.ordering import mark_pareto, rank
+
+    scores, rerun = attack_scores(records, threat), attack_scores(records, threat, stage=2)
     keys = sorted(
         {(r.model, r.defense) for r in records if r.kind in ("attack", "utility") and r.model and r.defense}
     )
@@ -283,118 +320,49 @@ def standings(records: Sequence[CellRecord], threat: str | None = None) -> list[
     budget: dict[tuple[str, str], str | None] = {}
     for r in records:
         if r.kind == "utility" and r.status == "ok" and r.model and r.defense:
-            for name in ("accuracy", "epsilon", "epsilon_client", "client_seconds", "chance"):
+            for name in UTILITY_METRICS:
                 value = finite(r.metrics.get(name))
                 if value is not None:
                     utility[(r.model, r.defense)][name].append(value)
             budget[(r.model, r.defense)] = budget.get((r.model, r.defense)) or r.metrics.get("under_budget")
     failed: dict[tuple[str, str], list[str]] = defaultdict(list)
     for r in records:
-        if (
-            r.status != "ok"
-            and r.model
-            and r.defense
-            and (threat is None or r.kind != "attack" or threat_of(r) == threat)
+        if r.status != "ok" and r.model and r.defense and (
+            threat is None or r.kind != "attack" or threat_of(r) == threat
         ):
-            failed[(r.model, r.defense)].append(f"{r.kind}:{r.attack or '-'}@{r.round}")
+            failed[(r.model, r.defense)].append(f"{r.kind}:{r.attack or '-'}@{r.round}" + (
+                " (stage 2)" if r.stage == 2 else ""))  # fmt: skip
+    refusals = honest_refusals(records)
+    chosen = {}
+    for key in keys:
+        best, tied = strongest(scores.get(key, []))
+        again = next((s for s in rerun.get(key, []) if best is not None and s.place == best.place), None)
+        chosen[key] = (again or best, tied, again is not None)
+    rho = pooled_icc([([o.leaked for o in s.outcomes], [o.victims for o in s.outcomes])
+                      for s, _, _ in chosen.values() if s is not None])  # fmt: skip
     rows = []
     for model, defense in keys:
         util = utility.get((model, defense), {})
         undefended = utility.get((model, "none"), {})
         clean = _mean(undefended.get("accuracy", []))
         accuracies = util.get("accuracy", [])
-        acc = estimate(accuracies) if accuracies else None
+        acc = accuracy_interval(accuracies, _mean(util.get("test_examples", []))) if accuracies else None
         seconds = _mean(util.get("client_seconds", []))
         base_seconds = _mean(undefended.get("client_seconds", []))
         chance = _mean(undefended.get("chance", [])) or 0.0
-        best, tied, chosen_on = strongest(scores.get((model, defense), []), split=split)
+        best, tied, stage_two = chosen[(model, defense)]
         rows.append(
             Standing(
-                model=model, defense=defense, strongest=best, tied=tied, chosen_on=chosen_on,
+                model=model, defense=defense, tied=tied, stage_two=stage_two,
+                strongest=None if best is None else dataclasses.replace(best, rho=rho),
                 scores=tuple(scores.get((model, defense), [])),
-                accuracy=acc.mean if acc else None, accuracy_half_width=acc.half_width if acc else None,
+                accuracy=acc.mean if acc else None, accuracy_interval=acc,
                 adr=(clean - acc.mean) / clean if clean and acc is not None else None,
                 epsilon=_mean(util.get("epsilon", [])), epsilon_client=_mean(util.get("epsilon_client", [])),
                 cost=seconds / base_seconds if seconds is not None and base_seconds else None,
                 failed=tuple(sorted(failed.get((model, defense), []))), threat=threat or "",
                 floor=None if clean is None else chance + 0.5 * (clean - chance),
-                under_budget=budget.get((model, defense)),
+                under_budget=budget.get((model, defense)), refuses_honest=refusals.get((model, defense)),
             )
         )  # fmt: skip
     return rank(mark_pareto(rows))
-
-
-def _privacy(row: Standing) -> tuple[float, float]:
-    """Lower is more private: (-1, -1) without measurable leakage, else (leak rate, SSIM) reported."""
-    assert row.strongest is not None
-    if not row.leaks:
-        return (-1.0, -1.0)
-    rate = row.strongest.leak.rate if row.strongest.outcomes else 1.0
-    return (round(rate, 6), level(row.strongest.ssim))
-
-
-def dominates(a: Standing, b: Standing) -> bool:
-    """``a`` is at least as private and as accurate as ``b``, better in one."""
-    if a.strongest is None or b.strongest is None or a.accuracy is None or b.accuracy is None:
-        return False
-    pa, pb = _privacy(a), _privacy(b)
-    return pa <= pb and a.accuracy >= b.accuracy and (pa < pb or a.accuracy > b.accuracy)
-
-
-def mark_pareto(rows: list[Standing]) -> list[Standing]:
-    """Mark the rows no other row of the same model dominates (identical points are both on the front);
-    rows without a strongest attack or an accuracy, and rows that do not train, are off the front."""
-    placed = [r for r in rows if r.strongest is not None and r.accuracy is not None and r.trains]
-    out = []
-    for row in rows:
-        beaten = any(dominates(o, row) for o in placed if o is not row and o.model == row.model)
-        out.append(dataclasses.replace(row, pareto=row in placed and not beaten))
-    return out
-
-
-def _seed_rates(row: Standing, seeds: Sequence[int]) -> list[float]:
-    assert row.strongest is not None
-    rates = row.strongest.leak.per_seed()
-    return [rates[s] for s in seeds]
-
-
-def _differ(leader: Standing, rows: Sequence[Standing]) -> list[bool]:
-    """Which ``rows`` are shown less private than ``leader``: paired t-tests over their common reported
-    seeds, Holm-corrected; with fewer than two common seeds, any difference in privacy."""
-    p_values = []
-    for row in rows:
-        assert leader.strongest is not None and row.strongest is not None
-        common = sorted(set(leader.strongest.leak.per_seed()) & set(row.strongest.leak.per_seed()))
-        if len(common) < 2:  # nothing to test: exact ties in privacy only
-            p_values.append(1.0 if _privacy(leader) == _privacy(row) else 0.0)
-        else:
-            p_values.append(paired_p_value(_seed_rates(row, common), _seed_rates(leader, common)))
-    return holm(p_values)
-
-
-def rank(rows: list[Standing]) -> list[Standing]:
-    """Per model: rows without measurable leakage share rank 1; leaking rows follow by (reported leak
-    rate, SSIM, accuracy, name) in groups that share their first row's rank (see the module
-    docstring). Rows that do not train and rows without an attack score are unranked and last."""
-
-    def key(row: Standing) -> tuple:
-        return (*_privacy(row), -(row.accuracy if row.accuracy is not None else -1.0), row.defense)
-
-    out: list[Standing] = []
-    for model in sorted({r.model for r in rows}):
-        mine = [r for r in rows if r.model == model]
-        ranked = sorted((r for r in mine if r.strongest is not None and r.trains), key=key)
-        clean = [dataclasses.replace(r, rank=1) for r in ranked if not r.leaks]
-        out += clean
-        waiting, position = [r for r in ranked if r.leaks], len(clean) + 1
-        while waiting:
-            leader, others = waiting[0], waiting[1:]
-            differs = _differ(leader, others)
-            run = next((i for i, d in enumerate(differs) if d), len(others))  # rows before the first apart
-            group = [leader, *others[:run]]
-            out += [dataclasses.replace(r, rank=position) for r in group]
-            position += len(group)
-            waiting = others[run:]
-        out += sorted((r for r in mine if r.strongest is not None and not r.trains), key=key)
-        out += [r for r in mine if r.strongest is None]
-    return out

@@ -93,26 +93,41 @@ def leak_text(score: AttackScore | None) -> str:
     return score.leak.text() + (" (cell means)" if score.from_cell_means else "")
 
 
+def margin_text(score: AttackScore | None) -> str:
+    """``0.214 [0.127, 0.301]``: the mean margin over seeds and its 95 % interval (inside [0, 1])."""
+    margin = None if score is None else score.margin
+    return "—" if margin is None else margin.text()
+
+
+def victims_text(row: Standing) -> str:
+    """``stage 2: 128 victims, 8 seeds`` (fresh victims per seed) or ``stage 1: 16 victims, 8 seeds``
+    (the victims the attack was chosen on: biased upward by the choice)."""
+    best = row.strongest
+    if best is None or not best.outcomes:
+        return "—"
+    return f"stage {2 if row.stage_two else 1}: {best.victims} victims, {len(best.outcomes)} seeds"
+
+
 def _attack_text(row: Standing) -> str:
     best = row.strongest
     if best is None:
         text = "no attack cell succeeded"
-    elif not row.leaks:
-        text = f"no measurable leakage (highest: {best.where})"
     else:
         text = best.where + (f" (tied: {', '.join(row.tied)})" if row.tied else "")
+        if not row.leaks:
+            text = f"no measurable leakage (highest: {text})"
     if best is not None and row.cells > 1:
         text += f" · best of {row.cells}"
-    if best is not None and not row.chosen_on and len({o.seed for o in best.outcomes}) > 1:
-        text += " · not held out"
+    if best is not None:
+        text += f" · {victims_text(row)}"
     if row.failed:
         text += f" — {len(row.failed)} failed cell(s)"
     return text
 
 
 def _seeds_text(row: Standing) -> str:
-    """``2 of 8 [0.03, 0.65]``: the seeds in which some attack cell of the row leaked a victim (every
-    seed, every cell: what "no measurable leakage" is judged on), with a Clopper–Pearson interval."""
+    """``2 of 8 [0.03, 0.65]``: the seeds in which some stage-1 attack cell of the row leaked a victim
+    (every seed, every cell: the screen for any leak), with a Clopper–Pearson interval."""
     leaking, seeds = row.seeds_leaking
     return seeds_text(leaking, seeds) if seeds else "—"
 
@@ -125,60 +140,86 @@ def epsilon_text(row: Standing) -> str:
     return " · ".join(parts) or "—"
 
 
+#: the rank column's text for a guard above the refusal gate
+REFUSES_HONEST = "refuses honest models"
+
+
+def rank_text(row: Standing) -> str:
+    """``3 · ab`` (place by mean margin · letters), the gate's verdict, or ``—``."""
+    if row.rank is not None:
+        return f"{row.rank} · {row.letters}"
+    if row.strongest is not None and not row.trains:
+        return REFUSES_HONEST if row.accuracy is None else DOES_NOT_TRAIN
+    return "—"
+
+
+def versus_text(row: Standing) -> str:
+    """The difference from no defense with its simultaneous interval (``reference`` for no defense)."""
+    if row.defense == "none" and row.rank is not None:
+        return "reference"
+    return "—" if row.versus_none is None else row.versus_none.text()
+
+
+def accuracy_text(row: Standing) -> str:
+    """``0.967 [0.948, 0.985]``; a guard: the share of honest models it refuses."""
+    if row.accuracy_interval is not None:
+        text = row.accuracy_interval.text()
+        return text + (f" ({UNDER_BUDGET})" if row.under_budget else "")
+    if row.refuses_honest is not None:
+        return f"refuses {row.refuses_honest:.0%} of honest models"
+    return "—"
+
+
 def ranking_rows(rows: Sequence[Standing], *, active: bool) -> tuple[list[str], list[list[str]]]:
     """Header and rows of one threat model's ranking (``active``: add the client guards' catch rate)."""
-    header = ["rank", "model · defense", "strongest attack (round)", "leaked victims ↓ (95 % CI)",
-              "seeds with a leak", "SSIM (95 % CI)", "PSNR", "accuracy (95 % CI)", "ADR", "ε", "cost",
-              "front"]  # fmt: skip
+    header = ["rank · letters", "model · defense", "strongest attack (round) · victims", "margin ↓ (95 % CI)",
+              "vs no defense (simultaneous CI)", "leaked victims (95 % CI)", "seeds with a leak", "SSIM",
+              "accuracy (95 % CI)", "ADR", "ε", "cost", "front"]  # fmt: skip
     if active:
-        header.insert(7, "caught by guard · SSIM if missed")
+        header.insert(8, "caught by guard · SSIM if missed")
     body = []
     for row in rows:
         best = row.strongest
-        if row.rank is not None:
-            rank = str(row.rank)
-        else:
-            rank = DOES_NOT_TRAIN if best is not None and not row.trains else "—"
         cells = [
-            rank,
+            rank_text(row),
             f"{row.model} · {row.defense}",
             _attack_text(row),
+            margin_text(best),
+            versus_text(row),
             leak_text(best),
             _seeds_text(row),
             score_text(best),
-            _num(best.psnr if best else None, ".2f"),
-            _with_interval(row.accuracy, row.accuracy_half_width)
-            + (f" ({UNDER_BUDGET})" if row.under_budget else ""),
+            accuracy_text(row),
             _num(row.adr, ".3f"),
             epsilon_text(row),
             "—" if row.cost is None else f"{row.cost:.2f}×",
             "●" if row.pareto else "",
         ]
         if active:
-            cells.insert(7, caught_text(best))
+            cells.insert(8, caught_text(best))
         body.append(cells)
     return header, body
 
 
 def selection_note(rows: Sequence[Standing]) -> str:
-    """How the table's strongest attacks were chosen, and where its numbers come from."""
-    split = [r for r in rows if r.chosen_on and r.strongest]
-    if split:
-        reported = sorted({o.seed for r in split for o in r.strongest.outcomes})  # type: ignore[union-attr]
-        listed = ", ".join(map(str, split[0].chosen_on)), ", ".join(map(str, reported))
-        where = (f"chosen among a row's K attack × round cells (\"best of K\") on seeds {listed[0]}, "
-                 f"its numbers measured on seeds {listed[1]} (\"not held out\": no cell of the row ran "
-                 "on both halves, so it is chosen and measured on the same seeds)")  # fmt: skip
-    else:
-        where = ("chosen among a row's K cells and measured on the same seeds (one seed, or no cell on "
-                 "both halves of them): the maximum is biased upward by K")  # fmt: skip
-    return (f"Strongest attack: {where}. Leaked victims: SSIM ≥ 0.6 and above the victim's own "
-            "no-information score, with a 95 % interval that treats seeds as clusters. Seeds with a "
-            "leak: seeds in which any of the row's cells leaked a victim, of all seeds. Ranks: rows "
-            "without a leaked victim in any cell and seed tie at 1; the others are compared with their "
-            "group's first row by a paired t-test over the reported seeds, Holm-corrected. "
-            f"\"does not train\": accuracy below chance + ½ (undefended − chance){_floors(rows)}; not "
-            f"ranked, not on the front.{_budgets(rows)}")  # fmt: skip
+    """How the table's strongest attacks were chosen, and how its rows are compared."""
+    from leakshield.leaderboard.comparisons import ALPHA_PAIRS, ALPHA_VERSUS_NONE
+
+    fresh = any(r.stage_two for r in rows)
+    stage = ("Stage 2 reran each row's chosen cell on the same seeds with fresh victims per seed; its "
+             "numbers are shown (\"stage 2\")" if fresh else "No stage 2 ran: each row shows the victims "
+             "its attack was chosen on (\"stage 1\"), an estimate biased upward by the choice")  # fmt: skip
+    return (f"Strongest attack: chosen among a row's K attack × round cells (\"best of K\") by leak rate "
+            f"over all seeds, then mean margin. {stage}. Margin: max(SSIM − the victim's own no-information "
+            "score, 0) per victim, its mean per seed, a 95 % t-interval over seeds (inside [0, 1]). Leaked "
+            "victims: margin > 0 and SSIM ≥ 0.6, Clopper–Pearson at n / deff with one ρ per table. Seeds "
+            "with a leak: seeds in which any stage-1 cell of the row leaked a victim. Vs no defense: the "
+            "difference in mean margin, paired by seed, with a simultaneous interval (Bonferroni); * marks "
+            f"a row shown to leak less (one-sided paired t, Holm at α {ALPHA_VERSUS_NONE} over the rows). "
+            f"Rank: the order by mean margin; rows sharing a letter were not shown different (all pairs, "
+            f"Holm at α {ALPHA_PAIRS}). \"does not train\": accuracy below chance + ½ (undefended − "
+            f"chance){_floors(rows)}; \"{REFUSES_HONEST}\": a guard refusing more than half of honest "
+            f"models; neither is compared nor on the front.{_budgets(rows)}")  # fmt: skip
 
 
 def _budgets(rows: Sequence[Standing]) -> str:
@@ -198,7 +239,7 @@ def _floors(rows: Sequence[Standing]) -> str:
 
 
 def _coordinates(r: CellRecord) -> tuple:
-    return (r.model, r.defense, r.attack, r.round, r.scale or "", r.seed)
+    return (r.model, r.defense, r.attack, r.round, r.scale or "", r.seed, r.stage)
 
 
 def ranked_records(records: Sequence[CellRecord], ranked: Sequence[CellRecord] = ()) -> list[CellRecord]:
@@ -206,7 +247,8 @@ def ranked_records(records: Sequence[CellRecord], ranked: Sequence[CellRecord] =
     that join the rankings (``ranked``; their utility comes from the main grid), a scenario cell that
     repeats a successful main-grid cell — same model, defense, attack, round, scale and seed — left out."""
     own = {_coordinates(r) for r in records if r.kind == "attack" and r.status == "ok"}
-    return [*records, *(r for r in ranked if r.kind == "attack" and _coordinates(r) not in own)]
+    kept = (r for r in ranked if r.kind == "detection" or (r.kind == "attack" and _coordinates(r) not in own))
+    return [*records, *kept]
 
 
 #: one threat model's ranking: (threat, rows, whether the adversary tampers with the model, header, body)
@@ -251,7 +293,7 @@ def realism_table(title: str, records: Sequence[CellRecord]) -> Table:
             by_column[(s.round, s.scale)].append(s)
         cells = [f"{model} · {defense}"]
         for column in columns:
-            best, _, _ = strongest(by_column.get(column, []), fair=False)
+            best, _ = strongest(by_column.get(column, []))
             leaked = ""
             if best is not None and best.outcomes:
                 means = ", cell means" if best.from_cell_means else ""

@@ -87,7 +87,7 @@ def ranking_records(records: Sequence[CellRecord], rounds: int) -> list[CellReco
             mean = sum(v for f in floors for v in f["ssim"]) / sum(len(f["ssim"]) for f in floors)
             references[scale] = dataclasses.replace(
                 r, kind="baseline", key=f"text-baseline|{scale}", attack=None, defense=None, model=None,
-                metrics={"ssim": mean}, victims=[{"ssim": f["ssim"]} for f in floors], scale=scale,
+                metrics={"ssim": mean}, victims=[{"ssim": f["ssim"]} for f in floors], scale=scale, seed=None,
             )  # fmt: skip
     return [*out, *references.values(), *utility.values()]
 

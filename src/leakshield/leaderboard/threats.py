@@ -29,14 +29,30 @@ def cell_threat(record: CellRecord) -> Threat | None:
     return None
 
 
+def configured_clients(record: CellRecord) -> int | None:
+    """How many clients the cell's aggregate was *configured* to sum: its scale's ``clients=N``, else the
+    ``aggregate_size`` stored with its threat; None where neither was recorded (an old store)."""
+    for part in (record.scale or "").split():
+        if part.startswith("clients="):
+            return int(part.split("=", 1)[1])
+    size = (record.threat or {}).get("aggregate_size")
+    return int(size) if isinstance(size, int | float) else None
+
+
 def threat_of(record: CellRecord) -> str:
     """``honest-but-curious server``, ``malicious server``, ``malicious client`` (or ``auditor``),
-    followed by ``under secure aggregation`` when the cell's server saw only aggregates of more than one
-    client (an aggregate of one, ``aggregate_clients`` 1, is the single update)."""
+    followed by ``under secure aggregation`` when the cell's server was configured to see only aggregates
+    of more than one client. The table follows the design, never the outcome: a guard that refused every
+    update (``aggregate_clients`` 0) leaves its cell where it was configured. Only a store that recorded
+    no configured size falls back to the aggregate the cell measured."""
     threat = cell_threat(record)
     if threat is None:
         return UNKNOWN
-    held = record.metrics.get("aggregate_clients")
-    single = isinstance(held, int | float) and held <= 1
+    configured = configured_clients(record)
+    if configured is not None:
+        single = configured <= 1
+    else:
+        held = record.metrics.get("aggregate_clients")
+        single = isinstance(held, int | float) and held <= 1
     aggregated = (record.threat or {}).get("aggregated") and not single
     return f"{threat.who} under secure aggregation" if aggregated else threat.who

@@ -1,0 +1,82 @@
+"""A threat table's order and comparisons: rows listed by their strongest attack's mean margin, each
+compared with no defense of its model (one-sided paired t over seeds, Holm; :mod:`.comparisons`), letters
+from all-pairs tests, and the privacy–utility front.
+
+Only rows that pass the utility gate and have an attack score are compared; the others follow, unranked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from leakshield.leaderboard.comparisons import (
+    ALPHA_PAIRS,
+    ALPHA_VERSUS_NONE,
+    letter_display,
+    pairwise_different,
+    versus_reference,
+)
+from leakshield.leaderboard.intervals import level
+
+if TYPE_CHECKING:
+    from leakshield.leaderboard.ranking import Standing
+
+#: the row every other row is compared with
+REFERENCE = "none"
+
+
+def privacy(row: Standing) -> tuple[float, float]:
+    """Lower is more private: (mean margin, leak rate) of the row's strongest attack."""
+    assert row.strongest is not None
+    margin = row.strongest.margin
+    rate = row.strongest.leak.rate if row.strongest.outcomes else 1.0
+    return (level(margin.mean) if margin is not None else 1.0, round(rate, 6))
+
+
+def dominates(a: Standing, b: Standing) -> bool:
+    """``a`` is at least as private and as accurate as ``b``, better in one."""
+    if a.strongest is None or b.strongest is None or a.accuracy is None or b.accuracy is None:
+        return False
+    pa, pb = privacy(a), privacy(b)
+    return pa <= pb and a.accuracy >= b.accuracy and (pa < pb or a.accuracy > b.accuracy)
+
+
+def mark_pareto(rows: list[Standing]) -> list[Standing]:
+    """Mark the rows no other row of the same model dominates (identical points are both on the front);
+    rows without a strongest attack or an accuracy, and rows that do not train, are off the front."""
+    placed = [r for r in rows if r.strongest is not None and r.accuracy is not None and r.trains]
+    out = []
+    for row in rows:
+        beaten = any(dominates(o, row) for o in placed if o is not row and o.model == row.model)
+        out.append(dataclasses.replace(row, pareto=row in placed and not beaten))
+    return out
+
+
+def rank(
+    rows: list[Standing], alpha: float = ALPHA_VERSUS_NONE, alpha_pairs: float = ALPHA_PAIRS
+) -> list[Standing]:
+    """Per model: the compared rows by (mean margin, leak rate, accuracy, name), each with its place, its
+    difference from no defense (Holm over the rows compared with it) and its letters (all pairs, Holm);
+    then the rows that do not pass the gate and those without an attack score, unranked."""
+
+    def key(row: Standing) -> tuple:
+        return (*privacy(row), -(row.accuracy if row.accuracy is not None else -1.0), row.defense)
+
+    out: list[Standing] = []
+    for model in sorted({r.model for r in rows}):
+        mine = [r for r in rows if r.model == model]
+        ranked = sorted((r for r in mine if r.strongest is not None and r.trains), key=key)
+        margins = [r.strongest.margins for r in ranked]  # type: ignore[union-attr]
+        reference = next((i for i, r in enumerate(ranked) if r.defense == REFERENCE), None)
+        differences = {}
+        if reference is not None:
+            others = [i for i in range(len(ranked)) if i != reference]
+            found = versus_reference([margins[i] for i in others], margins[reference], alpha)
+            differences = dict(zip(others, found, strict=True))
+        letters = letter_display(len(ranked), pairwise_different(margins, alpha_pairs))
+        out += [dataclasses.replace(r, rank=i + 1, versus_none=differences.get(i), letters=letters[i])
+                for i, r in enumerate(ranked)]  # fmt: skip
+        out += sorted((r for r in mine if r.strongest is not None and not r.trains), key=key)
+        out += [r for r in mine if r.strongest is None]
+    return out
