@@ -31,12 +31,12 @@ def test_the_readme_fits_the_front_door_limit() -> None:
     assert lines <= README_LINES, f"README.md has {lines} lines; the front door holds {README_LINES}"
 
 
-HEADER = ["rank", "model · defense", "strongest attack (round)", "leaked victims ↓ (95 % CI)", "PSNR",
-          "accuracy (95 % CI)", "cost", "front"]  # fmt: skip
+HEADER = ["rank · letters", "model · defense", "strongest attack (round) · victims", "leaked victims (95 % CI)",  # noqa: E501
+          "PSNR", "accuracy (95 % CI)", "cost", "front"]  # fmt: skip
 
 
-def row(rank: int | str, defense: str, leaked: str, accuracy: str, model: str = "lenet") -> list[str]:
-    return [str(rank), f"{model} · {defense}", "ig@0", leaked, "12.0", accuracy, "1.0×", ""]
+def row(rank: str, defense: str, leaked: str, accuracy: str, model: str = "lenet") -> list[str]:
+    return [rank, f"{model} · {defense}", "ig@0", leaked, "12.0", accuracy, "1.0×", ""]
 
 
 def shown(text: str) -> list[str]:
@@ -49,46 +49,46 @@ def test_a_compact_table_shows_the_top_ranked_rows_and_names_those_that_do_not_t
     """The ranking gates (:func:`leakshield.leaderboard.ranking.standings`); the compact table shows
     the top ranked rows and the undefended one, and names the gated rows in a paragraph."""
     rows = [
-        row(1, "dm", "0/8 = 0.00 [0.00, 0.60]", "0.950 ± 0.007"),
-        row(1, "row-guard (stale)", "0/8 = 0.00 [0.00, 0.60]", "—"),  # no utility cell: not claimed
-        row(1, "dp-sgd", "0/8 = 0.00 [0.00, 0.60]", "0.884 ± 0.052"),
-        row(4, "mixup", "2/8 = 0.25 [0.03, 0.65]", "0.952 ± 0.011"),
-        row(4, "precode", "3/8 = 0.38 [0.09, 0.76]", "0.953 ± 0.000"),
-        row(6, "none", "8/8 = 1.00 [0.63, 1.00]", "0.967 ± 0.007"),
+        row("1 · a", "dm", "0/8 = 0.00 [0.00, 0.60]", "0.950 ± 0.007"),
+        row("2 · a", "row-guard (stale)", "0/8 = 0.00 [0.00, 0.60]", "—"),  # no utility cell: not claimed
+        row("3 · a", "dp-sgd", "0/8 = 0.00 [0.00, 0.60]", "0.884 ± 0.052"),
+        row("4 · b", "mixup", "2/8 = 0.25 [0.03, 0.65]", "0.952 ± 0.011"),
+        row("5 · b", "precode", "3/8 = 0.38 [0.09, 0.76]", "0.953 ± 0.000"),
+        row("6 · c", "none", "8/8 = 1.00 [0.63, 1.00]", "0.967 ± 0.007"),
         row("does not train", "augmentation", "0/8 = 0.00 [0.00, 0.60]", "0.463 ± 0.178"),
         row("does not train", "instahide (stale)", "1/8 = 0.12 [0.00, 0.53]", "0.099 ± 0.035"),
     ]
     text = compact_table(Table("Honest-but-curious server", HEADER, rows), "docs/leaderboard/x.md")
     assert shown(text) == ["lenet · dm", "lenet · dp-sgd", "lenet · mixup", "lenet · none"]
     assert "PSNR" not in text and "cost" not in text  # the page has every column
-    assert ("Does not train at this budget (accuracy under chance + ½ (undefended − chance); not ranked): "
-            "lenet · augmentation (accuracy 0.463 ± 0.178), lenet · instahide (stale) (accuracy "
+    assert ("Does not pass the utility gate (accuracy under chance + ½ (undefended − chance), or a guard "
+            "refusing most honest models; not compared): lenet · augmentation (accuracy 0.463 ± 0.178), lenet · instahide (stale) (accuracy "  # noqa: E501
             "0.099 ± 0.035).") in text  # fmt: skip
-    assert "4 more rows on the [results page](docs/leaderboard/x.md) (1 tied at rank 4)." in text
-    assert "|\n\nDoes not train" in text  # a paragraph after the table, not a row of it
+    assert "4 more rows on the [results page](docs/leaderboard/x.md) (2 sharing a letter with a row shown)." in text  # noqa: E501
+    assert "|\n\nDoes not pass" in text  # a paragraph after the table, not a row of it
     assert compact_table(Table("t", HEADER, []), "p.md") == ""
     assert compact_table(Table("t", ["rank", "defense"], [["1", "x"]]), "p.md") == ""
 
 
 def test_the_text_sections_tables_are_compacted_after_the_images_under_their_own_heading() -> None:
     """The text tables name the score ROUGE-2 and the unit a text: the same columns are kept."""
-    text_header = ["rank", "model · defense", "strongest attack (round)", "leaked texts ↓ (95 % CI)",
+    text_header = ["rank · letters", "model · defense", "strongest attack (round) · victims", "leaked texts (95 % CI)",  # noqa: E501
                    "ROUGE-2 (95 % CI)", "ROUGE-1", "accuracy (95 % CI)", "front"]  # fmt: skip
     rows = [
-        ["1", "bert · quantization", "tag@10", "0/16 = 0.00 [0.00, 0.21]", "0.05 ≈ guess", "0.3",
+        ["1 · a", "bert · quantization", "tag@10", "0/16 = 0.00 [0.00, 0.21]", "0.05 ≈ guess", "0.3",
          "0.660 ± 0.004", "●"],
-        ["2", "bert · none", "dager@0", "16/16 = 1.00 [0.79, 1.00]", "1.000", "1.0", "0.664 ± 0.002", ""],
+        ["2 · b", "bert · none", "dager@0", "16/16 = 1.00 [0.79, 1.00]", "1.000", "1.0", "0.664 ± 0.002", ""],
         ["does not train", "bert · pruning", "dager@0", "0/16 = 0.00 [0.00, 0.21]", "0.1", "0.2",
          "0.556 ± 0.000", ""],
     ]  # fmt: skip
-    image = Table("Honest-but-curious server", HEADER, [row(1, "none", "8/8 = 1.00 [0.63, 1.00]", "0.967")])
+    image = Table("Honest-but-curious server", HEADER, [row("1 · a", "none", "8/8 = 1.00 [0.63, 1.00]", "0.967")])  # noqa: E501
     text = Table("Text · Honest-but-curious server (catalogue C)", text_header, rows)
     out = compact_results([image], 0.4, "p.md", [text])
     head, _, tail = out.partition("### Text: federated language models")
     assert "lenet · none" in head and "bert" not in head
     assert shown(tail) == ["bert · quantization", "bert · none"]
-    assert "| 0/16 = 0.00 [0.00, 0.21] | 0.05 ≈ guess | 0.660 ± 0.004 | ● |" in tail  # ROUGE-1 dropped
-    assert "not ranked): bert · pruning (accuracy 0.556 ± 0.000)" in tail
+    assert "| 0/16 = 0.00 [0.00, 0.21] | 0.660 ± 0.004 | ● |" in tail  # ROUGE-1 and -2 dropped
+    assert "not compared): bert · pruning (accuracy 0.556 ± 0.000)" in tail
     assert "### Text" not in compact_results([image], 0.4, "p.md")  # no text section: no heading
 
 
@@ -98,7 +98,7 @@ def test_the_published_readme_and_results_page_are_checked_together(tmp_path: Pa
     readme, page = tmp_path / "README.md", tmp_path / "docs" / "leaderboard" / "standard.md"
     assert check(readme).faithful
     assert page.read_text().count("\n### ") > readme.read_text().count("\n### ")  # every table is there
-    page.write_text(page.read_text().replace("| 0.884 ± 0.052 |", "| 0.984 ± 0.052 |"))
+    page.write_text(page.read_text().replace("| 0.884 [0.832, 0.936] |", "| 0.984 [0.832, 0.936] |"))
     verdict = check(readme)
     assert not verdict.faithful and any("results page" in line for line in verdict.lines)
     page.unlink()

@@ -42,11 +42,11 @@ def victims_per_seed(defense, attack, per_seed, **extra):
             for i, v in enumerate(per_seed)]  # fmt: skip
 
 
-def test_no_measurable_leakage_ties_at_the_top_and_paired_tests_group_the_rest() -> None:
-    """Baseline 0.30 per victim; 6 seeds (chosen on 0, 2, 4; reported on 1, 3, 5). 'flat' and 'under'
-    leak no victim: both tie at rank 1 whatever their SSIMs. 'a' and 'b' leak one victim of two in every
-    seed: the paired test cannot tell them apart, rank 3; 'c' and 'none' leak both in every seed: shown
-    different from 'a' (Holm over the three compared), and tied with each other at rank 5."""
+def test_rows_follow_their_margin_and_differences_without_spread_are_not_over_read() -> None:
+    """Baseline 0.30 per victim; 6 seeds, every seed alike. Margins per seed: 'under' 0, 'flat' 0.1
+    (0.5 − 0.3 on one victim of two), 'b' 0.25, 'a' 0.3, 'c' 0.625, 'none' 0.7. Each difference from
+    no defense is the same in every seed: its p is the exact sign-flip 1/64, above Holm's α/5, so no row
+    is shown to leak less — and no pair is separated (two-sided 2/64 over 15 pairs): one letter."""
     half, both = [0.9, 0.3], [0.95, 0.9]
     records = [
         cell("baseline", None, victims=[0.30, 0.30]),
@@ -55,10 +55,14 @@ def test_no_measurable_leakage_ties_at_the_top_and_paired_tests_group_the_rest()
         *victims_per_seed("a", "ig", [half] * 6), *victims_per_seed("b", "ig", [[0.3, 0.8]] * 6),
         *victims_per_seed("c", "ig", [both] * 6), *victims_per_seed("none", "ig", [[1.0, 1.0]] * 6),
     ]  # fmt: skip
-    rows = {r.defense: r for r in standings(records)}
+    ordered = [r for r in standings(records)]
+    rows = {r.defense: r for r in ordered}
     assert not rows["flat"].leaks and not rows["under"].leaks and rows["a"].leaks
-    assert [rows[d].rank for d in ("flat", "under", "a", "b", "c", "none")] == [1, 1, 3, 3, 5, 5]
-    assert rows["a"].chosen_on == (0, 2, 4) and rows["a"].strongest.leak.seeds == (1, 3, 5)
+    assert [r.defense for r in ordered] == ["under", "flat", "b", "a", "c", "none"]
+    assert [r.rank for r in ordered] == [1, 2, 3, 4, 5, 6] and {r.letters for r in ordered} == {"a"}, [(r.defense, r.letters, r.strongest.margins) for r in ordered]  # noqa: E501
+    assert rows["a"].versus_none.mean == pytest.approx(-0.4) and rows["a"].versus_none.p == pytest.approx(1 / 64)  # noqa: E501
+    assert not any(r.versus_none.less for r in ordered if r.defense != "none")
+    assert rows["a"].strongest.leak.seeds == tuple(range(6))
     assert rows["a"].strongest.leak.rate == pytest.approx(0.5)
     assert score_text(rows["under"].strongest) == "0.250 ± 0.000 ≈ mean image"
     # a victim at SSIM 0.6 but not above its own reference does not leak
@@ -146,9 +150,9 @@ def test_each_threat_model_has_its_own_ranking() -> None:
     # half the victims caught; the missed one leaks at 0.9 (the refused one's 0.3 is the mean-image guess)
     assert server["pruning"].strongest.undetected == pytest.approx(0.9)
     assert server["noise"].strongest.refused is None and server["noise"].strongest.undetected is None
-    assert [row[7] for row in tables[1].rows] == ["50% · 0.900", "—"]
+    assert [row[8] for row in tables[1].rows] == ["50% · 0.900", "—"]
     _, exported = records_from_json(export_json(records, {"name": "x"}))  # the export keeps what it needs
-    assert [row[7] for row in threat_tables(exported)[1].rows] == ["50% · 0.900", "—"]
+    assert [row[8] for row in threat_tables(exported)[1].rows] == ["50% · 0.900", "—"]
 
 
 def test_the_standard_preset_is_fair_and_realistic() -> None:
@@ -319,7 +323,7 @@ def test_a_ranked_scenario_cell_that_repeats_a_main_grid_cell_counts_once() -> N
     scenario = [cell("attack", "d", "ig", victims=[0.9]), cell("attack", "d", "ig", round=20, victims=[0.2])]
     (table,) = threat_tables(main, scenario)
     (row,) = table.rows
-    assert row[2].startswith("ig@0 · best of 2") and row[3] == "1/1 = 1.00 [0.03, 1.00]"
+    assert row[2].startswith("ig@0 · best of 2") and row[5] == "1/1 = 1.00 [0.03, 1.00]"
     # the report's frontier and defense pages read the same cells: a leak at round 20 alone flags the row
     late = [cell("attack", "d", "ig", round=20, victims=[0.9])]
     quiet = [*main[:1], cell("attack", "d", "ig", victims=[0.2]), main[2]]

@@ -9,17 +9,14 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from leakshield.leaderboard.intervals import estimate
 from leakshield.leaderboard.leak_rate import (
     clopper_pearson,
     clustered_interval,
     design_effect,
-    holm,
     intraclass_correlation,
     leak_rate,
-    paired_p_value,
     victim_leaked,
     wald_interval,
 )
@@ -57,16 +54,6 @@ def test_clopper_pearson_and_the_clustered_interval() -> None:
     rate = leak_rate([1, 3], [2, 0], [2, 2])
     assert rate.rate == 0.5 and rate.seeds_leaking == 1 and rate.measurable
     assert rate.text() == "2/4 = 0.50 [0.01, 0.99]" and rate.seeds_text().startswith("1 of 2 [")
-
-
-def test_paired_test_and_holm() -> None:
-    a, b = [0.5, 1.0, 0.5, 1.0], [0.0, 0.5, 0.5, 0.0]
-    assert paired_p_value(a, b) == pytest.approx(stats.ttest_rel(a, b).pvalue)
-    assert paired_p_value([1, 1, 1], [0, 0, 0]) == 0.0 and paired_p_value([1, 1], [1, 1]) == 1.0
-    assert paired_p_value([1.0], [0.0]) == 1.0  # one pair: nothing to test
-    # Holm: 0.01 ≤ 0.05/3, 0.02 ≤ 0.05/2, 0.04 ≤ 0.05/1 — all rejected; 0.03 then stops at 0.04 > 0.025
-    assert holm([0.04, 0.01, 0.02]) == [True, True, True]
-    assert holm([0.01, 0.03, 0.04]) == [True, False, False]
 
 
 def _old_t_rule_flag_rate(seeds: int, victims: int, repetitions: int, seed: int = 0) -> float:

@@ -242,10 +242,10 @@ def test_editing_the_noise_defense_stales_exactly_its_rows_and_the_rerendered_bl
     }
     assert marked_rows(page.read_text()) == noise_rows  # every table is on the results page
     assert marked_rows(block) <= noise_rows and marked_rows(block)  # the README shows its top rows
-    assert "**Stale: 16 of 76 rows**" in block and "leakshield.defenses.noise edited" in block
+    assert "**Stale: 16 of 77 rows**" in block and "leakshield.defenses.noise edited" in block
     verdict = check(readme, graph, PUBLISHED)
     assert verdict.faithful and not verdict.fresh  # the block says what is stale: the suite stays green
-    assert any("16 of 76 rows" in line for line in verdict.lines)
+    assert any("16 of 77 rows" in line for line in verdict.lines)
 
     marked = page.read_text()
     page.write_text(marked.replace(STALE_MARK, ""))  # a page claiming a freshness it does not have
@@ -303,13 +303,13 @@ def test_git_mv_of_a_defense_module_stales_nothing_as_the_cli_sees_it(tmp_path: 
 def test_an_edited_number_in_the_block_is_reported(tmp_path: Path) -> None:
     repo = scratch_repo(tmp_path)
     readme = repo / "README.md"
-    row = "| 1 | lenet-tanh · dp-sgd | ggl-adaptive@2 · best of 14 | 1/8"
+    row = "| 1 · a | lenet-tanh · dp-sgd | ggl-adaptive@2 · best of 14 · stage 1: 16 victims, 8 seeds | 0.002"
     assert row in readme.read_text()
-    readme.write_text(readme.read_text().replace(row, row.replace("1/8", "0/8")))
+    readme.write_text(readme.read_text().replace(row, row.replace("| 0.002", "| 0.000")))
     verdict = check(readme, None, PUBLISHED)
     assert not verdict.faithful and not verdict.staleness.stale  # the cells are fresh; the block is not
     assert verdict.lines[0].startswith("differs")
-    assert "0/8" in verdict.lines[1] and "1/8" in verdict.lines[1]
+    assert "0.000" in verdict.lines[1] and "0.002" in verdict.lines[1]
 
 
 def test_the_published_results_mark_exactly_their_stale_rows() -> None:

@@ -8,7 +8,7 @@ Only rows that pass the utility gate and have an attack score are compared; the 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import Any
 
 from leakshield.leaderboard.comparisons import (
     ALPHA_PAIRS,
@@ -19,19 +19,20 @@ from leakshield.leaderboard.comparisons import (
 )
 from leakshield.leaderboard.intervals import level
 
-if TYPE_CHECKING:
-    from leakshield.leaderboard.ranking import Standing
+#: a :class:`leakshield.leaderboard.ranking.Standing` (not imported: ranking calls this module)
+Standing = Any
 
 #: the row every other row is compared with
 REFERENCE = "none"
 
 
 def privacy(row: Standing) -> tuple[float, float]:
-    """Lower is more private: (mean margin, leak rate) of the row's strongest attack."""
+    """Lower is more private: (mean margin, leak rate) of the row's strongest attack (a score without
+    per-seed outcomes: its SSIM, leak rate 1)."""
     assert row.strongest is not None
     margin = row.strongest.margin
     rate = row.strongest.leak.rate if row.strongest.outcomes else 1.0
-    return (level(margin.mean) if margin is not None else 1.0, round(rate, 6))
+    return (level(margin.mean) if margin is not None else level(row.strongest.ssim), round(rate, 6))
 
 
 def dominates(a: Standing, b: Standing) -> bool:

@@ -89,11 +89,12 @@ def baseline_images(records: Sequence[CellRecord]) -> BaselineImages:
 
 def references_of(per_image: BaselineImages, scale: str, seed: int | None, stage: int = 1) -> object:
     """The per-image references of a cell at ``scale``, ``seed`` and ``stage``: its seed's baseline,
-    else its stage's shared one (None when neither has one)."""
+    else its stage's shared one, else the stage's only baseline whatever its seed (None otherwise)."""
     for place in ((stage, seed), (stage, None)):
         if place in per_image:
             return for_scale(per_image[place], scale)
-    return None
+    places = [p for p in per_image if p[0] == stage]
+    return for_scale(per_image[places[0]], scale) if len(places) == 1 else None  # one baseline: shared
 
 
 def baselines(records: Sequence[CellRecord]) -> dict[str, float]:
