@@ -184,7 +184,7 @@ def test_a_preset_whose_loda_budget_misses_the_criterion_is_labelled(tmp_path) -
     (row,) = standings(records)  # the run's own records, as the leaderboard reads them
     _, (cells,) = ranking_rows([row], active=False)
     assert (
-        cells[1] == "lenet · loda" and cells[8].endswith(f"({UNDER_BUDGET})") and gap in selection_note([row])
+        cells[1] == "lenet · loda" and cells[9].endswith(f"({UNDER_BUDGET})") and gap in selection_note([row])
     )
     # a seed of three that missed labels the row, after the export's round trip
     met = leaderboard_cell("utility", "met", accuracy=0.9, fit_converged=1.0)
@@ -196,7 +196,7 @@ def test_a_preset_whose_loda_budget_misses_the_criterion_is_labelled(tmp_path) -
     _, back = records_from_json(export_json([*attack, met, *loda], {"name": "x"}))
     rows = standings(back)
     _, body = ranking_rows(rows, active=False)
-    accuracy = {row[1]: row[8] for row in body}
+    accuracy = {row[1]: row[9] for row in body}
     assert accuracy["m · loda"].endswith(f"({UNDER_BUDGET})") and UNDER_BUDGET not in accuracy["m · met"]
     assert gap in selection_note(rows)
     assert f'"{UNDER_BUDGET}"' not in selection_note([r for r in rows if r.defense == "met"])

@@ -175,13 +175,13 @@ TINY = {
         "models": [{"name": "lenet", "label": "lenet-tanh", "activation": "tanh", "init_range": None}],
         "fl": {"clients": 2, "local": {"algorithm": "fedavg", "local_lr": 0.1, "batch_size": 16}},
         "attack": {"rounds": [0], "update": {"algorithm": "fedsgd"}, "threat": {"labels_known": True}},
-        "victims": {"count": 1, "batch_size": 1},
+        "victims": {"count": 1, "batch_size": 1, "per_seed": True},
         "defenses": ["none", {"name": "pruning", "ratio": 0.9}],
         "attacks": ["ig", "pruning-aware"],
         "utility": {"rounds": 1},
     },
     "presets": {"smoke": {"params": {"ig": {"iterations": 10}, "pruning-aware": {"iterations": 10}},
-                          "scenarios": ["batch"]}},
+                          "scenarios": ["batch"], "stage2": {"victims": 3}}},
     "scenarios": {"batch": {"title": "batch 1 and 2", "axes": {"batch_size": [1, 2]},
                             "utility": {"rounds": 0}, "attacks": ["ig"]}},
 }  # fmt: skip
@@ -203,6 +203,12 @@ def test_leaderboard_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     assert (out / "scenarios" / "batch" / "results.sqlite").is_file()
     block = readme_block(readme.read_text())
     text = (tmp_path / "docs" / "leaderboard" / "smoke.json").read_text()
+    # stage 2: each row's chosen cell rerun on 3 fresh victims (per-seed baseline + the attack cell)
+    reruns = json.loads(text)["stage2"]
+    assert {(r["rerun"]["defense"], r["rerun"]["victims"], r["rerun"]["offset"]) for r in reruns} == {
+        ("none", 3, 1), ("pruning", 3, 1)}
+    assert all(len(c["victims"]) == 3 and c["stage"] == 2 for r in reruns for c in r["cells"])
+    assert "stage 2: 3 victims, 1 seeds" in block
     facts, records = records_from_json(text)
     assert block == readme_section(facts, records, "docs/leaderboard/smoke.json", scenarios_from_json(text))
     assert f"source tree `{source_hash()}`" in block and "Honest-but-curious server" in block
@@ -220,7 +226,7 @@ def test_leaderboard_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(check) == 0  # computed by this code
     assert capsys.readouterr().out.startswith("fresh")
     assert main([*args, "--device", "cpu"]) == 0  # a rerun computes nothing
-    assert capsys.readouterr().out.count("0 computed") == 2  # the main grid and the scenario
+    assert capsys.readouterr().out.count("0 computed") == 4  # the main grid, the scenario, 2 stage-2 reruns
     readme.write_text(readme.read_text().replace(source_hash(), "0" * 16))
     assert main(check) == 1
     assert "differs" in capsys.readouterr().out

@@ -150,9 +150,9 @@ def test_each_threat_model_has_its_own_ranking() -> None:
     # half the victims caught; the missed one leaks at 0.9 (the refused one's 0.3 is the mean-image guess)
     assert server["pruning"].strongest.undetected == pytest.approx(0.9)
     assert server["noise"].strongest.refused is None and server["noise"].strongest.undetected is None
-    assert [row[8] for row in tables[1].rows] == ["50% · 0.900", "—"]
+    assert [row[9] for row in tables[1].rows] == ["50% · 0.900", "—"]
     _, exported = records_from_json(export_json(records, {"name": "x"}))  # the export keeps what it needs
-    assert [row[8] for row in threat_tables(exported)[1].rows] == ["50% · 0.900", "—"]
+    assert [row[9] for row in threat_tables(exported)[1].rows] == ["50% · 0.900", "—"]
 
 
 def test_the_standard_preset_is_fair_and_realistic() -> None:

@@ -78,11 +78,11 @@ def test_the_text_ranking_sees_a_partial_leak_and_gates_a_model_that_does_not_tr
     assert "ROUGE-2 (95 % CI)" in table.header and "ROUGE-1" in table.header
     assert "SSIM" not in str(table.header)
     rows = _rows(table)
-    assert rows["safe"][0] == "1" and rows["safe"][2].startswith("no measurable leakage")
+    assert rows["safe"][0] == "1 · a" and rows["safe"][2].startswith("no measurable leakage")
     assert rows["broken"][0] == "does not train"
-    assert not rows["half"][2].startswith("no measurable") and rows["half"][0] not in ("1", "does not train")
-    assert rows["half"][4].startswith("2 of 4")  # the seeds with a leak: 1 and 3
-    assert rows["none"][0] not in ("1", "does not train") and rows["none"][4].startswith("4 of 4")
+    assert not rows["half"][2].startswith("no measurable") and rows["half"][0].startswith("2 · ")
+    assert rows["half"][6].startswith("2 of 4")  # the seeds with a leak: 1 and 3
+    assert rows["none"][0].startswith("3 · ") and rows["none"][6].startswith("4 of 4")
     assert f"0 untrained, {ROUNDS} after FL training" in table.note
     assert "Leaked texts: ROUGE-2 ≥ 0.6 and above the ROUGE-2 of the text's own" in table.note
     assert "victim" not in table.note.replace("victims (each a client's batch", "")
@@ -117,8 +117,8 @@ def test_each_text_is_judged_against_its_own_guess_in_order():
     cells = [_cell("none", s, st, [[0.95, 0.62], [0.65, 0.66]], floor=floors)
              for s in range(2) for st in ("untrained", "trained")]  # fmt: skip
     (table,) = text_tables(cells, ROUNDS)
-    assert "leaked texts ↓ (95 % CI)" in table.header
-    assert _rows(table)["none"][3].startswith("2/4 = 0.50")
+    assert "leaked texts (95 % CI)" in table.header
+    assert _rows(table)["none"][5].startswith("4/8 = 0.50")  # both seeds: 2 of 4 texts in each
 
 
 def test_the_text_tables_name_the_guess_and_come_back_from_an_export():

@@ -131,6 +131,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         status = max(status, run_grid(scenario, out / "scenarios" / name, args))
     if status == STOPPED or past_deadline(args):
         return STOPPED
+    status = max(status, _stage_two(config, scenarios, out, args))
+    if status == STOPPED or past_deadline(args):
+        return STOPPED
     status = max(status, _text_section(text, out, args))
     files = build_leaderboard(out, preset=args.preset, scenarios=[(n, a) for n, _, a in scenarios])
     print(f"leaderboard: {files.html}  ({len(files.pages)} defense pages)  table: {files.markdown}")
@@ -139,6 +142,36 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         export.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(files.json, export)
         _from_export(export, args.readme, args)
+    return status
+
+
+def _stage_two(config: Any, scenarios: list, out: Path, args: argparse.Namespace) -> int:
+    """Rerun each row's chosen cell on fresh victims per seed (:mod:`leakshield.leaderboard.stage_two`),
+    each into ``out/stage2/<name>`` (resumable); 1 when a cell failed."""
+    from leakshield.experiment.rundir import STORE_FILE
+    from leakshield.experiment.store import ResultStore
+    from leakshield.leaderboard.presets import load_stage_two_victims
+    from leakshield.leaderboard.report import load_scenarios_of
+    from leakshield.leaderboard.stage_two import FOLDER, chosen_cells, rerun_config, write_index
+
+    count = load_stage_two_victims(args.preset, path=args.config)
+    if count == 0:
+        write_index(out, [])
+        print("stage 2: off (stage2.victims: 0); each row shows the victims its attack was chosen on")
+        return 0
+    records = ResultStore(out / STORE_FILE).records()
+    found = load_scenarios_of(out, [(n, a) for n, _, a in scenarios])
+    configs = {None: config, **{n: c for n, c, _ in scenarios}}
+    reruns = chosen_cells(records, found, configs, count)
+    write_index(out, reruns)
+    print(f"stage 2: {len(reruns)} chosen cell(s), each rerun on {count} fresh victims per seed")
+    status = 0
+    for i, rerun in enumerate(reruns, 1):
+        if past_deadline(args):
+            return STOPPED
+        print(f"stage 2 [{i}/{len(reruns)}] {rerun.name}:")
+        grid = rerun_config(configs[rerun.source], rerun)
+        status = max(status, run_grid(grid, out / FOLDER / rerun.name, args))
     return status
 
 
@@ -213,7 +246,11 @@ def _dry_run(config: Any, out: Path, scenarios: list, args: argparse.Namespace) 
         (f"scenario {n}", c, out / "scenarios" / n) for n, c, _ in scenarios
     ]
     cache_dir = None if args.cache_dir is None else str(args.cache_dir)
-    dry_run(grids, args.device, cache_dir, args.workers)
+    from leakshield.leaderboard.presets import load_stage_two_victims
+
+    ranked = [True] + [bool(about.get("ranked")) for _, _, about in scenarios]
+    victims = load_stage_two_victims(args.preset, path=args.config)
+    dry_run(grids, args.device, cache_dir, args.workers, (victims, ranked))
     from leakshield.leaderboard.presets import load_text_leaderboard
 
     text = load_text_leaderboard(args.preset, path=args.config, corpus=args.corpus)

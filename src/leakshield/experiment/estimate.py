@@ -79,6 +79,8 @@ class GridEstimate:
     not_estimated: list[str] = field(default_factory=list)
     total_cells: int = 0
     todo: int = 0
+    #: (model, attack, scale label) → seconds of one attack cell (None: not probed), as probed
+    attack_seconds: dict[tuple[str, str, str], float | None] = field(default_factory=dict)
 
     def seconds(self, workers: int = 1) -> float:
         work = self.training + sum(n * s for n, s in self.kinds.values())
@@ -164,6 +166,7 @@ def estimate_grid(runner, memo: ProbeMemo | None = None) -> GridEstimate:
     for pair, seconds in round_seconds.items():
         if seconds is None:
             result.not_estimated.append(f"FL training under {pair[1]} ({pair[0]}) ({NOT_PROBED})")
+    result.attack_seconds = dict(attack_seconds)
     return result
 
 

@@ -36,6 +36,8 @@ class GridPart:
     seconds: float
     wants_fits: bool
     not_estimated: int
+    #: (model, attack, scale label) → seconds of one attack cell, as probed (stage 2's bound reads it)
+    attacks: dict[tuple[str, str, str], float | None] | None = None
 
 
 def estimate_grids(
@@ -51,7 +53,8 @@ def estimate_grids(
             print(f"— {grid[0]}")
             found = print_estimate(_runner(grid, device, cache_dir), workers=workers, memo=memo)
         wants = bool(found.not_estimated and found.todo)
-        parts.append(GridPart(printed.getvalue(), found.seconds(workers), wants, len(found.not_estimated)))
+        parts.append(GridPart(printed.getvalue(), found.seconds(workers), wants, len(found.not_estimated),
+                              found.attack_seconds))  # fmt: skip
     return parts
 
 
@@ -77,10 +80,45 @@ def _runner(grid: Grid, device: str | None, cache_dir: str | None) -> Experiment
     return ExperimentRunner(config, Path(where), device=device, progress=False, cache_dir=cache_dir)
 
 
+def stage_two_bound(
+    config: Any, attacks: dict[tuple[str, str, str], float | None], victims: int
+) -> tuple[int, float]:
+    """(reruns, seconds) of stage 2 for a ranked grid, bounded above: per row and threat table, its most
+    expensive attack cell as probed, scaled to ``victims`` victims linearly (attacks with a fixed cost per
+    cell scale less) on every seed; cells not probed (already stored) count 0."""
+    from leakshield.attacks import ATTACKS
+    from leakshield.experiment.cells import runs_against
+    from leakshield.threats import Adversary
+
+    reruns, seconds = 0, 0.0
+    for model in config.models:
+        for defense in config.defenses:
+            tables: dict[tuple[str, bool], float] = {}
+            for attack in config.attacks:
+                threat = ATTACKS.get(attack.name).threat
+                if not runs_against(attack, defense) or threat.adversary is Adversary.PARTICIPANT:
+                    continue
+                for (name, label, scale), each in attacks.items():
+                    if name != model.display or label != attack.display:
+                        continue
+                    clients = next((int(p[8:]) for p in scale.split() if p.startswith("clients=")),
+                                   config.fl.aggregate_size)  # fmt: skip
+                    table = (threat.who, bool(config.fl.secure_aggregation) and clients > 1)
+                    tables[table] = max(tables.get(table, 0.0), each or 0.0)
+            reruns += len(tables)
+            seconds += sum(tables.values()) * victims / config.victims.count * len(config.seeds)
+    return reruns, seconds
+
+
 def dry_run(
-    grids: list[tuple[str, Any, Path]], device: str | None, cache_dir: str | None, workers: int
+    grids: list[tuple[str, Any, Path]],
+    device: str | None,
+    cache_dir: str | None,
+    workers: int,
+    stage_two: tuple[int, list[bool]] | None = None,
 ) -> float:
-    """Print each grid's estimate and the probed fits; returns the leaderboard's total seconds."""
+    """Print each grid's estimate and the probed fits, and stage 2's bound (``stage_two``: its fresh
+    victims per seed and which grids are ranked); returns the leaderboard's total seconds."""
     jobs = [(title, json.dumps(config.model_dump(mode="json")), str(where)) for title, config, where in grids]
     side = " side by side" if workers > 1 else ""
     print(f"probing {len(grids)} grid(s) and their fits{side}; the tables follow when done…", flush=True)
@@ -108,6 +146,17 @@ def dry_run(
                 print(f"  probed: {label}: {seconds / 60:.1f} min")
             total += sum(probed.values()) / max(workers, 1)
             missing += 0 if probed else part.not_estimated
+    if stage_two is not None and stage_two[0] > 0:
+        victims, ranked = stage_two
+        reruns, seconds = 0, 0.0
+        for (_, config, _), part, counted in zip(grids, parts, ranked, strict=True):
+            if counted:
+                found = stage_two_bound(config, part.attacks or {}, victims)
+                reruns, seconds = reruns + found[0], seconds + found[1]
+        print(f"— stage 2: at most {reruns} chosen cell(s) rerun on {victims} fresh victims per seed, "
+              f"≤ {seconds / max(workers, 1) / 60:.1f} min (each row's costliest probed attack, scaled "
+              "linearly in victims)")  # fmt: skip
+        total += seconds / max(workers, 1)
     note = f" ({missing} kind(s) not estimated, listed above)" if missing else ""
     print(f"leaderboard total: {total / 60:.1f} min with {workers} worker(s){note}")
     return total

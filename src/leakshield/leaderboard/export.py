@@ -9,6 +9,7 @@ import datetime
 import json
 import os
 import platform
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,12 +106,14 @@ def export_json(
     scenarios: Sequence[Scenario] = (),
     provenance: dict[str, Any] | None = None,
     text: tuple[Sequence[CellRecord], int] | None = None,
+    stage_two: Sequence[tuple[dict[str, Any], Sequence[CellRecord]]] = (),
 ) -> str:
     """The run as JSON: ``facts``, every cell without its images (each victim's scores kept: its SSIMs,
     its prior draw's, a guard's refusal; its environment keeps its components' stamps), each realism
     scenario's description and cells, ``provenance``: stamp → the component's modules and settings
     (:func:`leakshield.leaderboard.staleness.provenance_table`), and ``text``: the text section's cells
-    (each sequence's scores kept) and its trained state's rounds."""
+    (each sequence's scores kept) and its trained state's rounds; ``stage2``: each stage-2 rerun
+    (:mod:`.stage_two`: its coordinates as JSON) and its cells."""
     data = {
         "run": facts,
         "cells": [_cell_json(r) for r in records],
@@ -121,6 +124,9 @@ def export_json(
         data["provenance"] = provenance
     if text is not None:
         data["text"] = {"rounds": text[1], "cells": [_cell_json(r) for r in text[0]]}
+    if stage_two:
+        data["stage2"] = [{"rerun": rerun, "cells": [_cell_json(r) for r in cells]}
+                          for rerun, cells in stage_two]  # fmt: skip
     return json.dumps(data, indent=0, sort_keys=True)
 
 
@@ -151,10 +157,26 @@ def records_from_json(text: str) -> tuple[dict[str, Any], list[CellRecord]]:
     return data["run"], [_record(c) for c in data["cells"]]
 
 
+#: the name prefix of a stage-2 rerun among the groups :func:`scenarios_from_json` returns
+STAGE_TWO_PREFIX = "stage2/"
+
+
 def scenarios_from_json(text: str) -> list[Scenario]:
+    """The export's scenarios, then its stage-2 reruns as ranked groups named ``stage2/<rerun>``."""
     data = json.loads(text)
-    return [Scenario(s["name"], s["title"], s["ranked"], [_record(c) for c in s["cells"]])
-            for s in data.get("scenarios", [])]  # fmt: skip
+    found = [Scenario(s["name"], s["title"], s["ranked"], [_record(c) for c in s["cells"]])
+             for s in data.get("scenarios", [])]  # fmt: skip
+    for entry in data.get("stage2", []):
+        records = [dataclasses.replace(_record(c), stage=2) for c in entry["cells"]]
+        found.append(Scenario(STAGE_TWO_PREFIX + stage_two_name(entry["rerun"]), "stage 2", True, records))
+    return found
+
+
+def stage_two_name(rerun: dict[str, Any]) -> str:
+    """A stage-2 rerun's folder name from its JSON: ``main__lenet-tanh__dp-sgd__ig__0`` (scale last)."""
+    parts = [rerun.get("source") or "main", rerun["model"], rerun["defense"], rerun["attack"],
+             str(rerun["round"]), rerun.get("scale") or ""]  # fmt: skip
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", "__".join(p for p in parts if p))
 
 
 def baseline_ssim(records: Sequence[CellRecord]) -> float | None:

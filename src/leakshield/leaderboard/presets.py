@@ -20,7 +20,7 @@ from leakshield.errors import ConfigError
 from leakshield.experiment.config import ExperimentConfig, parse_config
 from leakshield.experiment.yaml_files import read_yaml
 
-PRESET_KEYS = ("params", "add_defenses", "scenarios", "text")
+PRESET_KEYS = ("params", "add_defenses", "scenarios", "text", "stage2")
 #: keys of a scenario that describe it rather than change the experiment
 SCENARIO_KEYS = ("title", "ranked")
 
@@ -119,6 +119,7 @@ def leaderboard_data(
         raise ConfigError(f"{source}: presets.{preset}.add_defenses: expected a list of defenses")
     changes.pop("scenarios", None)
     changes.pop("text", None)
+    changes.pop("stage2", None)
     data = deep_merge(document["base"], changes)
     data.setdefault("name", f"leaderboard-{preset}")
     local = (data.get("fl") or {}).get("local") or {}
@@ -227,3 +228,12 @@ def load_scenarios(
         data, about = scenario_data(text, preset, name, data_root=data_root, source=source)
         out.append((name, parse_config(data, source=f"{source} (scenario {name})"), about))
     return out
+
+
+def load_stage_two_victims(preset: str, *, path: str | Path | None = None) -> int:
+    """The fresh victims per seed of ``preset``'s stage 2 (``presets.<preset>.stage2.victims``; 0: off)."""
+    from leakshield.leaderboard.stage_two import stage_two_victims
+
+    text = read_yaml(path, "leaderboard file") if path is not None else default_leaderboard_text()
+    document = yaml.safe_load(text) if isinstance(text, str) else text
+    return stage_two_victims(document or {}, preset)

@@ -22,6 +22,7 @@ from leakshield.experiment.stamps import Stamper
 from leakshield.experiment.store import atomic_write_bytes
 from leakshield.leaderboard.export import (
     PAGE_HEAD,
+    STAGE_TWO_PREFIX,
     readme_block,
     readme_section,
     records_from_json,
@@ -92,8 +93,30 @@ def judge_export(text: str, graph: CodeGraph | None = None, protocol: Protocol |
     main, scenarios = (protocol or Protocol()).configs(str(facts["preset"]))
     table = json.loads(text).get("provenance") or {}
     groups = [(None, main, records)]
-    groups += [(s.name, scenarios.get(s.name), s.records) for s in scenarios_from_json(text)]
+    groups += [(s.name, scenarios.get(s.name), s.records) for s in scenarios_from_json(text)
+               if not s.name.startswith(STAGE_TWO_PREFIX)]  # fmt: skip
+    groups += stage_two_groups(text, main, scenarios)
     return judge(groups, table, graph)
+
+
+def stage_two_groups(
+    text: str, main: ExperimentConfig, scenarios: dict[str, ExperimentConfig]
+) -> list[tuple[str, ExperimentConfig | None, list[Any]]]:
+    """The export's stage-2 reruns as judged groups: each with the config the installed code gives it
+    (None, stale whole, where its source grid or its cell is no longer in the preset)."""
+    from leakshield.leaderboard.stage_two import Rerun, rerun_config
+
+    groups = []
+    found = [s for s in scenarios_from_json(text) if s.name.startswith(STAGE_TWO_PREFIX)]
+    for entry, group in zip(json.loads(text).get("stage2", []), found, strict=True):
+        rerun = Rerun.from_json(entry["rerun"])
+        source = main if rerun.source is None else scenarios.get(rerun.source)
+        try:
+            config = None if source is None else rerun_config(source, rerun)
+        except LeakshieldError:
+            config = None
+        groups.append((group.name, config, group.records))
+    return groups
 
 
 def export_of(readme: Path) -> tuple[str, Path]:

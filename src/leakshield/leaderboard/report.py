@@ -15,6 +15,7 @@ from pathlib import Path
 from leakshield.experiment.rundir import STORE_FILE, load_run_config
 from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
 from leakshield.leaderboard.export import (
+    STAGE_TWO_PREFIX,
     Scenario,
     baseline_ssim,
     export_json,
@@ -25,6 +26,7 @@ from leakshield.leaderboard.export import (
     source_line,
 )
 from leakshield.leaderboard.ranking import Standing, standings
+from leakshield.leaderboard.stage_two import FOLDER, as_scenarios, load_stage_two
 from leakshield.leaderboard.staleness import provenance_table
 from leakshield.leaderboard.tables import html_table, leak_text, markdown, ranked_records
 from leakshield.leaderboard.text_section import text_tables
@@ -227,6 +229,8 @@ def build_leaderboard(
     records = store.records()
     restore_missing_images(run_dir, records)
     found = load_scenarios_of(run_dir, scenarios or [])
+    second = load_stage_two(run_dir)
+    found += as_scenarios(second)
     ranked = ranked_records(records, [r for s in found if s.ranked for r in s.records])
     rows = standings(ranked)
     tables = results_tables(records, found)
@@ -254,7 +258,8 @@ def build_leaderboard(
         f"<p class='box'>Run finished {facts['finished']} · leakshield {facts['leakshield']} · "
         f"{html.escape(source_line(facts).replace('`', ''))} · torch {facts['torch']} · "
         f"{html.escape(facts['machine'])} · {len(every)} cells ({len(failed)} failed) in the main grid "
-        f"and {len(found)} scenario(s), {facts['cell_seconds']:.0f} s of cell time · config fingerprint "
+        f"and {len(found) - len(second)} scenario(s), {len(second)} stage-2 rerun(s), "
+        f"{facts['cell_seconds']:.0f} s of cell time · config fingerprint "
         f"{facts['fingerprint']}</p>",
         f"<p>{html.escape(reading_note(records))}</p>",
         "<h2>Rankings, one per threat model</h2>",
@@ -283,10 +288,15 @@ def build_leaderboard(
     atomic_write_bytes(
         files.markdown, f"# {config.name}\n\n{results_markdown(records, found)}{text_md}".encode()
     )
+    preset_scenarios = [s for s in found if not s.name.startswith(STAGE_TWO_PREFIX)]
     provenance = provenance_table(
-        [(config, records)] + [(load_run_config(run_dir / "scenarios" / s.name), s.records) for s in found]
+        [(config, records)]
+        + [(load_run_config(run_dir / "scenarios" / s.name), s.records) for s in preset_scenarios]
+        + [(load_run_config(run_dir / FOLDER / rerun.name), cells) for rerun, cells in second]
     )
-    atomic_write_bytes(files.json, export_json(records, facts, found, provenance, text).encode())
+    reruns = [(rerun.as_json(), cells) for rerun, cells in second]
+    exported = export_json(records, facts, preset_scenarios, provenance, text, reruns)
+    atomic_write_bytes(files.json, exported.encode())
     return files
 
 

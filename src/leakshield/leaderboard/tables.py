@@ -173,10 +173,10 @@ def accuracy_text(row: Standing) -> str:
 def ranking_rows(rows: Sequence[Standing], *, active: bool) -> tuple[list[str], list[list[str]]]:
     """Header and rows of one threat model's ranking (``active``: add the client guards' catch rate)."""
     header = ["rank · letters", "model · defense", "strongest attack (round) · victims", "margin ↓ (95 % CI)",
-              "vs no defense (simultaneous CI)", "leaked victims (95 % CI)", "seeds with a leak", "SSIM",
-              "accuracy (95 % CI)", "ADR", "ε", "cost", "front"]  # fmt: skip
+              "vs no defense (simultaneous CI)", "leaked victims (95 % CI)", "seeds with a leak",
+              "SSIM (95 % CI)", "PSNR", "accuracy (95 % CI)", "ADR", "ε", "cost", "front"]  # fmt: skip
     if active:
-        header.insert(8, "caught by guard · SSIM if missed")
+        header.insert(9, "caught by guard · SSIM if missed")
     body = []
     for row in rows:
         best = row.strongest
@@ -189,6 +189,7 @@ def ranking_rows(rows: Sequence[Standing], *, active: bool) -> tuple[list[str], 
             leak_text(best),
             _seeds_text(row),
             score_text(best),
+            _num(best.psnr if best else None, ".2f"),
             accuracy_text(row),
             _num(row.adr, ".3f"),
             epsilon_text(row),
@@ -196,7 +197,7 @@ def ranking_rows(rows: Sequence[Standing], *, active: bool) -> tuple[list[str], 
             "●" if row.pareto else "",
         ]
         if active:
-            cells.insert(8, caught_text(best))
+            cells.insert(9, caught_text(best))
         body.append(cells)
     return header, body
 
@@ -247,7 +248,9 @@ def ranked_records(records: Sequence[CellRecord], ranked: Sequence[CellRecord] =
     that join the rankings (``ranked``; their utility comes from the main grid), a scenario cell that
     repeats a successful main-grid cell — same model, defense, attack, round, scale and seed — left out."""
     own = {_coordinates(r) for r in records if r.kind == "attack" and r.status == "ok"}
-    kept = (r for r in ranked if r.kind == "detection" or (r.kind == "attack" and _coordinates(r) not in own))
+    kept = (r for r in ranked if (r.kind == "detection" and r.stage == 1)
+            or (r.kind == "baseline" and r.stage == 2)  # stage 2's own victims' references
+            or (r.kind == "attack" and _coordinates(r) not in own))  # fmt: skip
     return [*records, *kept]
 
 

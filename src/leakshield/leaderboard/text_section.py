@@ -148,9 +148,13 @@ def text_header(header: str) -> str:
 
 #: the images' wording in the selection note → the text section's (the unit is one text)
 NOTE_WORDS = (
-    ("Leaked victims: SSIM ≥ 0.6 and above the victim's own no-information score",
+    ("Margin: max(SSIM − the victim's own no-information score, 0) per victim",
+     "Margin: max(ROUGE-2 − the ROUGE-2 of the text's own no-information guess, 0) per text"),
+    ("Leaked victims: margin > 0 and SSIM ≥ 0.6",
      "Leaked texts: ROUGE-2 ≥ 0.6 and above the ROUGE-2 of the text's own no-information guess"),
     ("leaked a victim", "leaked a text"),
+    ("shows the victims its attack was chosen on", "shows the texts its attack was chosen on"),
+    ("with fresh victims per seed", "with fresh texts per seed"),
     ("without a leaked victim", "without a leaked text"),
 )  # fmt: skip
 

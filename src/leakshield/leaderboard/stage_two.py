@@ -1,0 +1,170 @@
+"""The leaderboard's stage 2: each row's chosen cell rerun on fresh victims.
+
+Stage 1 (the preset's grids) chooses, per threat table and row, the strongest (attack, round, scale) cell
+(:func:`.ranking.strongest`). Stage 2 reruns only that cell, on the same seeds, with
+``stage2.victims`` (default 16) new victims per seed: the victim draw follows the seed
+(``victims.per_seed``) and skips the batches stage 1 used (``victims.offset``), so the stage-2 victims of
+a seed are disjoint from its selection victims and, across seeds, mostly other images. Each rerun is a
+grid of its own (:func:`rerun_config`: the source grid's config cut to that model, defense, attack,
+round and scale, no utility) stored under ``<run>/stage2/<name>``; its cells are tagged ``stage`` 2 when
+loaded, and the export keeps them beside stage 1's (``stage2`` in the JSON). A participant's attack (the
+GAN attack of a malicious client), whose victims are classes, is not rerun.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from leakshield.errors import ConfigError
+from leakshield.experiment.config import ExperimentConfig, parse_config
+from leakshield.experiment.store import CellRecord
+from leakshield.leaderboard.export import STAGE_TWO_PREFIX as PREFIX
+from leakshield.leaderboard.export import Scenario, stage_two_name
+
+#: the folder of a run that holds the stage-2 grids, and the file that lists them
+FOLDER = "stage2"
+INDEX = "index.json"
+#: fresh victims per seed unless a preset's ``stage2.victims`` says otherwise
+VICTIMS = 16
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """One chosen cell to rerun: the grid it came from (None: the main grid; else a scenario's name), its
+    coordinates, and the victims per seed (``victims``) after the ``offset`` batches stage 1 used."""
+
+    source: str | None
+    model: str
+    defense: str
+    attack: str
+    round: int
+    scale: str
+    victims: int
+    offset: int
+
+    @property
+    def name(self) -> str:
+        """A folder name: ``main__lenet-tanh__dp-sgd__ig__0`` (the scale appended where there is one)."""
+        return stage_two_name(self.as_json())
+
+    def as_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Rerun:
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
+
+
+def stage_two_victims(document: dict[str, Any], preset: str) -> int:
+    """``presets.<preset>.stage2.victims`` (default :data:`VICTIMS`; 0 turns stage 2 off)."""
+    chosen = ((document.get("presets") or {}).get(preset) or {}).get("stage2") or {}
+    if not isinstance(chosen, dict) or not isinstance(chosen.get("victims", VICTIMS), int):
+        raise ConfigError(f"presets.{preset}.stage2: expected {{victims: N}} (fresh victims per seed; "
+                          "0: none)")  # fmt: skip
+    count = int(chosen.get("victims", VICTIMS))
+    if count < 0:
+        raise ConfigError(f"presets.{preset}.stage2.victims: {count}; give 0 or more")
+    return count
+
+
+def chosen_cells(
+    records: Sequence[CellRecord], scenarios: Sequence[Scenario], configs: dict[str | None, ExperimentConfig],
+    victims: int,
+) -> list[Rerun]:  # fmt: skip
+    """Every row's stage-1 choice in every threat table of the main grid's ``records`` and the ranked
+    ``scenarios`` (participants' attacks left out), with the grid each came from (``configs``: source →
+    its config, for the offset: the victims stage 1 drew)."""
+    from leakshield.leaderboard.ranking import standings, threats
+    from leakshield.leaderboard.tables import ranked_records
+    from leakshield.leaderboard.threats import MALICIOUS_CLIENT
+
+    ranked = [s for s in scenarios if s.ranked and not s.name.startswith(PREFIX)]
+    everything = ranked_records(records, [r for s in ranked for r in s.records])
+    sources: list[tuple[str | None, Sequence[CellRecord]]] = [(None, records)]
+    sources += [(s.name, s.records) for s in ranked]
+    found: dict[Rerun, None] = {}
+    for threat in threats(everything):
+        if threat.startswith(MALICIOUS_CLIENT):
+            continue
+        for row in standings(everything, threat):
+            best = row.strongest
+            if best is None or best.metric != "ssim":
+                continue
+            place = (row.model, row.defense, best.attack, best.round, best.scale)
+            source = next((name for name, held in sources if any(
+                r.kind == "attack" and r.status == "ok" and (r.model, r.defense, r.attack, r.round or 0,
+                r.scale or "") == place for r in held)), None)  # fmt: skip
+            config = configs.get(source)
+            if config is None:
+                continue
+            found[Rerun(source, *place, victims, config.victims.offset + config.victims.count)] = None
+    return list(found)
+
+
+def rerun_config(config: ExperimentConfig, rerun: Rerun) -> ExperimentConfig:
+    """``config`` (the source grid's) cut to the rerun's model, defense, attack, round and scale, without
+    utility, with ``rerun.victims`` victims per seed drawn per seed after stage 1's batches."""
+    data = config.model_dump(mode="json")
+    models = [m for m in data["models"] if (m.get("label") or m["name"]) == rerun.model]
+    defenses = [d for d in config.defenses if d.display == rerun.defense]
+    attacks = [a for a in data["attacks"] if (a.get("label") or a["name"]) == rerun.attack]
+    if not models or not defenses or not attacks:
+        where = f"{rerun.model} · {rerun.defense} · {rerun.attack}"
+        raise ConfigError(f"stage 2: {where} is not in the grid {rerun.source or 'main'} (was the "
+                          "leaderboard file edited since stage 1?)")  # fmt: skip
+    data["models"], data["attacks"] = models, [{**attacks[0], "against": None}]
+    data["defenses"] = [next(d for d in data["defenses"] if _display(d) == rerun.defense)]
+    data["attack"]["rounds"] = [rerun.round]
+    data["utility"] = {**data["utility"], "rounds": 0}
+    scale = dict(part.split("=", 1) for part in rerun.scale.split())
+    axes = data.get("axes") or {}
+    data["axes"] = {name: [int(scale[key])] if key in scale and axes.get(name) else None
+                    for name, key in (("batch_size", "batch"), ("clients", "clients"))}  # fmt: skip
+    data["victims"] = {**data["victims"], "count": rerun.victims, "per_seed": True, "offset": rerun.offset}
+    data["name"] = f"{config.name}-stage2-{rerun.name}"
+    data.pop("report", None)
+    return parse_config(data, source=f"stage 2 of {rerun.source or 'the main grid'}")
+
+
+def _display(entry: dict[str, Any]) -> str:
+    from leakshield.experiment.config import DefenseSetting
+
+    return DefenseSetting.model_validate(entry).display
+
+
+def write_index(run_dir: Path, reruns: Sequence[Rerun]) -> None:
+    """List the stage-2 grids of ``run_dir`` (what the leaderboard loads)."""
+    folder = run_dir / FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / INDEX).write_text(json.dumps([r.as_json() for r in reruns], indent=1) + "\n")
+
+
+def load_stage_two(run_dir: Path) -> list[tuple[Rerun, list[CellRecord]]]:
+    """The stored stage-2 grids of ``run_dir`` listed in its index, their cells tagged ``stage`` 2
+    (attack and baseline cells: a guard's detection cells are stage 1's)."""
+    from leakshield.experiment.rundir import STORE_FILE
+    from leakshield.experiment.store import ResultStore
+
+    index = run_dir / FOLDER / INDEX
+    if not index.is_file():
+        return []
+    out = []
+    for item in json.loads(index.read_text()):
+        rerun = Rerun.from_json(item)
+        store = run_dir / FOLDER / rerun.name / STORE_FILE
+        if store.is_file():
+            records = [dataclasses.replace(r, stage=2) for r in ResultStore(store).records()
+                       if r.kind in ("attack", "baseline")]  # fmt: skip
+            out.append((rerun, records))
+    return out
+
+
+def as_scenarios(found: Sequence[tuple[Rerun, Sequence[CellRecord]]]) -> list[Scenario]:
+    """The stage-2 grids as ranked groups the tables read beside the scenarios."""
+    return [Scenario(PREFIX + rerun.name, f"stage 2: {rerun.name}", True, list(records))
+            for rerun, records in found]  # fmt: skip
