@@ -27,9 +27,11 @@ def add_parser(sub: Any) -> None:
         help="every defense against every attack, one protocol: a ranked table and frontier",
         description="Run the leaderboard grid (configs/leaderboard.yaml: the same victims, model states, "
         "attack budgets and metric conventions for every defense; generic, adaptive, malicious-server "
-        "and malicious-client attacks) and write leaderboard.html: defenses ranked by their privacy "
-        "under the strongest attack run against them, the privacy–utility frontier, a page per defense. "
-        "Interrupted runs resume: rerun the same command.",
+        "and malicious-client attacks) and write leaderboard.html: per threat model, each defense "
+        "compared with no defense under the strongest attack run against it (stage 1 chooses that attack "
+        "on every seed; stage 2 reruns it on fresh victims per seed, in <out>/stage2), with letters from "
+        "all-pairs tests, the privacy–utility frontier and a page per defense. Interrupted runs resume: "
+        "rerun the same command.",
         epilog="Examples:\n  leakshield leaderboard --preset quick --workers 2\n"
         "  leakshield leaderboard --preset full --data-root ~/data/cifar-10-batches-bin\n"
         "  leakshield leaderboard --preset quick --workers 2 --readme README.md\n"
@@ -40,7 +42,7 @@ def add_parser(sub: Any) -> None:
     board.add_argument(
         "--preset",
         default="quick",
-        help="quick (smoke: 1 seed, small budgets), standard (3 seeds, realism scenarios; the README's "
+        help="quick (smoke: 2 seeds, small budgets), standard (8 seeds, realism scenarios; the README's "
         "Results) or full (the papers' budgets; a GPU). Measured times: docs/leaderboard.md",
     )
     board.add_argument(
@@ -147,7 +149,12 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 def _stage_two(config: Any, scenarios: list, out: Path, args: argparse.Namespace) -> int:
     """Rerun each row's chosen cell on fresh victims per seed (:mod:`leakshield.leaderboard.stage_two`),
-    each into ``out/stage2/<name>`` (resumable); 1 when a cell failed."""
+    each into ``out/stage2/<name>`` (resumable): with ``--workers`` N, N reruns at a time in N
+    single-threaded processes that stay up between reruns; 1 when a cell failed."""
+    import json
+
+    from tqdm import tqdm
+
     from leakshield.experiment.rundir import STORE_FILE
     from leakshield.experiment.store import ResultStore
     from leakshield.leaderboard.presets import load_stage_two_victims
@@ -165,14 +172,66 @@ def _stage_two(config: Any, scenarios: list, out: Path, args: argparse.Namespace
     reruns = chosen_cells(records, found, configs, count)
     write_index(out, reruns)
     print(f"stage 2: {len(reruns)} chosen cell(s), each rerun on {count} fresh victims per seed")
-    status = 0
-    for i, rerun in enumerate(reruns, 1):
-        if past_deadline(args):
-            return STOPPED
-        print(f"stage 2 [{i}/{len(reruns)}] {rerun.name}:")
-        grid = rerun_config(configs[rerun.source], rerun)
-        status = max(status, run_grid(grid, out / FOLDER / rerun.name, args))
-    return status
+    cache = None if args.cache_dir is None else str(args.cache_dir)
+    grids = [rerun_config(configs[r.source], r).model_dump(mode="json") for r in reruns]
+    jobs = [(json.dumps(grid), str(out / FOLDER / r.name), args.device, cache, args.matmul_precision)
+            for grid, r in zip(grids, reruns, strict=True)]  # fmt: skip
+    computed = failed = 0
+    bar = tqdm(total=len(jobs), desc="stage 2", unit="rerun", disable=args.quiet)
+    if args.workers > 1:
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from multiprocessing import get_context
+
+        from leakshield.workers import init_single_threaded_worker, stop_workers
+
+        pool = ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("spawn"),
+                                   initializer=init_single_threaded_worker)  # fmt: skip
+        try:
+            pending = []
+            for job in jobs:
+                if past_deadline(args):
+                    break
+                pending.append(pool.submit(run_rerun, *job))
+            for future in as_completed(pending):
+                done, bad = future.result()
+                computed, failed = computed + done, failed + bad
+                bar.update(1)
+        except KeyboardInterrupt:
+            stop_workers(pool)
+            raise
+        pool.shutdown()
+        stopped = len(pending) < len(jobs)
+    else:
+        set_threads(args.threads, args.matmul_precision)
+        stopped = False
+        for job in jobs:
+            if past_deadline(args):
+                stopped = True
+                break
+            done, bad = run_rerun(*job)
+            computed, failed = computed + done, failed + bad
+            bar.update(1)
+    bar.close()
+    print(f"stage 2: {computed} cells computed, {failed} failed → {out / FOLDER}")
+    if stopped:
+        return STOPPED
+    return 1 if failed else 0
+
+
+def run_rerun(
+    config_json: str, where: str, device: str, cache_dir: str | None, precision: str
+) -> tuple[int, int]:
+    """One stage-2 rerun, in this process on its threads (a worker's: one): (cells computed, failed)."""
+    import json
+
+    from leakshield.experiment import ExperimentRunner
+    from leakshield.experiment.config import parse_config
+    from leakshield.matmul_precision import set_matmul_precision
+
+    set_matmul_precision(precision)
+    config = parse_config(json.loads(config_json), source="stage 2")
+    summary = ExperimentRunner(config, where, device=device, progress=False, cache_dir=cache_dir).run()
+    return summary.computed, summary.failed
 
 
 def text_unavailable(config: Any) -> str | None:

@@ -100,6 +100,8 @@ class Difference:
         mark = " *" if self.less else ""
         if self.seeds < 2:
             return f"{_signed(self.mean)} (one seed: no interval)"
+        if self.low == self.high:  # no spread: no t-interval; the exact sign-flip p says what it can
+            return f"{_signed(self.mean)} in each of {self.seeds} seeds (exact p {self.p:.4f}){mark}"
         return f"{_signed(self.mean)} [{_signed(self.low)}, {_signed(self.high)}]{mark}"
 
 
@@ -119,6 +121,8 @@ def difference(a: Sequence[float], b: Sequence[float], family: int, alpha: float
     if n < 2:
         return Difference(mean, mean, mean, p, n)
     sd = math.sqrt(sum((d - mean) ** 2 for d in differences) / (n - 1))
+    if sd <= _NO_SPREAD:
+        return Difference(mean, mean, mean, p, n)
     half = float(t.ppf(1 - alpha / max(family, 1), n - 1)) * sd / math.sqrt(n)
     return Difference(mean, max(-1.0, mean - half), min(1.0, mean + half), p, n)
 

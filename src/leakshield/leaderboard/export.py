@@ -188,17 +188,19 @@ def baseline_ssim(records: Sequence[CellRecord]) -> float | None:
 
 
 HOW_TO_READ = (
-    "A victim leaks when its reconstruction's SSIM is at least 0.6 and above that victim's own "
-    "no-information score: the public mean image's SSIM against it ({baseline} on average), or for a "
-    "generative-prior attack (GGL) its prior's own draw for the label. A defense's privacy against an "
-    'adversary is the share of victims the strongest attack that adversary ran leaks ("leaked victims", '
-    "with a 95 % interval that treats seeds, not victims, as the unit), chosen among its attack × round "
-    "cells on half of the seeds and reported on the other half. A row without a leaked victim in any cell "
-    'and seed reads "no measurable leakage"; those rows tie at rank 1. Leaking rows share a rank where a '
-    "paired test over the seeds, Holm-corrected, does not tell them from their group's first row. "
+    "A victim's margin is how far its reconstruction's SSIM rises above that victim's own no-information "
+    "score (the public mean image's SSIM against it, {baseline} on average, or for a generative-prior "
+    "attack (GGL) its prior's own draw for the label), 0 at or below it; it leaks when the margin is "
+    "positive and the SSIM at least 0.6. A defense's privacy against an adversary is measured under the "
+    "strongest attack that adversary ran: chosen among its attack × round cells on every seed (stage 1) "
+    "and, where stage 2 ran, rerun on fresh victims per seed, whose numbers are shown. Each row's mean "
+    "margin is compared with no defense's by a one-sided paired t-test over seeds, Holm-corrected over "
+    "the table (* : shown to leak less), with the difference's simultaneous interval; rows sharing a "
+    "letter were not shown different by all-pairs tests. Intervals treat seeds, not victims, as the unit. "
     "Accuracy: test accuracy after {rounds} FedAvg rounds under the defense, trained with its paper's "
     "optimizer at the learning rate tuned on the public split; a defense below chance + ½ (undefended − "
-    "chance) does not train at this budget and is not ranked; ● marks the privacy–utility Pareto front. "
+    "chance) does not train at this budget and is not compared; a client guard refusing more than half "
+    "of honest models neither; ● marks the privacy–utility Pareto front. "
     "{power}"
 )
 

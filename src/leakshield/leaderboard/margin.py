@@ -45,10 +45,12 @@ class Bounded:
     n: int
 
     def text(self, spec: str = ".3f") -> str:
-        """``0.214 [0.127, 0.301]`` (the mean alone from one seed)."""
+        """``0.214 [0.127, 0.301]`` (from one seed: the mean alone, or with the interval of an error the
+        seeds do not show, and ``(one seed)``)."""
+        interval = f" [{format(self.low, spec)}, {format(self.high, spec)}]"
         if self.n < 2:
-            return f"{format(self.mean, spec)} (one seed)"
-        return f"{format(self.mean, spec)} [{format(self.low, spec)}, {format(self.high, spec)}]"
+            return f"{format(self.mean, spec)}{interval if self.high > self.low else ''} (one seed)"
+        return f"{format(self.mean, spec)}{interval}"
 
 
 def bounded_mean(values: Sequence[float], extra_variance: float = 0.0) -> Bounded:

@@ -69,11 +69,12 @@ LABEL_ROOM = (0.1, 0.06)
 
 
 def privacy_x(row: Standing) -> float:
-    """A row's x on the frontier: the share of victims its strongest attack leaks on the held-out seeds
-    (its SSIM where the scores carry no per-seed outcomes)."""
+    """A row's x on the frontier: its strongest attack's mean margin over the no-information score (stage
+    2's victims where they ran; its SSIM where the scores carry no per-seed outcomes)."""
     best = row.strongest
     assert best is not None
-    return best.leak.rate if best.outcomes else best.ssim
+    margin = best.margin
+    return margin.mean if margin is not None else best.ssim
 
 
 def label_clusters(points: list[Standing]) -> list[list[Standing]]:
@@ -103,7 +104,7 @@ def frontier_png(rows: list[Standing], baseline: float | None) -> bytes | None:
 
     by_ssim = not any(r.strongest.outcomes for r in points)  # type: ignore[union-attr]
     fig, ax = plt.subplots(figsize=(7.5, 5), dpi=110)
-    for row in points:  # a triangle: a leak somewhere (some cell, some seed), whatever the held-out rate
+    for row in points:  # a triangle: a leak somewhere (some cell, some seed), whatever the margin shown
         color = "#c0392b" if row.pareto else "#34495e"
         ax.scatter(privacy_x(row), row.accuracy, s=36, zorder=3, color=color if row.trains else "none",
                    edgecolors=color, marker="^" if row.leaks and not by_ssim else "o")  # fmt: skip
@@ -126,7 +127,7 @@ def frontier_png(rows: list[Standing], baseline: float | None) -> bytes | None:
             baseline, color="#7f8c8d", ls="--", lw=1, label=f"no-information baseline ({baseline:.3f})"
         )
     ax.set_xlim(right=max(privacy_x(r) for r in points) + 0.25)  # room for the labels right of the points
-    leaked = "share of victims the strongest attack leaks, held-out seeds (lower: more private)"
+    leaked = "mean margin of the strongest attack above the no-information score (lower: more private)"
     ax.set_xlabel("SSIM under the strongest attack (lower: more private)" if by_ssim else leaked)
     ax.set_ylabel("test accuracy after FL training under the defense")
     ax.grid(alpha=0.3)

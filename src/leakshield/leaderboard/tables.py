@@ -173,7 +173,7 @@ def accuracy_text(row: Standing) -> str:
 def ranking_rows(rows: Sequence[Standing], *, active: bool) -> tuple[list[str], list[list[str]]]:
     """Header and rows of one threat model's ranking (``active``: add the client guards' catch rate)."""
     header = ["rank · letters", "model · defense", "strongest attack (round) · victims", "margin ↓ (95 % CI)",
-              "vs no defense (simultaneous CI)", "leaked victims (95 % CI)", "seeds with a leak",
+              "vs no defense (simultaneous CI)", "leaked victims (95 % CI)", "seeds with a leak (stage 1)",
               "SSIM (95 % CI)", "PSNR", "accuracy (95 % CI)", "ADR", "ε", "cost", "front"]  # fmt: skip
     if active:
         header.insert(9, "caught by guard · SSIM if missed")

@@ -1,7 +1,8 @@
 """The leaderboard's text section: a text grid's cells ranked per threat model by the same rule as the
-images (:mod:`.ranking`: seeds as the unit, leaked victims against their own no-information scores,
-the strongest attack chosen on half of the seeds and reported on the other half, paired tests with Holm's
-correction, the utility gate).
+images (:mod:`.ranking`: seeds as the unit, margins and leaks against each text's own no-information
+score, the strongest attack chosen on every seed, each row against no defense and all pairs by paired
+tests with Holm's correction, the utility gate). The text grid has no stage 2: its rows show the texts
+their attack was chosen on.
 
 The unit is one private text. A text leaks when its reconstruction's ROUGE-2 F-measure (after the
 grid's Hungarian pairing) is at least the images' threshold 0.6 — most of its word pairs back in order
