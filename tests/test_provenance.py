@@ -41,7 +41,7 @@ PACKAGE = ROOT / "src" / "leakshield"
 EXPORT = ROOT / "docs" / "leaderboard" / "standard.json"
 #: the leaderboard file the published export was computed with (the shipped one): the scenarios below
 #: judge that export against it, so that what they find is their edit's doing, not the protocol's
-PUBLISHED = Protocol()
+PUBLISHED = Protocol(ROOT / "tests" / "data" / "leaderboard_published.yaml")
 
 
 def scratch_package(tmp_path: Path) -> Path:
@@ -293,7 +293,8 @@ def test_git_mv_of_a_defense_module_stales_nothing_as_the_cli_sees_it(tmp_path: 
     ]
     moved = subprocess.run(probe, env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert moved == "leakshield.defenses.perturbation.noise"
-    done = subprocess.run([sys.executable, "-m", "leakshield", "leaderboard", "--check", "README.md"],
+    check_it = ["leaderboard", "--check", "README.md", "--config", str(PUBLISHED.path)]
+    done = subprocess.run([sys.executable, "-m", "leakshield", *check_it],
                           cwd=repo, env=env, capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("fresh")

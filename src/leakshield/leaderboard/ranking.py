@@ -29,7 +29,8 @@ from leakshield.experiment.store import CellRecord
 from leakshield.leaderboard.comparisons import Difference
 from leakshield.leaderboard.intervals import PRECISION, Estimate, estimate, level
 from leakshield.leaderboard.leak_rate import LeakRate, leak_rate
-from leakshield.leaderboard.margin import Bounded, bounded_mean, leak_interval
+from leakshield.leaderboard.margin import Bounded, bounded_mean, leak_interval, pooled_icc
+from leakshield.leaderboard.ordering import mark_pareto, rank
 from leakshield.leaderboard.outcomes import (
     SeedOutcome,
     baseline_images,
@@ -41,7 +42,8 @@ from leakshield.leaderboard.outcomes import (
 )
 from leakshield.leaderboard.threats import threat_of
 
-__all__ = ["PRECISION", "AttackScore", "Standing", "baselines", "level", "standings", "strongest", "threats"]
+__all__ = ["PRECISION", "AttackScore", "Standing", "baselines", "level", "rank", "standings", "strongest",
+           "threats"]  # fmt: skip
 
 #: what a utility cell contributes to its row
 UTILITY_METRICS = ("accuracy", "epsilon", "epsilon_client", "client_seconds", "chance", "test_examples")
@@ -309,9 +311,6 @@ def standings(records: Sequence[CellRecord], threat: str | None = None) -> list[
     it ran), utility (seed means; ADR against ``none``; the utility gate's floor), ε, cost (client seconds
     per update relative to ``none``), a guard's refusals of honest models and the failed cells; compared
     with no defense and with each other, front marked (:mod:`.ordering`)."""
-    from leakshield.leaderboard.margin import pooled_icc
-    from leakshield.leaderboard.ordering import mark_pareto, rank
-
     scores, rerun = attack_scores(records, threat), attack_scores(records, threat, stage=2)
     keys = sorted(
         {(r.model, r.defense) for r in records if r.kind in ("attack", "utility") and r.model and r.defense}
