@@ -113,8 +113,8 @@ def simulate_table(
     rank: Callable | None = None,
 ) -> Table:
     """One table of ``rows`` through :func:`leakshield.leaderboard.ranking.standings` (``rank``: replaces
-    the ordering's :func:`~.ordering.rank`, for the test's variants)."""
-    from leakshield.leaderboard import ordering, ranking
+    the ordering :func:`~.ordering.rank` that standings calls, for the benchmark's variants)."""
+    from leakshield.leaderboard import ranking
 
     references = np.clip(rng.normal(*REFERENCE, size=pool), 0.0, 1.0)
     image_effect = rng.normal(0.0, VICTIM_SD * 0.25, size=pool)  # persists across seeds and rows
@@ -148,13 +148,13 @@ def simulate_table(
             records.append(_cell("attack", row.name, best.attack, seed, 2,
                                  world.ssims(row, effects, best.attack, seed, images),
                                  bool(effects.refused[seed])))  # fmt: skip
-    original = ordering.rank
+    original = ranking.rank
     try:
         if rank is not None:
-            ordering.rank = rank  # type: ignore[assignment]
+            ranking.rank = rank  # type: ignore[assignment]
         table.standings = ranking.standings(records, "honest-but-curious server under secure aggregation")
     finally:
-        ordering.rank = original  # type: ignore[assignment]
+        ranking.rank = original  # type: ignore[assignment]
     return table
 
 
