@@ -168,7 +168,7 @@ def leaderboard_cell(
     attack=None,
     *,
     round=0,
-    seed=0,
+    seed=None,
     status="ok",
     scale=None,
     victims=None,
@@ -184,6 +184,8 @@ def leaderboard_cell(
     rows = [{"ssim": [v]} for v in victims] if victims is not None else []
     if victims and "ssim" not in values:
         values["ssim"] = sum(victims) / len(victims)
+    if seed is None and kind != "baseline":  # seed 0 by default; a baseline is shared (no seed) unless given
+        seed = 0
     key = f"{kind}/{model}/{defense}/{attack}/{round}/{seed}/{scale}"
     return CellRecord(key, kind, model, defense, attack, round, seed, status, values, rows,
                       None if status == "ok" else "boom", None, 1.0, 0.0, scale=scale)  # fmt: skip

@@ -162,9 +162,10 @@ def _stage_two(config: Any, scenarios: list, out: Path, args: argparse.Namespace
     from leakshield.leaderboard.stage_two import FOLDER, chosen_cells, rerun_config, write_index
 
     count = load_stage_two_victims(args.preset, path=args.config)
-    if count == 0:
+    if count == 0 or not config.victims.per_seed:
         write_index(out, [])
-        print("stage 2: off (stage2.victims: 0); each row shows the victims its attack was chosen on")
+        why = "stage2.victims: 0" if count == 0 else "victims.per_seed is off: fresh victims could repeat"
+        print(f"stage 2: off ({why}); each row shows the victims its attack was chosen on")
         return 0
     records = ResultStore(out / STORE_FILE).records()
     found = load_scenarios_of(out, [(n, a) for n, _, a in scenarios])

@@ -93,7 +93,7 @@ def expand_grid(config: ExperimentConfig) -> list[Cell]:
             for defense in config.defenses:
                 if config.utility.rounds > 0 and seed in config.utility_seeds:
                     cells.append(Cell("utility", model, defense, None, config.utility.rounds, seed))
-                if guards(defense):
+                if guards(defense) and config.utility.detection:
                     honest_rounds = config.utility.rounds or max(config.attack.rounds) + 1
                     cells.append(Cell("detection", model, defense, None, honest_rounds, seed))
                 for rnd in config.attack.rounds:

@@ -44,7 +44,7 @@ ADDED_FIELDS = ((("fl", "aggregator"), "mean"), (("fl", "local", "optimizer"), "
                 (("attack", "update", "optimizer"), "sgd"), (("fl", "secure_aggregation"), False),
                 (("fl", "secagg_drop_rate"), 0.0), (("metrics", "no_information"), "public-mean"),
                 (("axes",), {"batch_size": None, "clients": None}), (("victims", "per_seed"), False),
-                (("victims", "offset"), 0))  # fmt: skip
+                (("victims", "offset"), 0), (("utility", "detection"), True))  # fmt: skip
 
 
 class Component(pydantic.BaseModel):

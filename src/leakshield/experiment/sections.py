@@ -58,10 +58,13 @@ class VictimSection(Section):
 class UtilitySection(Section):
     """Full FL training under each defense to measure test accuracy (0 rounds disables it). ``seeds``:
     the experiment's seeds that measure it (default: every seed; fewer where training dominates the
-    cost and the attacks need more seeds than the accuracy does)."""
+    cost and the attacks need more seeds than the accuracy does). ``detection``: a client guard's
+    detection cells (its refusals of honest and tampered models; the leaderboard's stage 2, which
+    reuses stage 1's, turns them off)."""
 
     rounds: pydantic.NonNegativeInt = 20
     seeds: list[int] | None = pydantic.Field(default=None, min_length=1)
+    detection: bool = True
 
 
 class LPIPSSection(Section):

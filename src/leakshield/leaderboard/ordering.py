@@ -59,7 +59,9 @@ def rank(
 ) -> list[Standing]:
     """Per model: the compared rows by (mean margin, leak rate, accuracy, name), each with its place, its
     difference from no defense (Holm over the rows compared with it) and its letters (all pairs, Holm);
-    then the rows that do not pass the gate and those without an attack score, unranked."""
+    then the rows that do not pass the gate and those without an attack score, unranked. A row is
+    compared only with rows of its own stage (stage 2's victims differ from stage 1's: no pairing by
+    seed), so a row whose rerun is missing has no difference from a no-defense row that has one."""
 
     def key(row: Standing) -> tuple:
         return (*privacy(row), -(row.accuracy if row.accuracy is not None else -1.0), row.defense)
@@ -69,13 +71,14 @@ def rank(
         mine = [r for r in rows if r.model == model]
         ranked = sorted((r for r in mine if r.strongest is not None and r.trains), key=key)
         margins = [r.strongest.margins for r in ranked]  # type: ignore[union-attr]
+        stages = [r.stage_two for r in ranked]  # rows are paired by seed only on the same victims
         reference = next((i for i, r in enumerate(ranked) if r.defense == REFERENCE), None)
         differences = {}
         if reference is not None:
-            others = [i for i in range(len(ranked)) if i != reference]
+            others = [i for i in range(len(ranked)) if i != reference and stages[i] == stages[reference]]
             found = versus_reference([margins[i] for i in others], margins[reference], alpha)
             differences = dict(zip(others, found, strict=True))
-        letters = letter_display(len(ranked), pairwise_different(margins, alpha_pairs))
+        letters = letter_display(len(ranked), pairwise_different(margins, alpha_pairs, stages))
         out += [dataclasses.replace(r, rank=i + 1, versus_none=differences.get(i), letters=letters[i])
                 for i, r in enumerate(ranked)]  # fmt: skip
         out += sorted((r for r in mine if r.strongest is not None and not r.trains), key=key)

@@ -89,12 +89,11 @@ def baseline_images(records: Sequence[CellRecord]) -> BaselineImages:
 
 def references_of(per_image: BaselineImages, scale: str, seed: int | None, stage: int = 1) -> object:
     """The per-image references of a cell at ``scale``, ``seed`` and ``stage``: its seed's baseline,
-    else its stage's shared one, else the stage's only baseline whatever its seed (None otherwise)."""
+    else its stage's shared one (None when neither exists: never another seed's victims')."""
     for place in ((stage, seed), (stage, None)):
         if place in per_image:
             return for_scale(per_image[place], scale)
-    places = [p for p in per_image if p[0] == stage]
-    return for_scale(per_image[places[0]], scale) if len(places) == 1 else None  # one baseline: shared
+    return None
 
 
 def baselines(records: Sequence[CellRecord]) -> dict[str, float]:

@@ -284,11 +284,16 @@ def stamp_export(
     export computed by that code means (the one-off migration of the published export does it with the
     graph of the commit that computed it)."""
     groups = [(main, data["cells"])] + [(scenarios[s["name"]], s["cells"]) for s in data["scenarios"]]
+    reruns = [(found, entry["cells"]) for entry, (_, found, _) in
+              zip(data.get("stage2", []), stage_two_groups(json.dumps(data), main, scenarios), strict=True)]
+    groups += [(config, cells) for config, cells in reruns if config is not None]  # fmt: skip
     for config, cells in groups:
         stamper, by_key = Stamper(config, graph), {c.key: c for c in expand_grid(config)}
         for cell in cells:
             cell["environment"]["components"] = stamper.stamps(by_key[cell["key"]])
     text = json.dumps(data)
     _, records = records_from_json(text)
-    found = [(scenarios[s.name], s.records) for s in scenarios_from_json(text)]
+    found = [(scenarios[s.name], s.records) for s in scenarios_from_json(text)
+             if not s.name.startswith(STAGE_TWO_PREFIX)]  # fmt: skip
+    found += [(config, cells) for _, config, cells in stage_two_groups(text, main, scenarios) if config]
     return {**data, "provenance": provenance_table([(main, records), *found], graph)}
