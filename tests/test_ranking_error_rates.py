@@ -21,7 +21,7 @@ from leakshield.leaderboard.ranking import standings
 from helpers import leaderboard_cell as cell
 
 NULL_TABLES = 150
-POWER_TABLES = 100
+POWER_TABLES = 60
 
 
 #: a pool of distinct images, as the rule assumes (the protocol's own pool of 20 sensitive images is
@@ -29,28 +29,21 @@ POWER_TABLES = 100
 LARGE_POOL = 400
 
 
-@pytest.fixture(scope="module")
-def null_rates() -> er.Rates:
+def test_no_false_separation_under_a_null_tables_by_design_and_victims_by_seed() -> None:
+    """Under 20 identical rows: family-wise error against no defense ≤ 0.05 and over all pairs ≤ 0.10
+    at these 150 tables (at 300 others: 0.053 and 0.067, at the bound; dropping Holm's correction makes
+    them 0.33 and 0.95). Every row keeps its 8 seeds in the secure-aggregation table although its guard
+    refused the model in some (an outcome-based table moves those cells out), shows stage 2's numbers,
+    and its stage-2 victims are new images in each seed (fixed victims: the same 16 in every seed)."""
     events = {"versus none": er.false_versus_none, "pairs": er.false_pairs,
               "every seed kept": lambda t: all(len(s.strongest.outcomes) == 8 for s in t.standings),
               "stage 2": lambda t: all(s.stage_two for s in t.standings),
               "fresh victims": lambda t: min(len(v) for v in t.images.values()) > 64}  # fmt: skip
-    return er.measure(er.null_rows(20), events, NULL_TABLES, seed=1, pool=LARGE_POOL)
-
-
-def test_no_false_separation_under_a_null_of_identical_rows(null_rates: er.Rates) -> None:
-    """Family-wise error against no defense ≤ 0.05 and over all pairs ≤ 0.10 at these 150 tables (at 300
-    others: 0.053 and 0.067, at the bound): dropping Holm's correction makes them 0.33 and 0.95."""
-    assert null_rates.rate("versus none") <= 0.05
-    assert null_rates.rate("pairs") <= 0.10
-
-
-def test_tables_follow_the_design_and_victims_follow_the_seed(null_rates: er.Rates) -> None:
-    """Every row keeps its 8 seeds in the secure-aggregation table although its guard refused the model in
-    some (an outcome-based table moves those cells out), and its stage-2 victims are new images in each
-    seed (fixed victims: the same 16 in every seed)."""
-    assert null_rates.rate("every seed kept") == 1.0 and null_rates.rate("stage 2") == 1.0
-    assert null_rates.rate("fresh victims") == 1.0
+    rates = er.measure(er.null_rows(20), events, NULL_TABLES, seed=1, pool=LARGE_POOL)
+    assert rates.rate("versus none") <= 0.05
+    assert rates.rate("pairs") <= 0.10
+    assert rates.rate("every seed kept") == 1.0 and rates.rate("stage 2") == 1.0
+    assert rates.rate("fresh victims") == 1.0
 
 
 def test_a_defense_that_hides_every_victim_is_shown_to_leak_less_than_none() -> None:
