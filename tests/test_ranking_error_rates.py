@@ -86,7 +86,7 @@ def test_the_p_values_and_the_letters() -> None:
 
 
 def test_the_leak_interval_is_monotone_in_the_count() -> None:
-    from leakshield.leaderboard.margin import leak_interval
+    from leakshield.leaderboard.leak_rate import leak_interval
 
     for rho in (None, 0.0, 0.3):
         bounds = [leak_interval([k] + [0] * 7, [16] * 8, rho) for k in range(17)]

@@ -48,38 +48,64 @@ def clopper_pearson(leaked: float, n: float, alpha: float = ALPHA) -> tuple[floa
     return low, high
 
 
-def intraclass_correlation(leaked: Sequence[int], victims: Sequence[int]) -> float | None:
-    """ρ of binary outcomes clustered by seed (ANOVA estimator, clipped to [0, 1]); None where it is
-    undefined: one seed, or no variation within and between seeds."""
-    seeds, n = len(victims), sum(victims)
-    if seeds < 2 or n <= seeds:
+def pooled_icc(rows: Sequence[tuple[Sequence[int], Sequence[int]]]) -> float | None:
+    """ρ of binary outcomes clustered by seed: the one-way ANOVA intraclass correlation with the sums of
+    squares and their degrees of freedom pooled over ``rows`` ((leaked per seed, victims per seed) each;
+    clipped to [0, 1]); None where no row has variation within and between its seeds to estimate it."""
+    between = within = df_between = df_within = sizes = 0.0
+    for leaked, victims in rows:
+        n, seeds = sum(victims), len(victims)
+        if seeds < 2 or n <= seeds:
+            continue
+        p = sum(leaked) / n
+        if p in (0.0, 1.0):
+            continue
+        between += sum(m * (y / m - p) ** 2 for y, m in zip(leaked, victims, strict=True) if m)
+        within += sum(y * (1 - y / m) for y, m in zip(leaked, victims, strict=True) if m)
+        df_between += seeds - 1
+        df_within += n - seeds
+        sizes += n - sum(m * m for m in victims) / n
+    if df_between == 0 or df_within == 0:
         return None
-    p = sum(leaked) / n
-    between = sum(m * (y / m - p) ** 2 for y, m in zip(leaked, victims, strict=True) if m) / (seeds - 1)
-    within = sum(y * (1 - y / m) for y, m in zip(leaked, victims, strict=True) if m) / (n - seeds)
-    size = (n - sum(m * m for m in victims) / n) / (seeds - 1)
-    denominator = between + (size - 1) * within
+    msb, msw, size = between / df_between, within / df_within, sizes / df_between
+    denominator = msb + (size - 1) * msw
     if denominator <= 0:
         return None
-    return min(1.0, max(0.0, (between - within) / denominator))
+    return min(1.0, max(0.0, (msb - msw) / denominator))
+
+
+def intraclass_correlation(leaked: Sequence[int], victims: Sequence[int]) -> float | None:
+    """ρ of one row's outcomes (:func:`pooled_icc` of that row alone); None where it is undefined: one
+    seed, or no variation within and between seeds."""
+    return pooled_icc([(leaked, victims)])
+
+
+def _kish(victims: Sequence[int], rho: float | None) -> float:
+    """Kish's design effect 1 + (m̄ − 1) ρ (ρ = 1 when None: every seed counts once)."""
+    if not victims or sum(victims) == 0:
+        return 1.0
+    return 1.0 + (sum(victims) / len(victims) - 1.0) * (1.0 if rho is None else rho)
 
 
 def design_effect(leaked: Sequence[int], victims: Sequence[int]) -> float:
-    """Kish's 1 + (m̄ − 1) ρ (ρ = 1 where undefined: every seed counts once)."""
-    if not victims or sum(victims) == 0:
-        return 1.0
-    rho = intraclass_correlation(leaked, victims)
-    mean_size = sum(victims) / len(victims)
-    return 1.0 + (mean_size - 1.0) * (1.0 if rho is None else rho)
+    """Kish's 1 + (m̄ − 1) ρ with the row's own ρ (ρ = 1 where undefined: every seed counts once)."""
+    return _kish(victims, intraclass_correlation(leaked, victims))
 
 
-def clustered_interval(leaked: Sequence[int], victims: Sequence[int]) -> tuple[float, float]:
-    """The leak rate's 95 % interval with seeds as clusters (Clopper–Pearson at n / deff)."""
+def leak_interval(leaked: Sequence[int], victims: Sequence[int], rho: float | None) -> tuple[float, float]:
+    """The leak rate's 95 % interval: Clopper–Pearson at n / deff with ``rho`` (the leaderboard passes one
+    ρ per table, :func:`pooled_icc` over its rows: the interval is then monotone in the count)."""
     n = sum(victims)
     if n == 0:
         return 0.0, 1.0
-    n_eff = n / design_effect(leaked, victims)
+    n_eff = n / _kish(victims, rho)
     return clopper_pearson(sum(leaked) / n * n_eff, n_eff)
+
+
+def clustered_interval(leaked: Sequence[int], victims: Sequence[int]) -> tuple[float, float]:
+    """The leak rate's 95 % interval with seeds as clusters, ρ the row's own (Clopper–Pearson at
+    n / deff)."""
+    return leak_interval(leaked, victims, intraclass_correlation(leaked, victims))
 
 
 def wald_interval(leaked: Sequence[int], victims: Sequence[int]) -> tuple[float, float]:

@@ -12,10 +12,10 @@ A row's headline gives both, each with a 95 % interval whose bounds stay inside 
 * the mean margin: Student's t over the seed means (df = seeds − 1), intersected with [0, 1] (the
   intersection of a confidence set with the parameter space keeps its coverage);
 * the leak rate: Clopper–Pearson at the effective size n / deff, deff = 1 + (m̄ − 1) ρ with one ρ per
-  table — the ANOVA intraclass correlation pooled over its rows' seeds (Fleiss, *Statistical Methods
-  for Rates and Proportions*, §15; ρ = 1 where no row gives it). With ρ fixed for the table the interval
-  is monotone in the count, which a per-row ρ from a few clusters was not (8/8 gave [0.40, 1.00] but
-  7/8 [0.47, 1.00]).
+  table — the ANOVA intraclass correlation pooled over its rows' seeds (:func:`.leak_rate.pooled_icc`,
+  :func:`.leak_rate.leak_interval`; Fleiss, *Statistical Methods for Rates and Proportions*, §15; ρ = 1
+  where no row gives it). With ρ fixed for the table the interval is monotone in the count, which a
+  per-row ρ from a few clusters was not (8/8 gave [0.40, 1.00] but 7/8 [0.47, 1.00]).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from leakshield.leaderboard.intervals import t_quantile
-from leakshield.leaderboard.leak_rate import clopper_pearson
 
 
 def victim_margin(ssim: float | None, reference: float | None) -> float:
@@ -68,41 +67,3 @@ def bounded_mean(values: Sequence[float], extra_variance: float = 0.0) -> Bounde
     quantile = t_quantile(n - 1) if n > 1 else 1.959964
     half = quantile * math.sqrt(variance)
     return Bounded(mean, max(0.0, mean - half), min(1.0, mean + half), n)
-
-
-def pooled_icc(rows: Sequence[tuple[Sequence[int], Sequence[int]]]) -> float | None:
-    """One ρ for a table: the one-way ANOVA intraclass correlation of binary outcomes clustered by seed,
-    with the sums of squares and their degrees of freedom pooled over ``rows`` ((leaked per seed,
-    victims per seed) each; clipped to [0, 1]); None where no row has variation to estimate it from."""
-    between = within = df_between = df_within = sizes = 0.0
-    for leaked, victims in rows:
-        n, seeds = sum(victims), len(victims)
-        if seeds < 2 or n <= seeds:
-            continue
-        p = sum(leaked) / n
-        if p in (0.0, 1.0):
-            continue
-        between += sum(m * (y / m - p) ** 2 for y, m in zip(leaked, victims, strict=True) if m)
-        within += sum(y * (1 - y / m) for y, m in zip(leaked, victims, strict=True) if m)
-        df_between += seeds - 1
-        df_within += n - seeds
-        sizes += n - sum(m * m for m in victims) / n
-    if df_between == 0 or df_within == 0:
-        return None
-    msb, msw, size = between / df_between, within / df_within, sizes / df_between
-    denominator = msb + (size - 1) * msw
-    if denominator <= 0:
-        return None
-    return min(1.0, max(0.0, (msb - msw) / denominator))
-
-
-def leak_interval(leaked: Sequence[int], victims: Sequence[int], rho: float | None) -> tuple[float, float]:
-    """The leak rate's 95 % interval: Clopper–Pearson at n / deff, deff = 1 + (m̄ − 1) ``rho`` (ρ = 1
-    when None: every seed counts once)."""
-    n = sum(victims)
-    if n == 0:
-        return 0.0, 1.0
-    mean_size = n / len(victims)
-    deff = 1.0 + (mean_size - 1.0) * (1.0 if rho is None else rho)
-    n_eff = n / deff
-    return clopper_pearson(sum(leaked) / n * n_eff, n_eff)

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from leakshield.experiment.store import CellRecord
 from leakshield.leaderboard.comparisons import Difference
 from leakshield.leaderboard.intervals import PRECISION, Estimate, estimate, level
-from leakshield.leaderboard.leak_rate import LeakRate, leak_rate
-from leakshield.leaderboard.margin import Bounded, bounded_mean, leak_interval, pooled_icc
+from leakshield.leaderboard.leak_rate import LeakRate, leak_interval, leak_rate, pooled_icc
+from leakshield.leaderboard.margin import Bounded, bounded_mean
 from leakshield.leaderboard.ordering import mark_pareto, rank
 from leakshield.leaderboard.outcomes import (
     SeedOutcome,
@@ -103,13 +103,6 @@ class AttackScore:
     def margin(self) -> Bounded | None:
         """The mean margin over seeds with its 95 % interval inside [0, 1] (None without outcomes)."""
         return bounded_mean(list(self.margins.values())) if self.outcomes else None
-
-    @property
-    def leak_seeds(self) -> Bounded | None:
-        """The mean over seeds of each seed's share of leaked victims, with its bounded t-interval."""
-        if not self.outcomes:
-            return None
-        return bounded_mean([o.leaked / o.victims for o in self.outcomes if o.victims])
 
     @property
     def victims(self) -> int:
