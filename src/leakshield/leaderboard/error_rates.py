@@ -40,6 +40,9 @@ THREAT = {"adversary": "observing-server", "knowledge": ["labels"], "rounds": "o
           "secure_aggregation": True, "who": "honest-but-curious server", "aggregated": True,
           "aggregate_size": 4}  # fmt: skip
 
+#: the threat model of a simulated table's cells (a ranking's title)
+TABLE_THREAT = "honest-but-curious server under secure aggregation"
+
 
 @dataclass(frozen=True)
 class Row:
@@ -54,10 +57,12 @@ class Row:
 
 @dataclass
 class Table:
-    """What one simulated table produced: the rows' standings and the images each row's stage 2 saw."""
+    """What one simulated table produced: the rows' standings, the images each row's stage 2 saw, and
+    its stored cells."""
 
     standings: list = field(default_factory=list)
     images: dict[str, set[int]] = field(default_factory=dict)
+    records: list = field(default_factory=list)
 
 
 def _cell(kind: str, row: str | None, attack: str | None, seed: int | None, stage: int,
@@ -113,12 +118,14 @@ def simulate_table(
     pool: int = POOL,
     draw: Callable[[int, int], int] = victim_draw_seed,
     rank: Callable | None = None,
+    reference: tuple[float, float] = REFERENCE,
 ) -> Table:
     """One table of ``rows`` through :func:`leakshield.leaderboard.ranking.standings` (``rank``: replaces
-    the ordering :func:`~.ordering.rank` that standings calls, for the benchmark's variants)."""
+    the ordering :func:`~.ordering.rank` that standings calls, for the benchmark's variants; ``reference``:
+    the pool's no-information references N(mean, sd))."""
     from leakshield.leaderboard import ranking
 
-    references = np.clip(rng.normal(*REFERENCE, size=pool), 0.0, 1.0)
+    references = np.clip(rng.normal(*reference, size=pool), 0.0, 1.0)
     image_effect = rng.normal(0.0, VICTIM_SD * 0.25, size=pool)  # persists across seeds and rows
     interaction = {r.name: rng.normal(0.0, INTERACTION_SD, size=pool) for r in rows}
     records: list[CellRecord] = []
@@ -127,7 +134,10 @@ def simulate_table(
     for seed in range(seeds):
         generator = torch.Generator().manual_seed(draw(0, seed))
         order = torch.randperm(pool, generator=generator).tolist()
-        draws[seed] = (order[:selection_victims], order[selection_victims:selection_victims + fresh_victims])
+        draws[seed] = (
+            order[:selection_victims],
+            order[selection_victims : selection_victims + fresh_victims],
+        )
         for stage, images in ((1, draws[seed][0]), (2, draws[seed][1])):
             records.append(_cell("baseline", None, None, seed, stage, references[images]))
     world = _World(references, image_effect, interaction, rng)
@@ -154,7 +164,8 @@ def simulate_table(
     try:
         if rank is not None:
             ranking.rank = rank  # type: ignore[assignment]
-        table.standings = ranking.standings(records, "honest-but-curious server under secure aggregation")
+        table.standings = ranking.standings(records, TABLE_THREAT)
+        table.records = records
     finally:
         ranking.rank = original  # type: ignore[assignment]
     return table
@@ -207,3 +218,9 @@ def false_versus_none(table: Table) -> bool:
 def false_pairs(table: Table) -> bool:
     """Some pair of rows shown different."""
     return len({letter for s in table.standings for letter in s.letters}) > 1
+
+
+def control_passes(table: Table) -> bool:
+    """The no-defense row's positive control passes (its strongest attack leaks it measurably)."""
+    found = next(s for s in table.standings if s.defense == "none").control
+    return found is not None and found.passes

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from leakshield.experiment.store import CellRecord
+from leakshield.leaderboard.budget_tables import budget_tables
 from leakshield.leaderboard.front_door import compact_results
 from leakshield.leaderboard.power import power_sentence
 from leakshield.leaderboard.ranking import threats
@@ -220,6 +221,10 @@ def results_tables(
             _marked(t, stale_labels(fed, staleness.stale, threat))
             for t, threat in zip(tables, order, strict=True)
         ]
+    for threat, table in budget_tables(records, ranked):
+        if staleness is not None and staleness.stale:
+            table = _marked(table, stale_labels(fed, staleness.stale, threat))
+        tables.append(table)
     for s in scenarios:
         if not s.ranked:
             table = realism_table(f"Realism: {s.title}", s.records)

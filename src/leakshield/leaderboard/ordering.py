@@ -3,6 +3,8 @@ compared with no defense of its model (one-sided paired t over seeds, Holm; :mod
 from all-pairs tests, and the privacy–utility front.
 
 Only rows that pass the utility gate and have an attack score are compared; the others follow, unranked.
+A model whose no-defense row fails the positive control (:mod:`.controls`: its strongest attack does not
+leak it measurably) ranks nothing: its rows are listed unranked, off the front, each carrying the control.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from leakshield.leaderboard.comparisons import (
     pairwise_different,
     versus_reference,
 )
+from leakshield.leaderboard.controls import control
 from leakshield.leaderboard.intervals import level
 
 #: a :class:`leakshield.leaderboard.ranking.Standing` (not imported: ranking calls this module)
@@ -69,6 +72,14 @@ def rank(
     out: list[Standing] = []
     for model in sorted({r.model for r in rows}):
         mine = [r for r in rows if r.model == model]
+        undefended = next((r for r in mine if r.defense == REFERENCE and r.strongest is not None), None)
+        check = control(undefended, alpha) if undefended is not None else None
+        mine = [dataclasses.replace(r, control=check) for r in mine]
+        if check is not None and not check.passes:  # the attack does not leak no defense: nothing ranks
+            out += sorted((dataclasses.replace(r, pareto=False) for r in mine if r.strongest is not None),
+                          key=key)  # fmt: skip
+            out += [r for r in mine if r.strongest is None]
+            continue
         ranked = sorted((r for r in mine if r.strongest is not None and r.trains), key=key)
         margins = [r.strongest.margins for r in ranked]  # type: ignore[union-attr]
         stages = [r.stage_two for r in ranked]  # rows are paired by seed only on the same victims

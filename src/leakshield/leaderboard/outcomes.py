@@ -53,6 +53,9 @@ class SeedOutcome:
     margin: float = 0.0
     #: the leaderboard's stage the cell belongs to (1: selection, 2: fresh victims)
     stage: int = 1
+    #: the mean over the seed's victims of SSIM − own reference, not clipped (the positive control's
+    #: per-seed value, :mod:`.controls`; no reference: the score itself)
+    gain: float = 0.0
 
 
 def _images(rows: Sequence[dict], key: str) -> list[float | None]:
@@ -122,10 +125,11 @@ def outcome(record: CellRecord, per_image: BaselineImages, means: dict[str, floa
         values = [finite(row.get("class_ssim")) for row in record.victims]
         if not values:  # an export without per-class rows: the cell's mean stands for one class
             return SeedOutcome(seed, score, psnr, int(victim_leaked(score, None)), 1, None, False,
-                               victim_margin(score, None), stage)  # fmt: skip
+                               victim_margin(score, None), stage, score)  # fmt: skip
         leaked = sum(victim_leaked(v, None) for v in values if v is not None)
         margin = _mean([victim_margin(v, None) for v in values])
-        return SeedOutcome(seed, score, psnr, leaked, len(values), None, True, margin, stage)
+        gain = _mean([v for v in values if v is not None])
+        return SeedOutcome(seed, score, psnr, leaked, len(values), None, True, margin, stage, gain)
     mean_image = for_scale(means, scale)
     prior_mean = finite(record.metrics.get("prior_ssim"))
     reference = max((v for v in (mean_image, prior_mean) if v is not None), default=None)
@@ -136,11 +140,13 @@ def outcome(record: CellRecord, per_image: BaselineImages, means: dict[str, floa
         own = [max(r, p if p is not None else -math.inf) for r, p in zip(references, priors, strict=True)]
         leaked = sum(victim_leaked(s, r) for s, r in zip(ssims, own, strict=True) if s is not None)
         margin = _mean([victim_margin(s, r) for s, r in zip(ssims, own, strict=True)])
-        return SeedOutcome(seed, score, psnr, leaked, len(ssims), reference, True, margin, stage)
+        gain = _mean([s - r for s, r in zip(ssims, own, strict=True) if s is not None and math.isfinite(r)])
+        return SeedOutcome(seed, score, psnr, leaked, len(ssims), reference, True, margin, stage, gain)
     images = int(finite(record.metrics.get("images")) or max(len(record.victims), 1))
     leaked = images if victim_leaked(score, reference) else 0
+    gain = score - (reference if reference is not None else 0.0)
     return SeedOutcome(seed, score, psnr, leaked, images, reference, False, victim_margin(score, reference),
-                       stage)  # fmt: skip
+                       stage, gain)  # fmt: skip
 
 
 def _mean(values: Sequence[float]) -> float:

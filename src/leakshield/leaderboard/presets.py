@@ -19,8 +19,9 @@ from leakshield.defenses import DEFENSES
 from leakshield.errors import ConfigError
 from leakshield.experiment.config import ExperimentConfig, parse_config
 from leakshield.experiment.yaml_files import read_yaml
+from leakshield.leaderboard.strengths import with_rungs
 
-PRESET_KEYS = ("params", "add_defenses", "scenarios", "text", "stage2")
+PRESET_KEYS = ("params", "add_defenses", "scenarios", "text", "stage2", "rungs")
 #: keys of a scenario that describe it rather than change the experiment
 SCENARIO_KEYS = ("title", "ranked")
 
@@ -85,9 +86,15 @@ def _with_training(entries: list[Any], document: dict[str, Any], local: dict[str
 
 
 def leaderboard_data(
-    text: str, preset: str, *, data_root: str | Path | None = None, source: str = "leaderboard config"
+    text: str,
+    preset: str,
+    *,
+    data_root: str | Path | None = None,
+    source: str = "leaderboard config",
+    rungs: bool = True,
 ) -> dict[str, Any]:
-    """The experiment config (as a mapping) of ``preset`` in the leaderboard file ``text``."""
+    """The experiment config (as a mapping) of ``preset`` in the leaderboard file ``text`` (``rungs``:
+    with the strength ladders' rungs the preset runs, :mod:`.strengths`)."""
     document = yaml.safe_load(text) if isinstance(text, str) else text
     document = document or {}
     if not isinstance(document, dict):
@@ -120,12 +127,15 @@ def leaderboard_data(
     changes.pop("scenarios", None)
     changes.pop("text", None)
     changes.pop("stage2", None)
+    chosen_rungs = changes.pop("rungs", None)
     data = deep_merge(document["base"], changes)
     data.setdefault("name", f"leaderboard-{preset}")
     local = (data.get("fl") or {}).get("local") or {}
     data["defenses"] = _with_training(
         _with_params([*data.get("defenses", []), *extra], params), document, local
     )
+    if rungs:
+        data["defenses"] = with_rungs(data["defenses"], document, chosen_rungs, source=source, preset=preset)
     data["attacks"] = _with_params(data.get("attacks", []), params)
     if data_root is not None:
         if not isinstance(document.get("cifar10"), dict):
@@ -203,7 +213,7 @@ def scenario_data(
     """(experiment config mapping, description) of one scenario: the preset's config with the
     scenario's changes merged in (lists replace; the preset's ``params`` apply to its components)."""
     document = yaml.safe_load(text) if isinstance(text, str) else text
-    main = leaderboard_data(document, preset, data_root=data_root, source=source)
+    main = leaderboard_data(document, preset, data_root=data_root, source=source, rungs=False)
     spec = dict(((document.get("scenarios") or {}).get(scenario)) or {})
     about = {k: spec.pop(k) for k in SCENARIO_KEYS if k in spec}
     params = ((document.get("presets") or {}).get(preset) or {}).get("params") or {}

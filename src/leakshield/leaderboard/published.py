@@ -284,8 +284,12 @@ def stamp_export(
     export computed by that code means (the one-off migration of the published export does it with the
     graph of the commit that computed it)."""
     groups = [(main, data["cells"])] + [(scenarios[s["name"]], s["cells"]) for s in data["scenarios"]]
-    reruns = [(found, entry["cells"]) for entry, (_, found, _) in
-              zip(data.get("stage2", []), stage_two_groups(json.dumps(data), main, scenarios), strict=True)]
+    reruns = [
+        (found, entry["cells"])
+        for entry, (_, found, _) in zip(
+            data.get("stage2", []), stage_two_groups(json.dumps(data), main, scenarios), strict=True
+        )
+    ]
     groups += [(config, cells) for config, cells in reruns if config is not None]  # fmt: skip
     for config, cells in groups:
         stamper, by_key = Stamper(config, graph), {c.key: c for c in expand_grid(config)}

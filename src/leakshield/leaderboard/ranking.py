@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from leakshield.experiment.store import CellRecord
 from leakshield.leaderboard.comparisons import Difference
+from leakshield.leaderboard.controls import Control
 from leakshield.leaderboard.intervals import PRECISION, Estimate, estimate, level
 from leakshield.leaderboard.leak_rate import LeakRate, leak_interval, leak_rate, pooled_icc
 from leakshield.leaderboard.margin import Bounded, bounded_mean
@@ -179,6 +180,9 @@ class Standing:
     versus_none: Difference | None = None
     #: the compact letters (rows sharing a letter were not shown different)
     letters: str = ""
+    #: the table's positive control (its no-defense row's strongest attack against the guess; None:
+    #: no such row, or fewer than two seeds), :mod:`.controls`
+    control: Control | None = None
 
     @property
     def leaks(self) -> bool:
@@ -319,8 +323,11 @@ def standings(records: Sequence[CellRecord], threat: str | None = None) -> list[
             budget[(r.model, r.defense)] = budget.get((r.model, r.defense)) or r.metrics.get("under_budget")
     failed: dict[tuple[str, str], list[str]] = defaultdict(list)
     for r in records:
-        if r.status != "ok" and r.model and r.defense and (
-            threat is None or r.kind != "attack" or threat_of(r) == threat
+        if (
+            r.status != "ok"
+            and r.model
+            and r.defense
+            and (threat is None or r.kind != "attack" or threat_of(r) == threat)
         ):
             failed[(r.model, r.defense)].append(f"{r.kind}:{r.attack or '-'}@{r.round}" + (
                 " (stage 2)" if r.stage == 2 else ""))  # fmt: skip

@@ -9,11 +9,14 @@ import html
 import io
 import json
 import re
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from leakshield.experiment.rundir import STORE_FILE, load_run_config
 from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
+from leakshield.leaderboard.budgets import family
 from leakshield.leaderboard.export import (
     STAGE_TWO_PREFIX,
     Scenario,
@@ -90,6 +93,32 @@ def label_clusters(points: list[Standing]) -> list[list[Standing]]:
     return clusters
 
 
+#: the colours of the defenses' curves over their rungs, in turn
+CURVE_COLORS = ["#2980b9", "#27ae60", "#8e44ad", "#d35400", "#16a085", "#7f8c8d", "#2c3e50"]
+
+
+def _curves(ax: Any, points: list[Standing]) -> None:
+    """Each defense run at several strengths (:mod:`.strengths`) as its curve over its rungs, in order of
+    accuracy, every rung with its 95 % intervals (mean margin across, accuracy up)."""
+    groups: dict[tuple[str, str], list[Standing]] = defaultdict(list)
+    for row in points:
+        groups[(row.model, family(row.defense))].append(row)
+    colors = iter(CURVE_COLORS * 8)
+    for (_, name), rungs in sorted(groups.items()):
+        if len(rungs) < 2:
+            continue
+        rungs = sorted(rungs, key=lambda r: -r.accuracy)  # type: ignore[operator]
+        color = next(colors)
+        xs, ys = [privacy_x(r) for r in rungs], [r.accuracy for r in rungs]
+        ax.plot(xs, ys, color=color, lw=1.1, alpha=0.8, zorder=2, label=f"{name} over its rungs")
+        for row, x, y in zip(rungs, xs, ys, strict=True):
+            margin, accuracy = row.strongest.margin, row.accuracy_interval  # type: ignore[union-attr]
+            across = [[x - margin.low], [margin.high - x]] if margin is not None else None
+            up = [[y - accuracy.low], [accuracy.high - y]] if accuracy is not None else None  # type: ignore[operator]
+            ax.errorbar(x, y, xerr=across, yerr=up, fmt="none", ecolor=color, elinewidth=0.8, alpha=0.6,
+                        capsize=2, zorder=2)  # fmt: skip
+
+
 def frontier_png(rows: list[Standing], baseline: float | None) -> bytes | None:
     """Leaked share under the strongest attack against accuracy per defense (triangles: rows that leak
     measurably; hollow: rows that do not train), the Pareto front joined; ``baseline`` drawn where x is
@@ -118,6 +147,7 @@ def frontier_png(rows: list[Standing], baseline: float | None) -> bytes | None:
             text = (privacy_x(top) + 0.015, label_y)
             name = row.defense + ("" if row.trains else " (does not train)")
             ax.annotate(name, (privacy_x(row), row.accuracy), xytext=text, fontsize=8, va="center")
+    _curves(ax, points)
     front = sorted((r for r in points if r.pareto), key=privacy_x)
     if len(front) > 1:
         ax.step([privacy_x(r) for r in front], [r.accuracy for r in front], where="post",

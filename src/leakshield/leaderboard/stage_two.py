@@ -118,8 +118,10 @@ def rerun_config(config: ExperimentConfig, rerun: Rerun) -> ExperimentConfig:
         raise ConfigError(f"stage 2: {where} is not in the grid {rerun.source or 'main'} (was the "
                           "leaderboard file edited since stage 1?)")  # fmt: skip
     if not config.victims.per_seed:  # another draw order: offset would not keep stage 1's victims out
-        raise ConfigError(f"stage 2 of {rerun.source or 'the main grid'}: needs victims.per_seed: true in "
-                          "its grid (fresh victims are the batches after stage 1's in each seed's draw)")
+        raise ConfigError(
+            f"stage 2 of {rerun.source or 'the main grid'}: needs victims.per_seed: true in "
+            "its grid (fresh victims are the batches after stage 1's in each seed's draw)"
+        )
     data["models"], data["attacks"] = models, [{**attacks[0], "against": [rerun.defense]}]
     data["defenses"] = [next(d for d in data["defenses"] if _display(d) == rerun.defense)]
     data["attack"]["rounds"] = [rerun.round]

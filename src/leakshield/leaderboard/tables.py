@@ -140,6 +140,8 @@ def epsilon_text(row: Standing) -> str:
     return " · ".join(parts) or "—"
 
 
+#: the rank column's text in a table whose strongest attack does not leak no defense (:mod:`.controls`)
+ATTACK_TOO_WEAK = "unranked: the attack does not leak no defense"
 #: the rank column's text for a guard above the refusal gate
 REFUSES_HONEST = "refuses honest models"
 
@@ -148,6 +150,8 @@ def rank_text(row: Standing) -> str:
     """``3 · ab`` (place by mean margin · letters), the gate's verdict, or ``—``."""
     if row.rank is not None:
         return f"{row.rank} · {row.letters}"
+    if row.control is not None and not row.control.passes:
+        return ATTACK_TOO_WEAK
     if row.strongest is not None and not row.trains:
         return REFUSES_HONEST if row.accuracy is None else DOES_NOT_TRAIN
     return "—"
@@ -220,7 +224,19 @@ def selection_note(rows: Sequence[Standing]) -> str:
             f"Rank: the order by mean margin; rows sharing a letter were not shown different (all pairs, "
             f"Holm at α {ALPHA_PAIRS}). \"does not train\": accuracy below chance + ½ (undefended − "
             f"chance){_floors(rows)}; \"{REFUSES_HONEST}\": a guard refusing more than half of honest "
-            f"models; neither is compared nor on the front.{_budgets(rows)}")  # fmt: skip
+            f"models; neither is compared nor on the front.{_budgets(rows)}{control_note(rows)}")  # fmt: skip
+
+
+def control_note(rows: Sequence[Standing]) -> str:
+    """`` Positive control: …`` per model: whether the strongest attack leaks no defense (else the table
+    ranks nothing), or why no control ran."""
+    found = {r.model: r.control for r in rows}
+    if not found:
+        return ""
+    parts = [f"{model}: {c.text()}" if c is not None else f"{model}: not run (needs a no-defense row with "
+             "an attack score on two seeds or more; the rows are ranked without it)"
+             for model, c in sorted(found.items())]  # fmt: skip
+    return " Positive control — " + "; ".join(parts) + "."
 
 
 def _budgets(rows: Sequence[Standing]) -> str:

@@ -1,0 +1,81 @@
+"""The positive control of a threat table: it ranks its defenses only if its strongest attack leaks the
+*undefended* row measurably. A table whose attack reconstructs nothing from no defense measures the
+attack's budget, not the defenses: every defense would tie with no defense at "no measurable leakage".
+
+The undefended row's strongest attack (stage 2's rerun on fresh victims where it ran) passes when both
+hold:
+
+1. **it beats the no-information guess over seeds**: per seed, the mean over its victims of SSIM minus
+   the victim's own no-information score (not clipped at 0; a class-level score has no reference, so
+   its score itself), and a one-sided t-test over seeds that this mean is above 0 rejects at
+   :data:`~.comparisons.ALPHA_VERSUS_NONE` (the exact sign-flip p where the seeds do not spread;
+   fewer than two seeds cannot pass);
+2. **it leaks some victim**: some victim's SSIM is at least 0.6 and above its own reference
+   (:func:`.leak_rate.victim_leaked`), the leaderboard's definition of a leak.
+
+A table without a no-defense row, or with fewer than two seeds, has no control; it is ranked and says so.
+The test's false-pass rate (an attack at the guess level) and power are measured by
+:func:`.error_rates.control_rates` through this code (``tests/test_positive_control.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from leakshield.leaderboard.comparisons import ALPHA_VERSUS_NONE, paired_p
+
+#: the row a table's control reads
+UNDEFENDED = "none"
+
+
+@dataclass(frozen=True)
+class Control:
+    """The undefended row's strongest attack against the guess: one-sided p over seeds, whether a victim
+    leaked, and the verdict."""
+
+    where: str
+    seeds: int
+    gain: float
+    p: float
+    leaked: bool
+    alpha: float = ALPHA_VERSUS_NONE
+
+    @property
+    def passes(self) -> bool:
+        return self.leaked and self.p <= self.alpha
+
+    def text(self) -> str:
+        """``ig@0 leaks no defense: gain 0.512 over the guess, p 0.0004 over 8 seeds`` or why it does not."""
+        found = f"gain {self.gain:+.3f} over the guess, one-sided p {self.p:.2g} over {self.seeds} seeds"
+        if self.passes:
+            return f"the strongest attack ({self.where}) leaks no defense: {found}"
+        why = "no victim reached SSIM 0.6 above its own guess" if not self.leaked else (
+            f"not above the guess at α {self.alpha}")  # fmt: skip
+        return (
+            f"the strongest attack ({self.where}) does not leak no defense measurably ({why}; {found}): "
+            "this table measures the attack's budget, not the defenses, and ranks nothing"
+        )
+
+
+def control(row: Any, alpha: float = ALPHA_VERSUS_NONE) -> Control | None:
+    """The positive control of the undefended ``row`` (a :class:`~.ranking.Standing`); None where it
+    has no attack score with per-seed outcomes or fewer than two seeds."""
+    best = row.strongest
+    if best is None or len(best.outcomes) < 2:
+        return None
+    gains = [o.gain for o in best.outcomes]
+    p = paired_p([0.0] * len(gains), gains, one_sided=True)
+    leaked = any(o.leaked for o in best.outcomes)
+    return Control(best.where, len(gains), sum(gains) / len(gains), p, leaked, alpha)
+
+
+def controls(rows: list[Any], alpha: float = ALPHA_VERSUS_NONE) -> dict[str, Control]:
+    """Model → the control of its undefended row (models without one, or untestable, left out)."""
+    out = {}
+    for row in rows:
+        if row.defense == UNDEFENDED:
+            found = control(row, alpha)
+            if found is not None:
+                out[row.model] = found
+    return out

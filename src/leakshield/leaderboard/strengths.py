@@ -1,0 +1,116 @@
+"""Strength ladders: each tunable defense at several strengths, so defenses can be compared at equal
+accuracy cost (:mod:`.budgets`) and drawn as curves on the privacy–utility plot.
+
+The leaderboard file's ``strengths:`` maps a row's label to one parameter and its ladder, weakest first,
+from "no measurable cost" to "does not train" (``gaussian-noise: {sigma: [1.0e-3, 1.0e-2, 1.0e-1, 1]}``).
+A preset's ``rungs:`` says how many rungs of each ladder it runs besides the row itself — a number for
+every ladder, or a mapping of labels to numbers with ``others`` for the rest — spread evenly over the
+ladder's other values, both ends included (one rung: the strongest). The value equal to the row's own is
+the row itself; each rung is a copy of the row (its training, its parameters) with that one parameter
+changed, labelled ``<label>@<parameter>=<value>``.
+Rungs run in the main grid only (a scenario lists its own defenses)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from leakshield.defenses import DEFENSES
+from leakshield.errors import ConfigError
+from leakshield.leaderboard.budgets import RUNG_MARK
+
+#: the key of a preset's ``rungs`` mapping that applies to every ladder it does not name
+OTHERS = "others"
+
+
+def value_text(value: Any) -> str:
+    """A rung's value as its label shows it (``0.001``, ``1``, ``int8``)."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def spread(count: int, length: int) -> list[int]:
+    """``count`` indices spread evenly over ``range(length)``, both ends included (all when
+    ``count`` ≥ ``length``; none for 0; one: the last, the strongest rung)."""
+    if count <= 0:
+        return []
+    if count >= length:
+        return list(range(length))
+    if count == 1:
+        return [length - 1]
+    return sorted({round(i * (length - 1) / (count - 1)) for i in range(count)})
+
+
+def _ladders(document: dict[str, Any], source: str) -> dict[str, tuple[str, list[Any]]]:
+    """label → (parameter, values) of the file's ``strengths`` section, checked."""
+    found = document.get("strengths") or {}
+    if not isinstance(found, dict):
+        raise ConfigError(f"{source}: strengths: expected row label → {{parameter: [values, …]}}")
+    out = {}
+    for label, spec in found.items():
+        if not isinstance(spec, dict) or len(spec) != 1:
+            raise ConfigError(f"{source}: strengths.{label}: expected one parameter and its ladder, "
+                              "e.g. {sigma: [1.0e-3, 1.0e-2, 1.0e-1]}")  # fmt: skip
+        ((parameter, values),) = spec.items()
+        if not isinstance(values, list) or len(values) < 2:
+            raise ConfigError(f"{source}: strengths.{label}.{parameter}: expected a list of 2 or more "
+                              f"values, weakest first; got {values!r}")  # fmt: skip
+        out[str(label)] = (str(parameter), values)
+    return out
+
+
+def _counts(rungs: Any, ladders: dict[str, Any], where: str) -> dict[str, int]:
+    """label → rungs to run, from a preset's ``rungs`` (a number, or a mapping with ``others``)."""
+    if rungs is None:
+        return {}
+    if isinstance(rungs, bool) or not isinstance(rungs, int | dict):
+        raise ConfigError(f"{where}: expected a number of rungs for every ladder, or label → number "
+                          f"(with '{OTHERS}' for the rest); got {rungs!r}")  # fmt: skip
+    if isinstance(rungs, int):
+        return dict.fromkeys(ladders, rungs)
+    unknown = sorted(str(k) for k in rungs if k != OTHERS and k not in ladders)
+    if unknown:
+        raise ConfigError(f"{where}: no ladder for {unknown}; strengths defines: {', '.join(ladders)}")
+    bad = sorted(str(k) for k, v in rungs.items() if isinstance(v, bool) or not isinstance(v, int) or v < 0)
+    if bad:
+        raise ConfigError(f"{where}: {bad}: expected a number of rungs (0 or more)")
+    return {label: int(rungs.get(label, rungs.get(OTHERS, 0))) for label in ladders}
+
+
+def with_rungs(
+    defenses: list[Any], document: dict[str, Any], rungs: Any, *, source: str, preset: str
+) -> list[Any]:
+    """``defenses`` (a preset's rows, parameters and training merged in) with each ladder's chosen rungs
+    appended after its row."""
+    ladders = _ladders(document, source)
+    counts = _counts(rungs, ladders, f"{source}: presets.{preset}.rungs")
+    if not any(counts.values()):
+        return defenses
+    labels = {(d if isinstance(d, str) else d.get("label") or d.get("name")): d for d in defenses}
+    missing = sorted(label for label, n in counts.items() if n and label not in labels)
+    if missing:
+        raise ConfigError(f"{source}: strengths: {missing} name no row of presets.{preset}; its rows are "
+                          f"{', '.join(str(k) for k in labels)}")  # fmt: skip
+    out = []
+    for entry in defenses:
+        out.append(entry)
+        item = {"name": entry} if isinstance(entry, str) else dict(entry)
+        label = item.get("label") or item.get("name")
+        if label not in ladders or not counts.get(label):
+            continue
+        if "name" not in item:
+            raise ConfigError(f"{source}: strengths.{label}: a ladder changes one defense's parameter; "
+                              f"{label} is a stack (give each strength its own row instead)")  # fmt: skip
+        parameter, values = ladders[label]
+        fields = DEFENSES.get(item["name"]).params.model_fields
+        if parameter not in fields:
+            raise ConfigError(f"{source}: strengths.{label}: {item['name']} has no parameter {parameter!r}; "
+                              f"its parameters: {', '.join(fields)}")  # fmt: skip
+        own = item.get(parameter, fields[parameter].default)
+        others = [v for v in values if v != own]
+        for index in spread(counts[label], len(others)):
+            value = others[index]
+            rung = copy.deepcopy(item)
+            rung[parameter] = value
+            rung["label"] = f"{label}{RUNG_MARK}{parameter}={value_text(value)}"
+            out.append(rung)
+    return out
