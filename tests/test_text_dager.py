@@ -99,3 +99,57 @@ def test_a_one_block_model_is_refused_in_one_line():
     ids = torch.tensor([[2, 7, 9, 3]])
     with pytest.raises(LeakshieldError, match="two blocks or more"):
         dager_attack(model, _update(model, ids, torch.tensor([1])))
+
+
+def _review_with_repeats(splits, tokenizer, count: int) -> torch.Tensor:
+    """``count`` reviews of the train split, each with a token that occurs more than once."""
+    found = []
+    for text in splits.train.texts[200:]:
+        ids = tokenizer.encode([text], 32)
+        tokens = [int(t) for t in ids[0] if t != PAD]
+        if len(set(tokens)) < len(tokens):
+            found.append(ids)
+        if len(found) == count:
+            return torch.cat(found)
+    raise AssertionError("too few reviews with a repeated token")
+
+
+@pytest.mark.parametrize("kind", ["bert", "gpt2"])
+def test_under_fp16_the_embedding_step_recovers_a_review_the_span_check_cannot(setting, kind):
+    """The leaderboard's text model (width 64, 2 blocks, 2 heads, 32 tokens), one review with a repeated
+    token, its gradient rounded to fp16 as the quantization defense releases it: DAGER told the rounding
+    recovers it exactly; the span check alone (embedding_step off) does not (module docstring: the
+    rounding buries the span's weak directions)."""
+    from leakshield.text_grid.attacks import FP16_ROUNDING
+
+    splits, tokenizer = setting
+    for seed, ids in enumerate(_review_with_repeats(splits, tokenizer, 3)):
+        ids = ids[None]
+        model = TextClassifier(kind, tokenizer.vocab_size, 32, 2, width=64, heads=2, seed=seed).eval()
+        rounded = {k: v.half().float() for k, v in _update(model, ids, torch.tensor([seed % 2])).items()}
+        result = dager_attack(model, rounded, 1, rounding=FP16_ROUNDING)
+        assert _rows(result.ids) == _rows(ids), (kind, seed)
+    span_only = dager_attack(model, rounded, 1, rounding=FP16_ROUNDING, embedding_step=False)
+    assert _rows(span_only.ids) != _rows(ids)
+
+
+def test_the_embedding_step_reads_repeats_and_position_order():
+    """A tiny BERT, a sequence whose token 7 occurs at three positions: each position takes its own token
+    (a word row is the sum of its positions' rows)."""
+    from leakshield.text.embedding_rows import embedding_row_tokens
+
+    model = TextClassifier("bert", 50, 12, 2, width=16, heads=2, seed=1).eval()
+    ids = torch.tensor([[2, 7, 9, 7, 11, 7, 3]])
+    gradient = _update(model, ids, torch.tensor([1]))
+    assert embedding_row_tokens(model, gradient) == ids[0].tolist()
+    assert embedding_row_tokens(
+        model, {k: v.half().float() for k, v in gradient.items()}, rounding=2**-11
+    ) == (ids[0].tolist())
+
+
+def test_the_grid_tells_dager_the_rounding_of_fp16_only():
+    from leakshield.text_grid.attacks import FP16_ROUNDING, known_rounding
+
+    assert known_rounding([{"name": "quantization", "params": {"format": "fp16"}}]) == FP16_ROUNDING
+    assert known_rounding([{"name": "quantization", "params": {"format": "int8"}}]) is None
+    assert known_rounding([{"name": "gaussian-noise", "params": {"sigma": 0.01}}]) is None

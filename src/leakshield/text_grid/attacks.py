@@ -62,6 +62,9 @@ class TextAttackInput:
     seed: int
     public: torch.Tensor | None = None
     cache: ArtifactCache | None = None
+    #: the relative rounding of the released values the defense is known to apply (fp16: 2⁻¹¹; None:
+    #: none), :func:`known_rounding`
+    rounding: float | None = None
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,11 @@ class DagerParams(Params):
     max_combinations: int = pydantic.Field(
         default=5000, ge=1, description="encoder combinations scored per length (sampled beyond)"
     )
+    embedding_step: bool = pydantic.Field(
+        default=True,
+        description="under the defense's known rounding or noise, read one sequence's tokens off the "
+        "embedding gradients (the span check cannot see through them)",
+    )
 
 
 @TEXT_ATTACKS.register(
@@ -207,7 +215,8 @@ class DagerTextAttack(TextAttack):
         result = dager_attack(given.model, given.gradient, given.batch, token_tolerance=p.token_tolerance,
                               sequence_tolerance=p.sequence_tolerance, rank_tolerance=p.rank_tolerance,
                               max_prefixes=p.max_prefixes, max_combinations=p.max_combinations,
-                              noise_std=given.noise_std, seed=given.seed)  # fmt: skip
+                              noise_std=given.noise_std, rounding=given.rounding,
+                              embedding_step=p.embedding_step, seed=given.seed)  # fmt: skip
         return TextAttackOutput(ids=result.ids)
 
 
@@ -341,6 +350,21 @@ def known_noise_std(
         at_release /= (lr * steps) ** 2
     total = at_step + at_release
     return math.sqrt(total) if total > 0 else None
+
+
+#: the relative rounding of fp16 (round to nearest: half a unit in the last of 11 significant bits)
+FP16_ROUNDING = 2.0**-11
+
+
+def known_rounding(entries: Sequence[Mapping[str, Any]]) -> float | None:
+    """The relative rounding a defense stack applies to the released values, from its public parameters:
+    fp16 quantization 2⁻¹¹ (int8's per-tensor scale is not relative: None, as for no rounding)."""
+    for entry in entries:
+        if DEFENSES.get(entry["name"]).name == "quantization":
+            params: Any = DEFENSES.validate(entry["name"], entry.get("params"))
+            if params.format == "fp16":
+                return FP16_ROUNDING
+    return None
 
 
 def step_sizes(batch: int, batch_size: int, epochs: int) -> list[int]:

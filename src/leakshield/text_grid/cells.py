@@ -33,6 +33,7 @@ from leakshield.text_grid.attacks import (
     TextAttackInput,
     create_text_attack,
     known_noise_std,
+    known_rounding,
     step_sizes,
     threat_of,
 )
@@ -185,8 +186,11 @@ def _attack_cell(
         labels = victim.batch.y.to(world.device) if attack.needs_labels else None
         began = time.perf_counter()
         seed = mix(cell.seed, victim.index)
+        rounding = known_rounding(world.pipeline_entries(cell.defense, victim))
         out = attack(
-            TextAttackInput(model, seen.gradient, cell.batch, labels, noise, seed, public_ids, world.cache)
+            TextAttackInput(
+                model, seen.gradient, cell.batch, labels, noise, seed, public_ids, world.cache, rounding
+            )
         )
         seconds.append(time.perf_counter() - began)
         if out.ids is not None:
