@@ -174,3 +174,38 @@ def test_guards_that_read_weights_refuse_it_and_pass_the_honest_model(tmp_path, 
     assert cells[("none", "sequence-imprint")]["rouge2"] > 0.9
     refused = cells[("row-guard", "sequence-imprint")]
     assert refused["rouge1"] == pytest.approx(refused["floor_rouge1"])  # the guess is all it has
+
+
+def _pair_recall(truth: torch.Tensor, found: torch.Tensor) -> tuple[float, int]:
+    """Per true sequence, the share of its (position, token) pairs in its best-matching recovered one
+    (mean over sequences), and the recovered tokens no true sequence holds ([UNK] aside)."""
+    rows = lambda ids: [{(p, int(t)) for p, t in enumerate(r) if t not in (PAD, 1)} for r in ids]  # noqa: E731
+    true, got = rows(truth), rows(found)
+    recall = sum(max(len(t & g) for g in got) / len(t) for t in true) / len(true)
+    return recall, sum(len(g - set().union(*true)) for g in got)
+
+
+def test_under_noise_and_fp16_the_block_reads_its_rows_at_their_own_errors(setting):
+    """The leaderboard's text model and its imprint at scale 10⁶ (the server's choice against noise):
+    8 reviews under Gaussian noise σ 10⁻² (errors from the bins' own noise, nothing known of the defense)
+    and one review rounded to fp16 (the protocol's rounding) come back whole, no false token; at
+    tolerances alone (the rows' errors ignored) nothing does."""
+    from leakshield.imprint_bins import recover_from_bins
+    from leakshield.text.imprint import bin_gradients, read_sequences
+
+    splits, tokenizer, public = setting
+    model = TextClassifier("bert", tokenizer.vocab_size, 32, 2, width=64, heads=2, seed=0).eval()
+    prepared = imprint_model(model, public, 4096, scale=1e6, seed=0)
+    generator = torch.Generator().manual_seed(0)
+    for batch, perturb, rounding in ((8, "noise", None), (1, "fp16", 2**-11)):
+        ids = tokenizer.encode(splits.train.texts[300 : 300 + batch], 32)
+        exact = _gradient(prepared, ids, torch.tensor(splits.train.labels[300 : 300 + batch]))
+        if perturb == "noise":
+            released = {k: v + 1e-2 * torch.randn(v.shape, generator=generator) for k, v in exact.items()}
+        else:
+            released = {k: v.half().float() for k, v in exact.items()}
+        recall, false = _pair_recall(ids, sequence_imprint(prepared, released, batch, rounding=rounding).ids)
+        assert recall == 1.0 and false == 0, (perturb, recall, false)
+        rows, _ = recover_from_bins(*bin_gradients(prepared, released), 4096)
+        plain, _ = _pair_recall(ids, read_sequences(prepared, rows, batch).ids)
+        assert plain < 0.3, (perturb, plain)

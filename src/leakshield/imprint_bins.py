@@ -14,6 +14,12 @@ def recover_from_bins(grad_w: torch.Tensor, grad_b: torch.Tensor, limit: int) ->
     """The samples alone in a pair of consecutive bins of a cumulative imprint layout (rows in threshold
     order): (∇W_i − ∇W_{i+1}) / (∇b_i − ∇b_{i+1}), strongest first, at most ``limit``; and how many
     bins held any signal."""
+    rows, hits = bin_rows(grad_w, grad_b, limit)
+    return rows, len(hits)
+
+
+def bin_rows(grad_w: torch.Tensor, grad_b: torch.Tensor, limit: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`recover_from_bins`' rows, strongest first, and each one's bin i (its pair is i and i + 1)."""
     grad_w, grad_b = grad_w.double(), grad_b.double()
     # consecutive differences isolate the samples whose query falls between two thresholds
     diff_w = torch.cat([grad_w[:-1] - grad_w[1:], grad_w[-1:]])
@@ -21,4 +27,12 @@ def recover_from_bins(grad_w: torch.Tensor, grad_b: torch.Tensor, limit: int) ->
     strength = diff_b.abs()
     hits = (strength > 1e-10 * strength.max().clamp_min(1e-30)).nonzero().flatten()
     hits = hits[torch.argsort(strength[hits], descending=True)][:limit]
-    return diff_w[hits] / diff_b[hits, None], len(hits)
+    return diff_w[hits] / diff_b[hits, None], hits
+
+
+def noise_level(grad_b: torch.Tensor) -> float:
+    """The standard deviation of the noise on one bin difference ∇b_i − ∇b_{i+1}, read off the bins
+    themselves: most bins hold no sample, so the median |difference| is the noise's (a half-normal's
+    median is 0.6745 σ); 0 for noise-free bins."""
+    grad_b = grad_b.double()
+    return float((grad_b[:-1] - grad_b[1:]).abs().median()) / 0.6745 if len(grad_b) > 1 else 0.0

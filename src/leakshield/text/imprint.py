@@ -24,6 +24,16 @@ Distinct tokens that share a bin come back as a mixture that equals no (token, p
 are dropped, and their positions read ``[UNK]``. The same (token, position) in two sequences (``[CLS]``
 at 0) sharing a bin matches its state with a mixed mean: a one-token group whose token another group
 holds, dropped too. ``[PAD]`` positions carry no gradient and never appear.
+
+**Noise and rounding.** A row is a difference of two cumulative bins divided by |∇b_i − ∇b_{i+1}|, so
+noise on the update (and rounding, which the difference does not cancel: each bin holds the sum of all
+tokens above it) reaches it magnified; a fixed relative tolerance then drops every row. Each row's
+expected error (:func:`row_errors`: noise read off the empty bins, rounding from the protocol's format)
+lets a row name its nearest state when that state is within a few errors and clearly nearer than the
+second nearest. Measured on the leaderboard's text model (BERT, width 64, 4096 bins): at scale s = 1 a
+noise of σ 10⁻² leaves nothing (recall 0.03, one review); at s = 10⁶ — a server scales its bins against
+the noise it expects, the forward pass unchanged — 8 reviews come back whole, no false token; fp16
+rounding: one review whole at s = 1 (0.97) and 10⁶, a batch of 8 not (recall 0.23–0.26).
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ import torch
 from torch import nn
 
 from leakshield.errors import LeakshieldError
-from leakshield.imprint_bins import recover_from_bins
+from leakshield.imprint_bins import bin_rows, noise_level
 from leakshield.seeds import seeded_generator
 from leakshield.text.models import TextClassifier
 from leakshield.text.span import module_inputs
@@ -46,6 +56,12 @@ from leakshield.text.tokenizer import CLS, PAD, SEP, UNK
 QUERY_WEIGHT, QUERY_BIAS = "imprint.query.weight", "imprint.query.bias"
 #: public sequences whose states place the thresholds, at most
 PUBLIC_SEQUENCES = 2000
+#: a noisy row names its nearest state within this many of its expected errors …
+NOISE_REACH = 4.0
+#: … when that state is under this share of the distance to the second nearest (measured on the
+#: leaderboard's text model under noise σ 10⁻², scale 10⁴: tokens alone in their bins at 0.15–0.58,
+#: rows of noise alone at 0.99–1.00)
+NEAREST_RATIO = 0.8
 
 
 def beside_mean(states: torch.Tensor) -> torch.Tensor:
@@ -167,29 +183,47 @@ def state_table(model: TextClassifier) -> torch.Tensor:
 
 
 def read_sequences(
-    model: TextClassifier, rows: torch.Tensor, batch: int, *, tolerance: float = 1e-3
+    model: TextClassifier,
+    rows: torch.Tensor,
+    batch: int,
+    *,
+    tolerance: float = 1e-3,
+    errors: torch.Tensor | None = None,
 ) -> ImprintResult:
     """Sequences from the recovered rows z = [h ; m] (float64, one per row): h names its (token,
     position) where the nearest state lies within ``tolerance`` × ‖h‖ (else the row is a mixture and
     dropped); rows whose m agree within ``tolerance`` × ‖m‖ are one sequence. The ``batch`` largest
-    groups are returned, in the order of their sequences' mean states' first coordinate."""
+    groups are returned, in the order of their sequences' mean states' first coordinate.
+
+    ``errors``: each row's expected error on h (and on m) from noise on the bins' gradients. A noisy row
+    also names the nearest state when that state is within :data:`NOISE_REACH` errors and under
+    :data:`NEAREST_RATIO` × the distance to the second nearest (a row of noise alone has no state much
+    nearer than the others); m's agree within the two rows' errors besides ``tolerance``."""
     table = state_table(model).to(rows.device)
     _, length, width = table.shape
     flat = table.reshape(-1, width)
     h, m = rows[:, :width], rows[:, width:]
-    closest = [torch.cdist(part, flat).min(dim=1) for part in h.split(128)]  # 128 rows at a time
-    distance = torch.cat([c.values for c in closest])
-    nearest = torch.cat([c.indices for c in closest])
+    closest = [
+        torch.cdist(part, flat).topk(2, dim=1, largest=False) for part in h.split(128)
+    ]  # 128 at a time
+    distance = torch.cat([c.values[:, 0] for c in closest])
+    nearest = torch.cat([c.indices[:, 0] for c in closest])
     good = distance <= tolerance * h.norm(dim=1).clamp_min(1e-12)
+    error = torch.zeros(len(rows), dtype=rows.dtype, device=rows.device) if errors is None else errors
+    if errors is not None:
+        second = torch.cat([c.values[:, 1] for c in closest])
+        good |= (distance <= NOISE_REACH * error) & (distance <= NEAREST_RATIO * second)
     tokens, positions = nearest // length, nearest % length
     means: list[torch.Tensor] = []
+    spreads: list[float] = []
     members: list[dict[int, int]] = []
     for row in good.nonzero().flatten().tolist():
-        found = next(
-            (g for g, mean in enumerate(means) if (m[row] - mean).norm() <= tolerance * mean.norm()), None
-        )
+        reach = [tolerance * float(mean.norm()) + NOISE_REACH * (float(error[row]) + spread)
+                 for mean, spread in zip(means, spreads, strict=True)]  # fmt: skip
+        found = next((g for g, mean in enumerate(means) if float((m[row] - mean).norm()) <= reach[g]), None)
         if found is None:
             means.append(m[row])
+            spreads.append(float(error[row]))
             members.append({})
             found = len(means) - 1
         members[found].setdefault(int(positions[row]), int(tokens[row]))
@@ -255,10 +289,41 @@ def fill_gaps(placed: dict[int, int], total: torch.Tensor, table: torch.Tensor, 
 
 
 def sequence_imprint(
-    model: TextClassifier, gradient: Mapping[str, torch.Tensor], batch: int, *, tolerance: float = 1e-3
+    model: TextClassifier,
+    gradient: Mapping[str, torch.Tensor],
+    batch: int,
+    *,
+    tolerance: float = 1e-3,
+    rounding: float | None = None,
 ) -> ImprintResult:
     """The ``batch`` sequences read off the imprint block's gradient in ``gradient`` (the update of the
-    model :func:`imprint_model` prepared): every bin pair's row, then :func:`read_sequences`."""
+    model :func:`imprint_model` prepared): every bin pair's row, then :func:`read_sequences` with each
+    row's expected error (:func:`row_errors`; None on an exact update)."""
     grad_w, grad_b = bin_gradients(model, gradient)
-    rows, _ = recover_from_bins(grad_w, grad_b, len(grad_b))
-    return read_sequences(model, rows, batch, tolerance=tolerance)
+    rows, hits = bin_rows(grad_w, grad_b, len(grad_b))
+    errors = row_errors(grad_w, grad_b, hits, rows, rounding)
+    return read_sequences(model, rows, batch, tolerance=tolerance, errors=errors)
+
+
+def row_errors(
+    grad_w: torch.Tensor, grad_b: torch.Tensor, hits: torch.Tensor, rows: torch.Tensor, rounding: float | None
+) -> torch.Tensor | None:
+    """Each recovered row's expected error on h: noise the bins themselves show
+    (:func:`~leakshield.imprint_bins.noise_level`, no knowledge of the defense needed) and, with the
+    protocol's relative ``rounding`` of released values (fp16: 2⁻¹¹), the rounding of the two cumulative
+    bins it is the difference of — which the difference does not cancel — both over |∇b_i − ∇b_{i+1}|.
+    None where neither is present."""
+    noise = noise_level(grad_b)
+    if noise <= 0 and rounding is None:
+        return None
+    grad_w, grad_b = grad_w.double(), grad_b.double()
+    after = torch.clamp(hits + 1, max=len(grad_b) - 1)
+    pair = lambda v: v[hits].abs() + torch.where(hits + 1 < len(grad_b), v[after].abs(), 0)  # noqa: E731
+    strength = (grad_b[hits] - torch.where(hits + 1 < len(grad_b), grad_b[after], 0)).abs().clamp_min(1e-300)
+    width = rows.shape[1] // 2
+    error = torch.full_like(strength, noise * width**0.5)
+    if rounding is not None:
+        w_part = pair(grad_w[:, :width].norm(dim=1))
+        b_part = pair(grad_b) * rows[:, :width].norm(dim=1)
+        error = error + rounding * (w_part + b_part)
+    return (error / strength).to(rows.device)

@@ -304,7 +304,9 @@ class SequenceImprintAttack(TextAttack):
         return imprint_model(model, public, self.params.bins, scale=self.params.scale, seed=seed)
 
     def __call__(self, given: TextAttackInput) -> TextAttackOutput:
-        result = sequence_imprint(given.model, given.gradient, given.batch, tolerance=self.params.tolerance)
+        result = sequence_imprint(
+            given.model, given.gradient, given.batch, tolerance=self.params.tolerance, rounding=given.rounding
+        )
         return TextAttackOutput(ids=result.ids)
 
 
