@@ -9,7 +9,11 @@ ranking code, and prints, per case, how often each event happened:
   protocol's 20 (client 0's sensitive samples, which repeat across seeds), with victims fixed across
   seeds (the draw ignores the seed), and without Holm's correction;
 * power among 20 rows: a row hiding half of the victims against no defense, DP-SGD (every victim hidden)
-  against no defense, DP-SGD against Soteria (a quarter hidden) in the letters.
+  against no defense, DP-SGD against Soteria (a quarter hidden) in the letters;
+* the positive control (:mod:`leakshield.leaderboard.controls`, one no-defense row per table): how often
+  it passes when the attack only reconstructs each victim's own guess (references near 0.65, so guesses
+  cross SSIM 0.6 and only the test over seeds can refuse them), and when the attack leaks at levels
+  from weak (0.45) to the standard export's (0.75).
 
     python benchmarks/ranking_error_rates.py --tables 1000
 """
@@ -34,7 +38,11 @@ def _unadjusted_rank(rows: list) -> list:
 
 
 def _less(name: str):
-    return lambda t: next(s for s in t.standings if s.defense == name).versus_none.less
+    def happened(table) -> bool:  # a table whose positive control fails compares nothing
+        found = next(s for s in table.standings if s.defense == name).versus_none
+        return found is not None and found.less
+
+    return happened
 
 
 def main() -> None:
@@ -66,6 +74,19 @@ def main() -> None:
     print("\npower among 20 rows (none, half, DP-SGD, Soteria, 16 like none; 400-image pool)")
     for name in events:
         print(f"  {name:<32} {rates.rate(name):>10.3f}")
+    print("\npositive control: the no-defense row's attack          passes")
+    passes = {"pass": error_rates.control_passes}
+    cases = {
+        "guesses only (null), references ≈ 0.65": ({"protection": 1.0}, {"reference": (0.65, 0.05)}),
+        "guesses only (null), references ≈ 0.35": ({"protection": 1.0}, {}),
+        "leaks at level 0.45": ({"level": 0.45}, {}),
+        "leaks at level 0.60": ({"level": 0.6}, {}),
+        "leaks at level 0.75 (standard)": ({}, {}),
+    }
+    for name, (row, options) in cases.items():
+        rates = error_rates.measure([error_rates.Row("none", **row)], passes, args.tables, seed=3,
+                                    **large, **options)  # fmt: skip
+        print(f"  {name:<44} {rates.rate('pass'):>10.3f}")
 
 
 if __name__ == "__main__":

@@ -100,6 +100,26 @@ def test_a_table_whose_attack_does_not_leak_no_defense_ranks_nothing() -> None:
     assert {s.defense: s.rank for s in leaking.standings}["dp-sgd"] == 1  # the same table with a leak ranks
 
 
+def test_below_six_seeds_the_control_checks_the_leak_alone() -> None:
+    """An exact attack (the same gain in every seed) cannot reach α 0.02 by the test over 2 seeds (exact
+    p 1/4): it passes on its leak; an attack that leaks no victim fails at any number of seeds."""
+    from leakshield.leaderboard.controls import Control
+
+    assert (
+        Control("dager@0", 2, 1.0, 0.25, True).passes and not Control("dager@0", 2, 1.0, 0.25, True).testable
+    )
+    assert Control("dlg@0", 8, 1.0, 1 / 256, True).passes and not Control("dlg@0", 8, 0.1, 0.3, True).passes
+    assert (
+        not Control("hitaj@0", 2, 0.3, 0.25, False).passes
+        and not Control("hitaj@0", 8, 0.3, 0.0, False).passes
+    )
+    rows = [er.Row("none", protection=1.0), er.Row("dp-sgd", protection=1.0)]
+    quiet = er.simulate_table(rows, np.random.default_rng(4), seeds=2, pool=400)
+    assert all(s.rank is None for s in quiet.standings)
+    loud = er.simulate_table([er.Row("none"), rows[1]], np.random.default_rng(4), seeds=2, pool=400)
+    assert [s.rank for s in loud.standings] == [1, 2]
+
+
 #: tables per rate below (one row each: about 0.07 s a table)
 CONTROL_TABLES = 300
 

@@ -13,7 +13,10 @@ hold:
 2. **it leaks some victim**: some victim's SSIM is at least 0.6 and above its own reference
    (:func:`.leak_rate.victim_leaked`), the leaderboard's definition of a leak.
 
-A table without a no-defense row, or with fewer than two seeds, has no control; it is ranked and says so.
+The test over seeds cannot reach α below 6 seeds where the seeds do not spread (an exact attack: the
+sign-flip p is at least 1/2^S, 1/4 at 2 seeds): with fewer seeds the control checks (2) alone and says
+so — a table whose attack leaks no victim of no defense ranks nothing at any number of seeds. A table
+without a no-defense row, or with fewer than two seeds, has no control; it is ranked and says so.
 The test's false-pass rate (an attack at the guess level) and power are measured by
 :func:`.error_rates.control_rates` through this code (``tests/test_positive_control.py``).
 """
@@ -42,12 +45,22 @@ class Control:
     alpha: float = ALPHA_VERSUS_NONE
 
     @property
+    def testable(self) -> bool:
+        """Whether the test over seeds can reach α at all (the exact p's floor 1/2^S at most α)."""
+        return 0.5**self.seeds <= self.alpha
+
+    @property
     def passes(self) -> bool:
-        return self.leaked and self.p <= self.alpha
+        return self.leaked and (self.p <= self.alpha or not self.testable)
 
     def text(self) -> str:
         """``ig@0 leaks no defense: gain 0.512 over the guess, p 0.0004 over 8 seeds`` or why it does not."""
         found = f"gain {self.gain:+.3f} over the guess, one-sided p {self.p:.2g} over {self.seeds} seeds"
+        if self.passes and not self.testable:
+            return (
+                f"the strongest attack ({self.where}) leaks some victim of no defense ({found}; the test "
+                f"over seeds cannot reach α {self.alpha} below 6 seeds, so only the leak is checked)"
+            )
         if self.passes:
             return f"the strongest attack ({self.where}) leaks no defense: {found}"
         why = "no victim reached SSIM 0.6 above its own guess" if not self.leaked else (

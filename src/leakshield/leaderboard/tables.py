@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from leakshield.experiment.store import CellRecord
@@ -206,7 +206,7 @@ def ranking_rows(rows: Sequence[Standing], *, active: bool) -> tuple[list[str], 
     return header, body
 
 
-def selection_note(rows: Sequence[Standing]) -> str:
+def selection_note(rows: Sequence[Standing], adapted: Callable[[str, str], bool] | None = None) -> str:
     """How the table's strongest attacks were chosen, and how its rows are compared."""
     from leakshield.leaderboard.comparisons import ALPHA_PAIRS, ALPHA_VERSUS_NONE
 
@@ -224,7 +224,31 @@ def selection_note(rows: Sequence[Standing]) -> str:
             f"Rank: the order by mean margin; rows sharing a letter were not shown different (all pairs, "
             f"Holm at α {ALPHA_PAIRS}). \"does not train\": accuracy below chance + ½ (undefended − "
             f"chance){_floors(rows)}; \"{REFUSES_HONEST}\": a guard refusing more than half of honest "
-            f"models; neither is compared nor on the front.{_budgets(rows)}{control_note(rows)}")  # fmt: skip
+            f"models; neither is compared nor on the front.{_budgets(rows)}{control_note(rows)}"
+            f"{adaptive_note(rows, adapted)}")  # fmt: skip
+
+
+def adaptive_note(rows: Sequence[Standing], adapted: Callable[[str, str], bool] | None = None) -> str:
+    """`` No measurable leakage, and the adaptive attacks each such row faced: …``: for every row without a
+    leaked victim, the attacks among those it met that adapt to its defense (``adapted(attack, defense)``;
+    default: a registered attack built against defenses, which the grid pairs with its targets only)."""
+    from leakshield.attacks import ATTACKS
+    from leakshield.errors import UnknownNameError
+
+    def registered(attack: str, defense: str) -> bool:
+        try:
+            return ATTACKS.get(attack).targets is not None
+        except UnknownNameError:  # a label that is no registered name: not known to be adaptive
+            return False
+
+    quiet = [r for r in rows if r.strongest is not None and not r.leaks and r.defense != "none"]
+    if not quiet:
+        return ""
+    parts = []
+    for row in quiet:
+        faced = sorted({s.attack for s in row.scores if (adapted or registered)(s.attack, row.defense)})
+        parts.append(f"{row.defense} ({', '.join(faced) if faced else 'no adaptive attack'})")
+    return " No measurable leakage, and the adaptive attacks each such row faced: " + "; ".join(parts) + "."
 
 
 def control_note(rows: Sequence[Standing]) -> str:

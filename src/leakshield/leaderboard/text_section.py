@@ -100,7 +100,7 @@ def text_tables(records: Sequence[CellRecord], rounds: int) -> list[Table]:
     for threat, rows, active, header, body in threat_rankings(converted):
         header = [text_header(h) for h in header]
         body = [[_cell_text(c) for c in row] for row in body]
-        note = _note_text(selection_note(rows))
+        note = _note_text(selection_note(rows, adapted_to_defense))
         note += (
             f" A model state's round: 0 untrained, {rounds} after FL training under the defense. ROUGE-2 "
             "and ROUGE-1: F-measures after pairing each batch's sequences with their reconstructions; the "
@@ -116,6 +116,21 @@ def text_tables(records: Sequence[CellRecord], rounds: int) -> list[Table]:
         title = f"Text · {threat[0].upper()}{threat[1:]} (catalogue {letters(converted, threat)})"
         tables.append(Table(title, header, body, note))
     return tables
+
+
+#: the text attacks that read the defense's public parameters, and the defenses they adapt to: DAGER's
+#: embedding step and the imprint's row errors under known noise or fp16 rounding
+TEXT_ADAPTIVE = {
+    "dager": ("gaussian-noise", "laplacian-noise", "dp-sgd", "quantization"),
+    "sequence-imprint": ("gaussian-noise", "laplacian-noise", "dp-sgd", "quantization"),
+}
+
+
+def adapted_to_defense(attack: str, defense: str) -> bool:
+    """Whether the text ``attack`` adapts to ``defense`` (a row label; its rungs count as it)."""
+    from leakshield.leaderboard.budgets import family
+
+    return family(defense) in TEXT_ADAPTIVE.get(attack, ())
 
 
 #: how far above chance the undefended model's accuracy must be for the utility gate to judge

@@ -212,7 +212,7 @@ def dager_attack(
         )
     if batch == 1 and embedding_step and (noise_std is not None or rounding is not None):
         tokens = embedding_row_tokens(model, gradient, rounding=rounding, noise_std=noise_std)
-        if tokens is not None:
+        if tokens is not None and len(tokens) >= 3:  # [CLS], a token, [SEP]; fewer: buried, use the span
             return DagerResult(torch.tensor([tokens]), [[t] for t in tokens], len(set(tokens)), False)
     exact = copy.deepcopy(model).double().eval()
     stacked, scale = attention_gradient(exact, gradient)
