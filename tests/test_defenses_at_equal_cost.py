@@ -54,7 +54,7 @@ def test_rung_labels_name_their_defense_and_strength() -> None:
     assert rung_text("gaussian-noise@sigma=0.1") == "sigma=0.1" and rung_text("none") == "default"
 
 
-def test_the_budget_table_picks_the_most_private_rung_that_fits_and_ranks_them(toy_table) -> None:
+def test_the_budget_table_picks_the_rung_that_spends_the_budget_and_ranks_them(toy_table) -> None:
     """The known curve: 1 point → rung 1, 2 → rung 2, 5 → rung 3 (rung 4 does not train); the second
     defense only at 5 points; a rung whose mean fits but whose bound does not is left out and said."""
     rows, records = toy_table
@@ -101,18 +101,17 @@ def test_a_table_whose_attack_does_not_leak_no_defense_ranks_nothing() -> None:
 
 
 def test_below_six_seeds_the_control_checks_the_leak_alone() -> None:
-    """An exact attack (the same gain in every seed) cannot reach α 0.02 by the test over 2 seeds (exact
-    p 1/4): it passes on its leak; an attack that leaks no victim fails at any number of seeds."""
+    """Below 6 seeds the test cannot establish a leak (an exact attack's p is at least 1/4 at 2 seeds; a
+    t-test at 1 degree of freedom needs t > 15.9): the control passes on the leak alone; from 6 seeds the
+    test decides; an attack that leaks no victim fails at any number of seeds."""
     from leakshield.leaderboard.controls import Control
 
-    assert (
-        Control("dager@0", 2, 1.0, 0.25, True).passes and not Control("dager@0", 2, 1.0, 0.25, True).testable
-    )
-    assert Control("dlg@0", 8, 1.0, 1 / 256, True).passes and not Control("dlg@0", 8, 0.1, 0.3, True).passes
-    assert (
-        not Control("hitaj@0", 2, 0.3, 0.25, False).passes
-        and not Control("hitaj@0", 8, 0.3, 0.0, False).passes
-    )
+    exact = Control("dager@0", 2, 1.0, 0.25, True, spread=False)
+    assert exact.passes and not exact.testable and exact.seeds_needed == 6 and "below 6 seeds" in exact.text()
+    assert Control("ig@0", 2, 0.4, 0.25, True).passes and not Control("ig@0", 6, 0.4, 0.25, True).passes
+    assert Control("dlg@0", 8, 1.0, 1 / 256, True, spread=False).passes
+    assert not Control("dlg@0", 8, 0.1, 0.3, True).passes
+    assert not Control("hitaj@0", 2, 0.3, 0.25, False, spread=False).passes
     rows = [er.Row("none", protection=1.0), er.Row("dp-sgd", protection=1.0)]
     quiet = er.simulate_table(rows, np.random.default_rng(4), seeds=2, pool=400)
     assert all(s.rank is None for s in quiet.standings)
@@ -162,10 +161,31 @@ def _file(rungs: object, strengths: object) -> dict:
         ({"noise": 2}, {"gaussian-noise": {"sigma": [0.001, 0.1]}}, "no ladder for ['noise']"),
         (2, {"gaussian-noise": {"sigma": 0.1}}, "expected a list of 2 or more"),
         (2, {"gaussian-noise": {"bound": [1, 2]}}, "has no parameter 'bound'"),
-        (2, {"dp-sgd": {"noise_multiplier": [1, 2]}}, "name no row"),
+        ({"dp-sgd": 2}, {"dp-sgd": {"noise_multiplier": [1, 2]}}, "name no row"),
+        (-1, {"gaussian-noise": {"sigma": [0.001, 0.1]}}, "0 or more"),
+        (2, {"gaussian-noise": {"sigma": ["a lot", 0.1]}}, "is not a number"),
         ("two", {"gaussian-noise": {"sigma": [0.001, 0.1]}}, "expected a number of rungs"),
     ],
 )
 def test_ladder_errors_name_the_field(rungs: object, strengths: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
         leaderboard_data(_file(rungs, strengths), "p")
+
+
+def test_rungs_meet_the_attacks_their_row_meets_and_labels_keep_the_mark_for_rungs() -> None:
+    data = _file(2, {"gaussian-noise": {"sigma": ["1e-3", 0.1, 1.0]}})  # YAML reads 1e-3 as a string
+    data["base"]["attacks"] = ["ig", {"name": "dlg", "against": ["gaussian-noise"]}]
+    found = leaderboard_data(data, "p")
+    labels = [d if isinstance(d, str) else d.get("label") for d in found["defenses"]]
+    assert labels == ["none", None, "gaussian-noise@sigma=0.1", "gaussian-noise@sigma=1"]  # 1e-3 is the row
+    assert found["attacks"][1]["against"] == [
+        "gaussian-noise",
+        "gaussian-noise@sigma=0.1",
+        "gaussian-noise@sigma=1",
+    ]
+    data["base"]["defenses"].append({"name": "pruning", "label": "prune@0.9"})
+    with pytest.raises(ConfigError, match="marks a strength rung"):
+        leaderboard_data(data, "p")
+    full = load_leaderboard("full")
+    carlini = next(a for a in full.attacks if a.name == "carlini")
+    assert {"mixup@k=2", "instahide@k=6"} <= set(carlini.against or ())

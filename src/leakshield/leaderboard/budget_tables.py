@@ -24,8 +24,9 @@ TITLE = "Most private within an accuracy budget"
 
 def _note(missing: dict[float, tuple[str, ...]], uncertain: dict[float, tuple[str, ...]], seeds: int) -> str:
     parts = [
-        "Each defense at its most private rung (strength) whose accuracy cost — no defense's test accuracy "
-        "minus the rung's, paired by utility seed — has a one-sided 95 % upper bound within the budget "
+        "Each defense at the rung (strength) that spends most of the budget — chosen on accuracy alone — "
+        "among those whose accuracy cost — no defense's test accuracy minus the rung's, paired by utility "
+        "seed — has a one-sided 95 % upper bound within the budget "
         f"({'one utility seed: the point alone, no bound' if seeds < 2 else f'{seeds} utility seeds, t'}); "
         "ranked as the table above (mean margin of the strongest attack; vs no defense: paired over seeds, "
         "Holm; letters: all pairs). A rung is the row's label after @ (default: the paper's strength)."
@@ -44,15 +45,15 @@ def budget_table(
     """One threat's matched-utility table (None where no row has an accuracy cost, or where the table's
     positive control failed: it ranks nothing at any budget)."""
     costs = accuracy_costs(records)
-    if not costs or any(r.control is not None and not r.control.passes for r in rows):
+    if not costs or all(r.control is not None and not r.control.passes for r in rows):
         return None
     header = ["budget", "rank · letters", "model · defense", "rung", "strongest attack", "margin ↓ (95 % CI)",
               "vs no defense (simultaneous CI)", "leaked victims (95 % CI)", "accuracy cost",
               "accuracy (95 % CI)"]  # fmt: skip
-    body, missing, uncertain = [], {}, {}
+    body, missing, uncertain, outside = [], {}, {}, ()
     for budget in budgets:
         choice = within_budget(rows, costs, budget)
-        missing[budget], uncertain[budget] = choice.none_fit, choice.uncertain
+        missing[budget], uncertain[budget], outside = choice.none_fit, choice.uncertain, choice.outside
         for row in choice.rows:
             cost = costs.get((row.model, row.defense))
             body.append([
@@ -63,7 +64,10 @@ def budget_table(
             ])  # fmt: skip
     seeds = max((c.seeds for c in costs.values()), default=0)
     title = f"{TITLE}: {threat}"
-    return Table(title, header, body, _note(missing, uncertain, seeds))
+    note = _note(missing, uncertain, seeds)
+    if outside:
+        note += f" Not comparable at any budget (no accuracy, or no rung that trains): {', '.join(outside)}."
+    return Table(title, header, body, note)
 
 
 def budget_tables(

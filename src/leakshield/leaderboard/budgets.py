@@ -1,18 +1,22 @@
-"""Defenses compared at equal cost: the most private rung of each defense within an accuracy budget.
+"""Defenses compared at equal cost: each defense at the rung that spends an accuracy budget, ranked.
 
 A defense's **rungs** are its rows at other strengths (``strengths:`` in the leaderboard file, labelled
 ``<row>@<parameter>=<value>``; :mod:`.strengths`); the plain row is its paper-default rung. A rung's
 **accuracy cost** is its accuracy below no defense, paired by utility seed: per seed, no defense's test
 accuracy minus the rung's; the mean over seeds with a one-sided 95 % upper bound (Student's t, seeds − 1
 degrees of freedom; one seed: the point alone, said in the table). A rung **fits** a budget of b points
-when that upper bound is at most b/100 — the accuracy's own interval taken into account, so a rung whose
-cost could exceed the budget does not fit it.
+when that upper bound is at most b/100, so a rung whose cost could exceed the budget does not fit it. The
+bound reads the seeds' spread only: both accuracies come from the same test split, whose binomial error
+largely cancels in the paired difference (not modelled). With 3 utility seeds (t 2.92) a cost must be
+steady to fit 1 point.
 
-Per budget (1, 2 and 5 points) and model, each defense contributes its most private fitting rung that
-trains (by :func:`.ordering.privacy`: mean margin, then leak rate; ties: the more accurate, then the
-label), and the chosen rungs with no defense are ranked by the second-version rule
-(:func:`.ordering.rank`: order by margin, each against no defense with Holm, letters), so the positive
-control applies here too. Systematic evaluations compare defenses at matched utility under the strongest
+Per budget (1, 2 and 5 points) and model, each defense contributes the fitting rung that trains and
+*spends most of the budget* (the highest mean cost; ties: the label) — chosen on utility alone, so the
+test of its privacy against no defense is not run on the data that chose it (choosing the most private
+fitting rung would be best-of-K again). The chosen rungs with no defense are ranked by the
+second-version rule (:func:`.ordering.rank`: order by margin, each against no defense with Holm,
+letters), so the positive control applies here too; a model whose control fails contributes nothing.
+Systematic evaluations compare defenses at matched utility under the strongest
 attack in the same way (arXiv 2402.09478).
 """
 
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from leakshield.experiment.store import CellRecord
-from leakshield.leaderboard.ordering import REFERENCE, privacy, rank
+from leakshield.leaderboard.ordering import REFERENCE, rank
 from leakshield.leaderboard.outcomes import finite
 
 #: the accuracy budgets, in points (percentage points of test accuracy) below no defense
@@ -99,33 +103,39 @@ def fits(cost: Cost | None, budget: float) -> bool:
 @dataclass(frozen=True)
 class BudgetChoice:
     """One budget's answer for one table: the chosen rungs ranked, each defense with no fitting rung,
-    and each rung whose mean fits but whose bound does not."""
+    each rung whose mean fits but whose bound does not, and each defense no budget can compare (no
+    accuracy: a guard; or no rung that trains)."""
 
     budget: float
     rows: list[Any]
     none_fit: tuple[str, ...]
     uncertain: tuple[str, ...]
+    outside: tuple[str, ...] = ()
 
 
 def within_budget(rows: Sequence[Any], costs: dict[tuple[str, str], Cost], budget: float) -> BudgetChoice:
-    """The most private fitting rung of each defense in ``rows`` (one threat's
-    :class:`~.ranking.Standing` rows) at ``budget`` points, ranked with no defense."""
-    chosen, missing, uncertain = [], [], []
+    """The fitting rung of each defense in ``rows`` (one threat's :class:`~.ranking.Standing` rows) that
+    spends most of ``budget`` points, ranked with no defense (models whose positive control failed left
+    out)."""
+    chosen, missing, uncertain, outside = [], [], [], []
     groups: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for row in rows:
-        groups[(row.model, family(row.defense))].append(row)
+        if row.control is None or row.control.passes:
+            groups[(row.model, family(row.defense))].append(row)
     for (model, name), rungs in sorted(groups.items()):
         usable = [r for r in rungs if r.strongest is not None and r.trains and r.accuracy is not None]
+        if not usable:
+            outside.append(name)
+            continue
         fitting = [r for r in usable if fits(costs.get((model, r.defense)), budget)]
         uncertain += [r.defense for r in usable if r not in fitting and (c := costs.get((model, r.defense)))
                       is not None and c.mean <= budget / 100]  # fmt: skip
         if not fitting:
-            if name != REFERENCE and usable:
+            if name != REFERENCE:
                 missing.append(name)
             continue
-        best = min(fitting, key=lambda r: (*privacy(r), -r.accuracy, r.defense))
-        chosen.append(best)
-    return BudgetChoice(budget, rank(chosen), tuple(missing), tuple(uncertain))
+        chosen.append(max(fitting, key=lambda r: (costs[(model, r.defense)].mean, r.defense)))
+    return BudgetChoice(budget, rank(chosen), tuple(missing), tuple(uncertain), tuple(outside))
 
 
 def budget_choices(

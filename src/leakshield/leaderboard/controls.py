@@ -8,28 +8,28 @@ hold:
 1. **it beats the no-information guess over seeds**: per seed, the mean over its victims of SSIM minus
    the victim's own no-information score (not clipped at 0; a class-level score has no reference, so
    its score itself), and a one-sided t-test over seeds that this mean is above 0 rejects at
-   :data:`~.comparisons.ALPHA_VERSUS_NONE` (the exact sign-flip p where the seeds do not spread;
-   fewer than two seeds cannot pass);
+   :data:`~.comparisons.ALPHA_VERSUS_NONE` (the exact sign-flip p where the seeds do not spread);
 2. **it leaks some victim**: some victim's SSIM is at least 0.6 and above its own reference
    (:func:`.leak_rate.victim_leaked`), the leaderboard's definition of a leak.
 
-The test over seeds cannot reach α below 6 seeds where the seeds do not spread (an exact attack: the
-sign-flip p is at least 1/2^S, 1/4 at 2 seeds): with fewer seeds the control checks (2) alone and says
-so — a table whose attack leaks no victim of no defense ranks nothing at any number of seeds. A table
-without a no-defense row, or with fewer than two seeds, has no control; it is ranked and says so.
-The test's false-pass rate (an attack at the guess level) and power are measured by
-:func:`.error_rates.control_rates` through this code (``tests/test_positive_control.py``).
+Below 6 seeds the test cannot establish a leak: where the seeds do not spread (an exact attack, the
+same gain in every seed) its sign-flip p is at least 1/2^S (1/4 at 2 seeds), and where they spread a
+t-test at 1 degree of freedom needs t > 15.9 — the standard export's leak level failed it in most
+2-seed tables. There the control checks (2) alone and says so: a table whose attack leaks no victim of
+no defense ranks nothing at any number of seeds, but a guess that crosses SSIM 0.6 by chance passes
+(with references near 0.65: 200 of 200 simulated 2-seed tables). A table without a no-defense row, or
+with fewer than two seeds, has no control; it is ranked and says so. The false-pass rate (an attack at the
+guess level) and the power are measured through this code by :func:`.error_rates.control_passes`
+(``tests/test_defenses_at_equal_cost.py``, ``benchmarks/ranking_error_rates.py``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
-from leakshield.leaderboard.comparisons import ALPHA_VERSUS_NONE, paired_p
-
-#: the row a table's control reads
-UNDEFENDED = "none"
+from leakshield.leaderboard.comparisons import ALPHA_VERSUS_NONE, NO_SPREAD, paired_p
 
 
 @dataclass(frozen=True)
@@ -43,11 +43,20 @@ class Control:
     p: float
     leaked: bool
     alpha: float = ALPHA_VERSUS_NONE
+    #: whether the seeds' gains differ (False: the exact sign-flip p, floored at 1/2^S)
+    spread: bool = True
 
     @property
     def testable(self) -> bool:
-        """Whether the test over seeds can reach α at all (the exact p's floor 1/2^S at most α)."""
+        """Whether the seeds are enough for the test to establish a leak: the exact p's floor 1/2^S at
+        most α (with fewer, an exact attack can never pass, and a t-test at S − 1 degrees of freedom
+        needs t > 15.9 at 2 seeds: a real leak with seed-to-seed spread would fail too)."""
         return 0.5**self.seeds <= self.alpha
+
+    @property
+    def seeds_needed(self) -> int:
+        """The fewest seeds at which the exact p can reach α."""
+        return math.ceil(math.log2(1 / self.alpha))
 
     @property
     def passes(self) -> bool:
@@ -80,15 +89,5 @@ def control(row: Any, alpha: float = ALPHA_VERSUS_NONE) -> Control | None:
     gains = [o.gain for o in best.outcomes]
     p = paired_p([0.0] * len(gains), gains, one_sided=True)
     leaked = any(o.leaked for o in best.outcomes)
-    return Control(best.where, len(gains), sum(gains) / len(gains), p, leaked, alpha)
-
-
-def controls(rows: list[Any], alpha: float = ALPHA_VERSUS_NONE) -> dict[str, Control]:
-    """Model → the control of its undefended row (models without one, or untestable, left out)."""
-    out = {}
-    for row in rows:
-        if row.defense == UNDEFENDED:
-            found = control(row, alpha)
-            if found is not None:
-                out[row.model] = found
-    return out
+    spread = max(gains) - min(gains) > NO_SPREAD
+    return Control(best.where, len(gains), sum(gains) / len(gains), p, leaked, alpha, spread)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from leakshield.leaderboard.budget_tables import TITLE as BUDGET_TITLE
 from leakshield.leaderboard.tables import DOES_NOT_TRAIN, REFUSES_HONEST, STALE_MARK, Table
 from leakshield.leaderboard.text_section import text_header
 
@@ -79,8 +80,9 @@ def compact_table(table: Table, page: str) -> str:
 def compact_results(
     tables: Sequence[Table], baseline: float | None, page: str, text: Sequence[Table] = ()
 ) -> str:
-    """The README's tables: one compact table per ranked threat model (realism tables are on the
-    ``page`` only), after one line on how to read them; then the ``text`` section's, after its own line."""
+    """The README's tables: one compact table per ranked threat model (realism and accuracy-budget tables
+    are on the ``page`` only), after one line on how to read them; then the ``text`` section's, after its
+    own line."""
     level = "" if baseline is None else f", {baseline:.3f} here for the public mean image"
     intro = (
         "Per threat model: the most private defenses that train, listed by the margin of the strongest "
@@ -91,7 +93,7 @@ def compact_results(
         f"FedAvg under the defense; ● the privacy–utility front. How to read them, every row and column, "
         f"and the realism scenarios: the [results page]({page})."
     )
-    parts = [compact_table(t, page) for t in tables]
+    parts = [compact_table(t, page) for t in tables if not t.title.startswith(BUDGET_TITLE)]  # page only
     out = intro + "\n\n" + "\n".join(p for p in parts if p)
     found = [p for p in (compact_table(t, page) for t in text) if p]
     if not found:

@@ -54,7 +54,7 @@ class SeedOutcome:
     #: the leaderboard's stage the cell belongs to (1: selection, 2: fresh victims)
     stage: int = 1
     #: the mean over the seed's victims of SSIM − own reference, not clipped (the positive control's
-    #: per-seed value, :mod:`.controls`; no reference: the score itself)
+    #: per-seed value, :mod:`.controls`; a class-level score, which has no reference: the score itself)
     gain: float = 0.0
 
 

@@ -19,7 +19,7 @@ from leakshield.defenses import DEFENSES
 from leakshield.errors import ConfigError
 from leakshield.experiment.config import ExperimentConfig, parse_config
 from leakshield.experiment.yaml_files import read_yaml
-from leakshield.leaderboard.strengths import with_rungs
+from leakshield.leaderboard.strengths import with_rung_targets, with_rungs
 
 PRESET_KEYS = ("params", "add_defenses", "scenarios", "text", "stage2", "rungs")
 #: keys of a scenario that describe it rather than change the experiment
@@ -136,7 +136,7 @@ def leaderboard_data(
     )
     if rungs:
         data["defenses"] = with_rungs(data["defenses"], document, chosen_rungs, source=source, preset=preset)
-    data["attacks"] = _with_params(data.get("attacks", []), params)
+    data["attacks"] = with_rung_targets(_with_params(data.get("attacks", []), params), data["defenses"])
     if data_root is not None:
         if not isinstance(document.get("cifar10"), dict):
             raise ConfigError(f"--data-root: {source} has no 'cifar10' section (the dataset and budgets "

@@ -7,7 +7,8 @@ A preset's ``rungs:`` says how many rungs of each ladder it runs besides the row
 every ladder, or a mapping of labels to numbers with ``others`` for the rest — spread evenly over the
 ladder's other values, both ends included (one rung: the strongest). The value equal to the row's own is
 the row itself; each rung is a copy of the row (its training, its parameters) with that one parameter
-changed, labelled ``<label>@<parameter>=<value>``.
+changed, labelled ``<label>@<parameter>=<value>`` — and every attack whose ``against`` names the row names
+its rungs too (:func:`with_rung_targets`), so a rung meets the attacks its row meets.
 Rungs run in the main grid only (a scenario lists its own defenses)."""
 
 from __future__ import annotations
@@ -58,6 +59,32 @@ def _ladders(document: dict[str, Any], source: str) -> dict[str, tuple[str, list
     return out
 
 
+def _like(value: Any, own: Any, where: str) -> Any:
+    """``value`` as a number where the row's own value is one (YAML reads ``1e-3`` as a string)."""
+    if isinstance(own, int | float) and not isinstance(own, bool) and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigError(f"{where}: {value!r} is not a number (the row's value is {own!r})") from None
+    return value
+
+
+def with_rung_targets(attacks: list[Any], defenses: list[Any]) -> list[Any]:
+    """``attacks`` with each ``against`` list extended by the rungs of the rows it names."""
+    rungs: dict[str, list[str]] = {}
+    for entry in defenses:
+        label = entry if isinstance(entry, str) else entry.get("label") or entry.get("name")
+        if RUNG_MARK in str(label):
+            rungs.setdefault(str(label).split(RUNG_MARK, 1)[0], []).append(str(label))
+    out = []
+    for entry in attacks:
+        if isinstance(entry, dict) and isinstance(entry.get("against"), list):
+            against = [*entry["against"], *(r for row in entry["against"] for r in rungs.get(row, []))]
+            entry = {**entry, "against": against}
+        out.append(entry)
+    return out
+
+
 def _counts(rungs: Any, ladders: dict[str, Any], where: str) -> dict[str, int]:
     """label → rungs to run, from a preset's ``rungs`` (a number, or a mapping with ``others``)."""
     if rungs is None:
@@ -66,6 +93,8 @@ def _counts(rungs: Any, ladders: dict[str, Any], where: str) -> dict[str, int]:
         raise ConfigError(f"{where}: expected a number of rungs for every ladder, or label → number "
                           f"(with '{OTHERS}' for the rest); got {rungs!r}")  # fmt: skip
     if isinstance(rungs, int):
+        if rungs < 0:
+            raise ConfigError(f"{where}: expected a number of rungs (0 or more); got {rungs}")
         return dict.fromkeys(ladders, rungs)
     unknown = sorted(str(k) for k in rungs if k != OTHERS and k not in ladders)
     if unknown:
@@ -86,7 +115,12 @@ def with_rungs(
     if not any(counts.values()):
         return defenses
     labels = {(d if isinstance(d, str) else d.get("label") or d.get("name")): d for d in defenses}
-    missing = sorted(label for label, n in counts.items() if n and label not in labels)
+    marked = sorted(str(label) for label in labels if RUNG_MARK in str(label))
+    if marked:
+        raise ConfigError(f"{source}: defense labels {marked}: '{RUNG_MARK}' marks a strength rung; "
+                          "choose labels without it")  # fmt: skip
+    named = set(rungs) - {OTHERS} if isinstance(rungs, dict) else set()
+    missing = sorted(label for label in named if counts.get(label) and label not in labels)
     if missing:
         raise ConfigError(f"{source}: strengths: {missing} name no row of presets.{preset}; its rows are "
                           f"{', '.join(str(k) for k in labels)}")  # fmt: skip
@@ -106,6 +140,7 @@ def with_rungs(
             raise ConfigError(f"{source}: strengths.{label}: {item['name']} has no parameter {parameter!r}; "
                               f"its parameters: {', '.join(fields)}")  # fmt: skip
         own = item.get(parameter, fields[parameter].default)
+        values = [_like(v, own, f"{source}: strengths.{label}.{parameter}") for v in values]
         others = [v for v in values if v != own]
         for index in spread(counts[label], len(others)):
             value = others[index]

@@ -206,7 +206,7 @@ def ranking_rows(rows: Sequence[Standing], *, active: bool) -> tuple[list[str], 
     return header, body
 
 
-def selection_note(rows: Sequence[Standing], adapted: Callable[[str, str], bool] | None = None) -> str:
+def selection_note(rows: Sequence[Standing], adapted: Callable[[str, str], str | None] | None = None) -> str:
     """How the table's strongest attacks were chosen, and how its rows are compared."""
     from leakshield.leaderboard.comparisons import ALPHA_PAIRS, ALPHA_VERSUS_NONE
 
@@ -228,25 +228,27 @@ def selection_note(rows: Sequence[Standing], adapted: Callable[[str, str], bool]
             f"{adaptive_note(rows, adapted)}")  # fmt: skip
 
 
-def adaptive_note(rows: Sequence[Standing], adapted: Callable[[str, str], bool] | None = None) -> str:
+def adaptive_note(rows: Sequence[Standing], adapted: Callable[[str, str], str | None] | None = None) -> str:
     """`` No measurable leakage, and the adaptive attacks each such row faced: …``: for every row without a
-    leaked victim, the attacks among those it met that adapt to its defense (``adapted(attack, defense)``;
-    default: a registered attack built against defenses, which the grid pairs with its targets only)."""
+    leaked victim, the attacks among those it met that adapt to its defense (``adapted(attack, defense)``:
+    how to name the attack, None where it does not adapt; default: a registered attack built against
+    defenses, which the grid pairs with its targets only)."""
     from leakshield.attacks import ATTACKS
     from leakshield.errors import UnknownNameError
 
-    def registered(attack: str, defense: str) -> bool:
+    def registered(attack: str, defense: str) -> str | None:
         try:
-            return ATTACKS.get(attack).targets is not None
+            return attack if ATTACKS.get(attack).targets is not None else None
         except UnknownNameError:  # a label that is no registered name: not known to be adaptive
-            return False
+            return None
 
     quiet = [r for r in rows if r.strongest is not None and not r.leaks and r.defense != "none"]
     if not quiet:
         return ""
     parts = []
     for row in quiet:
-        faced = sorted({s.attack for s in row.scores if (adapted or registered)(s.attack, row.defense)})
+        named = ((adapted or registered)(s.attack, row.defense) for s in row.scores)
+        faced = sorted({name for name in named if name is not None})
         parts.append(f"{row.defense} ({', '.join(faced) if faced else 'no adaptive attack'})")
     return " No measurable leakage, and the adaptive attacks each such row faced: " + "; ".join(parts) + "."
 

@@ -118,19 +118,22 @@ def text_tables(records: Sequence[CellRecord], rounds: int) -> list[Table]:
     return tables
 
 
-#: the text attacks that read the defense's public parameters, and the defenses they adapt to: DAGER's
-#: embedding step and the imprint's row errors under known noise or fp16 rounding
+#: the text attacks that read the defense's public parameters, how the note names them, and the defenses
+#: they adapt to: DAGER's embedding step (one text per batch) and the imprint's row errors under known
+#: noise or fp16 rounding (int8 is not read: a row labelled for it is not counted)
 TEXT_ADAPTIVE = {
-    "dager": ("gaussian-noise", "laplacian-noise", "dp-sgd", "quantization"),
-    "sequence-imprint": ("gaussian-noise", "laplacian-noise", "dp-sgd", "quantization"),
+    "dager": ("dager (batch 1)", ("gaussian-noise", "laplacian-noise", "dp-sgd", "quantization")),
+    "sequence-imprint": ("sequence-imprint", ("gaussian-noise", "laplacian-noise", "dp-sgd", "quantization")),
 }
 
 
-def adapted_to_defense(attack: str, defense: str) -> bool:
-    """Whether the text ``attack`` adapts to ``defense`` (a row label; its rungs count as it)."""
+def adapted_to_defense(attack: str, defense: str) -> str | None:
+    """How the note names the text ``attack`` where it adapts to ``defense`` (a row label; its rungs
+    count as it), else None."""
     from leakshield.leaderboard.budgets import family
 
-    return family(defense) in TEXT_ADAPTIVE.get(attack, ())
+    name, defenses = TEXT_ADAPTIVE.get(attack, ("", ()))
+    return name if family(defense) in defenses and "int8" not in defense else None
 
 
 #: how far above chance the undefended model's accuracy must be for the utility gate to judge

@@ -12,7 +12,9 @@ rounds the same float32 — and a token that occurs k times has the sum of k pos
    (mutual nearest pairs first);
 3. each token left is matched to the subset of 2–:data:`MOST_REPEATS` positions left whose rows sum
    nearest to its row, within the tolerance;
-4. a position still unmatched takes its nearest token.
+4. a position still unmatched takes its nearest token (a token repeated more than
+   :data:`MOST_REPEATS` times, or left among more than :data:`MOST_LEFT` unmatched positions, comes
+   back so: its positions may read another token).
 
 Tolerances come from the defense's public parameters: ``rounding`` (the relative rounding of a
 released value, fp16: 2⁻¹¹) scales with the rows' norms; ``noise_std`` (known Gaussian noise per
@@ -39,6 +41,10 @@ FLOAT32_ROUNDING = 2.0**-20
 ROUNDING_FACTOR = 4.0
 #: the tolerance's factor on the noise of the rows compared (in standard deviations of their norm)
 NOISE_FACTOR = 3.0
+#: fp16's absolute rounding below its smallest normal number (half the subnormal spacing 2⁻²⁴)
+SUBNORMAL_ROUNDING = 2.0**-25
+#: unmatched positions beyond which repeats are not searched (the subsets grow combinatorially)
+MOST_LEFT = 16
 
 
 def _name(model: TextClassifier, part: str, gradient: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
@@ -53,7 +59,7 @@ def _tolerance(norm: float, rows: int, d: int, rounding: float | None, noise_std
     """How far apart a word row and the sum of ``rows`` position rows may be and still match."""
     tolerance = FLOAT32_ROUNDING * (rows + 1) * max(norm, 1e-30)
     if rounding is not None:
-        tolerance += ROUNDING_FACTOR * rows * rounding * norm
+        tolerance += ROUNDING_FACTOR * rows * (rounding * norm + SUBNORMAL_ROUNDING * math.sqrt(d))
     if noise_std is not None:
         tolerance += NOISE_FACTOR * noise_std * math.sqrt((rows + 1) * d)
     return tolerance
@@ -92,6 +98,8 @@ def embedding_row_tokens(
     used = set(found.values())
     for v in sorted((v for v in bag if v not in used), key=lambda v: -float(word[v].norm())):
         left = [t for t in positions if t not in found]
+        if len(left) > MOST_LEFT:
+            break
         best: tuple[float, tuple[int, ...]] | None = None
         for size in range(2, min(MOST_REPEATS, len(left)) + 1):
             for subset in itertools.combinations(left, size):

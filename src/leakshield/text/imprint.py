@@ -31,9 +31,9 @@ tokens above it) reaches it magnified; a fixed relative tolerance then drops eve
 expected error (:func:`row_errors`: noise read off the empty bins, rounding from the protocol's format)
 lets a row name its nearest state when that state is within a few errors and clearly nearer than the
 second nearest. Measured on the leaderboard's text model (BERT, width 64, 4096 bins): at scale s = 1 a
-noise of σ 10⁻² leaves nothing (recall 0.03, one review); at s = 10⁶ — a server scales its bins against
-the noise it expects, the forward pass unchanged — 8 reviews come back whole, no false token; fp16
-rounding: one review whole at s = 1 (0.97) and 10⁶, a batch of 8 not (recall 0.23–0.26).
+noise of σ 10⁻² leaves nothing (recall 0.03 of one review, 0.04 of 8); at s = 10⁶ — a server scales its
+bins against the noise it expects, the forward pass unchanged — 8 reviews come back whole, no false
+token; fp16 rounding: one review whole at s = 1 (0.97) and 10⁶, a batch of 8 not (recall 0.23–0.26).
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ PUBLIC_SEQUENCES = 2000
 #: a noisy row names its nearest state within this many of its expected errors …
 NOISE_REACH = 4.0
 #: … when that state is under this share of the distance to the second nearest (measured on the
-#: leaderboard's text model under noise σ 10⁻², scale 10⁴: tokens alone in their bins at 0.15–0.58,
-#: rows of noise alone at 0.99–1.00)
+#: leaderboard's text model under noise σ 10⁻² at scale 10⁴, one review: tokens alone in their bins at
+#: 0.15–0.58, rows of noise alone at 0.99–1.00)
 NEAREST_RATIO = 0.8
 
 
@@ -308,7 +308,8 @@ def sequence_imprint(
 def row_errors(
     grad_w: torch.Tensor, grad_b: torch.Tensor, hits: torch.Tensor, rows: torch.Tensor, rounding: float | None
 ) -> torch.Tensor | None:
-    """Each recovered row's expected error on h: noise the bins themselves show
+    """Each recovered row's expected error on h (σ on both differences: σ·√(width + ‖h‖²)): noise the bins
+    themselves show
     (:func:`~leakshield.imprint_bins.noise_level`, no knowledge of the defense needed) and, with the
     protocol's relative ``rounding`` of released values (fp16: 2⁻¹¹), the rounding of the two cumulative
     bins it is the difference of — which the difference does not cancel — both over |∇b_i − ∇b_{i+1}|.
@@ -321,7 +322,8 @@ def row_errors(
     pair = lambda v: v[hits].abs() + torch.where(hits + 1 < len(grad_b), v[after].abs(), 0)  # noqa: E731
     strength = (grad_b[hits] - torch.where(hits + 1 < len(grad_b), grad_b[after], 0)).abs().clamp_min(1e-300)
     width = rows.shape[1] // 2
-    error = torch.full_like(strength, noise * width**0.5)
+    # z = Δw / Δb: noise on Δw (width entries of h) and on Δb (carried by ‖h‖), in quadrature
+    error = noise * (width + rows[:, :width].norm(dim=1) ** 2) ** 0.5
     if rounding is not None:
         w_part = pair(grad_w[:, :width].norm(dim=1))
         b_part = pair(grad_b) * rows[:, :width].norm(dim=1)
