@@ -452,8 +452,9 @@ def test_an_attack_run_under_one_threat_stales_only_that_threats_rows(tmp_path: 
     page = (repo / "docs" / "leaderboard" / "standard.md").read_text()
     sections = {part.split("\n", 1)[0]: part for part in page.split("\n### ")[1:]}
     marked = {title: marked_rows(text) for title, text in sections.items()}
-    assert all(rows for title, rows in marked.items() if title.startswith("Malicious server"))
-    assert not any(rows for title, rows in marked.items() if not title.startswith("Malicious server"))
+    mine = lambda title: title.startswith("Malicious server") or ": malicious server" in title  # noqa: E731
+    assert all(rows for title, rows in marked.items() if mine(title))
+    assert not any(rows for title, rows in marked.items() if not mine(title))
 
 
 def test_cells_stored_before_stamps_are_fresh_only_from_the_same_source_tree(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from leakshield.experiment.store import CellRecord
+from leakshield.leaderboard.budget_tables import TITLE as BUDGET_TITLE
 from leakshield.leaderboard.budget_tables import budget_tables
 from leakshield.leaderboard.front_door import compact_results
 from leakshield.leaderboard.power import power_sentence
@@ -240,8 +241,9 @@ def _marked(table: Table, labels: set[str]) -> Table:
 
 
 def stale_rows(tables: Sequence[Table]) -> tuple[int, int]:
-    """(rows marked stale, rows) over ``tables``."""
-    rows = [row for t in tables for row in t.rows]
+    """(rows marked stale, rows) over ``tables`` (the accuracy-budget tables repeat rows of the rankings:
+    not counted again)."""
+    rows = [row for t in tables if not t.title.startswith(BUDGET_TITLE) for row in t.rows]
     return sum(any(c.endswith(STALE_MARK) for c in row) for row in rows), len(rows)
 
 

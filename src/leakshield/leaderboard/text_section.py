@@ -175,6 +175,9 @@ NOTE_WORDS = (
     ("shows the victims its attack was chosen on", "shows the texts its attack was chosen on"),
     ("with fresh victims per seed", "with fresh texts per seed"),
     ("without a leaked victim", "without a leaked text"),
+    ("leaks some victim of no defense", "leaks some text of no defense"),
+    ("no victim reached SSIM 0.6 above its own guess", "no text reached ROUGE-2 0.6 above its own guess"),
+    ("a victim leaked", "a text leaked"),
 )  # fmt: skip
 
 
