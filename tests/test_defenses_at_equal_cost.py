@@ -75,7 +75,7 @@ def test_the_budget_table_picks_the_rung_that_spends_the_budget_and_ranks_them(t
     assert at_five[-1].defense == "none" and [r.rank for r in at_five] == [1, 2, 3, 4]
     assert at_five[0].versus_none is not None and at_five[0].versus_none.less
     table = budget_table(er.TABLE_THREAT, rows, records)
-    assert table is not None and "No rung fits 1 points: other" in table.note
+    assert table is not None and "No rung fits 1 point: other" in table.note
     assert [row[0] for row in table.rows].count("≤ 1 pts") == len(chosen[1.0].rows)
 
 

@@ -22,6 +22,10 @@ from leakshield.leaderboard.tables import (
 TITLE = "Most private within an accuracy budget"
 
 
+def _points(budget: float) -> str:
+    return f"{budget:g} point" + ("" if budget == 1 else "s")
+
+
 def _note(missing: dict[float, tuple[str, ...]], uncertain: dict[float, tuple[str, ...]], seeds: int) -> str:
     parts = [
         "Each defense at the rung (strength) that spends most of the budget — chosen on accuracy alone — "
@@ -33,9 +37,9 @@ def _note(missing: dict[float, tuple[str, ...]], uncertain: dict[float, tuple[st
     ]
     for budget in sorted(missing):
         if missing[budget]:
-            parts.append(f"No rung fits {budget:g} points: {', '.join(missing[budget])}.")
+            parts.append(f"No rung fits {_points(budget)}: {', '.join(missing[budget])}.")
         if uncertain.get(budget):
-            parts.append(f"Mean within {budget:g} points but not its bound: {', '.join(uncertain[budget])}.")
+            parts.append(f"Mean within {_points(budget)} but not its bound: {', '.join(uncertain[budget])}.")
     return " ".join(parts)
 
 

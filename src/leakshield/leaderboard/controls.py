@@ -65,7 +65,7 @@ class Control:
     def text(self) -> str:
         """``ig@0 leaks no defense: gain 0.512 over the guess, p 0.0004 over 8 seeds`` or why it does not."""
         found = f"gain {self.gain:+.3f} over the guess, one-sided p {self.p:.2g} over {self.seeds} seeds"
-        if self.passes and not self.testable:
+        if self.passes and self.p > self.alpha:  # below the seeds the test needs: the leak alone
             return (
                 f"the strongest attack ({self.where}) leaks some victim of no defense ({found}; the test "
                 f"over seeds cannot reach α {self.alpha} below 6 seeds, so only the leak is checked)"
