@@ -1,5 +1,5 @@
-"""Defenses at equal cost: strength ladders, the most private rung within an accuracy budget, and the
-positive control that keeps a table whose attack leaks nothing from ranking anything."""
+"""Defenses at equal cost: strength ladders, each defense at the rung that spends an accuracy budget, and
+the positive control that keeps a table whose attack leaks nothing from ranking anything."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from leakshield.leaderboard.tables import ATTACK_TOO_WEAK, rank_text, threat_tab
 CLEAN = {0: 0.90, 1: 0.86, 2: 0.93}
 #: a synthetic defense's rungs: (share of victims protected, accuracy cost in points per utility seed)
 TOY = {
+    "toy@s=0": (1.0, (0.1, 0.1, 0.1)),  # hides every victim, cheaply: the budget is not spent on it
     "toy": (0.0, (0.2, 0.2, 0.2)),
     "toy@s=1": (0.5, (0.8, 0.8, 0.8)),
     "toy@s=2": (0.8, (1.8, 1.8, 1.8)),
@@ -65,7 +66,7 @@ def test_the_budget_table_picks_the_rung_that_spends_the_budget_and_ranks_them(t
     for budget, expected in ((1.0, "toy@s=1"), (2.0, "toy@s=2"), (5.0, "toy@s=3")):
         choice = within_budget(rows, costs, budget)
         names = [r.defense for r in choice.rows]
-        assert expected in names and not {"toy", "toy@s=4"} & set(names), (budget, names)
+        assert expected in names and not {"toy", "toy@s=0", "toy@s=4"} & set(names), (budget, names)
         assert ("wobbly" in names) == (budget == 5.0)  # its bound (2.1 points) fits 5 points only
         chosen[budget] = choice
     assert "other" in chosen[1.0].none_fit and "other" in chosen[2.0].none_fit
@@ -106,12 +107,12 @@ def test_below_six_seeds_the_control_checks_the_leak_alone() -> None:
     test decides; an attack that leaks no victim fails at any number of seeds."""
     from leakshield.leaderboard.controls import Control
 
-    exact = Control("dager@0", 2, 1.0, 0.25, True, spread=False)
+    exact = Control("dager@0", 2, 1.0, 0.25, True)
     assert exact.passes and not exact.testable and exact.seeds_needed == 6 and "below 6 seeds" in exact.text()
     assert Control("ig@0", 2, 0.4, 0.25, True).passes and not Control("ig@0", 6, 0.4, 0.25, True).passes
-    assert Control("dlg@0", 8, 1.0, 1 / 256, True, spread=False).passes
+    assert Control("dlg@0", 8, 1.0, 1 / 256, True).passes
     assert not Control("dlg@0", 8, 0.1, 0.3, True).passes
-    assert not Control("hitaj@0", 2, 0.3, 0.25, False, spread=False).passes
+    assert not Control("hitaj@0", 2, 0.3, 0.25, False).passes
     rows = [er.Row("none", protection=1.0), er.Row("dp-sgd", protection=1.0)]
     quiet = er.simulate_table(rows, np.random.default_rng(4), seeds=2, pool=400)
     assert all(s.rank is None for s in quiet.standings)

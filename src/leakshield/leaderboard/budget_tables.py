@@ -1,5 +1,5 @@
-"""The matched-utility tables: per threat model, the most private rung of each defense within 1, 2 and 5
-points of accuracy below no defense, ranked by the second-version rule (:mod:`.budgets`)."""
+"""The matched-utility tables: per threat model, each defense at the rung that spends most of a budget of
+1, 2 or 5 points of accuracy below no defense, ranked by the second-version rule (:mod:`.budgets`)."""
 
 from __future__ import annotations
 
@@ -46,18 +46,19 @@ def _note(missing: dict[float, tuple[str, ...]], uncertain: dict[float, tuple[st
 def budget_table(
     threat: str, rows: Sequence, records: Sequence[CellRecord], budgets: Sequence[float] = BUDGETS
 ) -> Table | None:
-    """One threat's matched-utility table (None where no row has an accuracy cost, or where the table's
-    positive control failed: it ranks nothing at any budget)."""
+    """One threat's matched-utility table (None where no row has an accuracy cost, or where every model's
+    positive control failed: nothing ranks at any budget)."""
     costs = accuracy_costs(records)
     if not costs or all(r.control is not None and not r.control.passes for r in rows):
         return None
     header = ["budget", "rank · letters", "model · defense", "rung", "strongest attack", "margin ↓ (95 % CI)",
               "vs no defense (simultaneous CI)", "leaked victims (95 % CI)", "accuracy cost",
               "accuracy (95 % CI)"]  # fmt: skip
-    body, missing, uncertain, outside = [], {}, {}, ()
+    body, missing, uncertain, outside, failed = [], {}, {}, (), ()
     for budget in budgets:
         choice = within_budget(rows, costs, budget)
         missing[budget], uncertain[budget], outside = choice.none_fit, choice.uncertain, choice.outside
+        failed = choice.unranked_models
         for row in choice.rows:
             cost = costs.get((row.model, row.defense))
             body.append([
@@ -70,7 +71,10 @@ def budget_table(
     title = f"{TITLE}: {threat}"
     note = _note(missing, uncertain, seeds)
     if outside:
-        note += f" Not comparable at any budget (no accuracy, or no rung that trains): {', '.join(outside)}."
+        note += (f" Not comparable at any budget (no accuracy, no attack score, or no rung that trains): "
+                 f"{', '.join(outside)}.")  # fmt: skip
+    if failed:
+        note += f" Left out: {', '.join(failed)} (the strongest attack does not leak its no-defense row)."
     return Table(title, header, body, note)
 
 

@@ -11,7 +11,8 @@ largely cancels in the paired difference (not modelled). With 3 utility seeds (t
 steady to fit 1 point.
 
 Per budget (1, 2 and 5 points) and model, each defense contributes the fitting rung that trains and
-*spends most of the budget* (the highest mean cost; ties: the label) — chosen on utility alone, so the
+*spends most of the budget* (the highest mean cost; ties: the label that sorts last — deterministic, not
+a strength order) — chosen on utility alone, so the
 test of its privacy against no defense is not run on the data that chose it (choosing the most private
 fitting rung would be best-of-K again). The chosen rungs with no defense are ranked by the
 second-version rule (:func:`.ordering.rank`: order by margin, each against no defense with Holm,
@@ -103,14 +104,15 @@ def fits(cost: Cost | None, budget: float) -> bool:
 @dataclass(frozen=True)
 class BudgetChoice:
     """One budget's answer for one table: the chosen rungs ranked, each defense with no fitting rung,
-    each rung whose mean fits but whose bound does not, and each defense no budget can compare (no
-    accuracy: a guard; or no rung that trains)."""
+    each rung whose mean fits but whose bound does not, each defense no budget can compare (no accuracy:
+    a guard; no attack score; or no rung that trains), and each model whose positive control failed."""
 
     budget: float
     rows: list[Any]
     none_fit: tuple[str, ...]
     uncertain: tuple[str, ...]
     outside: tuple[str, ...] = ()
+    unranked_models: tuple[str, ...] = ()
 
 
 def within_budget(rows: Sequence[Any], costs: dict[tuple[str, str], Cost], budget: float) -> BudgetChoice:
@@ -119,8 +121,9 @@ def within_budget(rows: Sequence[Any], costs: dict[tuple[str, str], Cost], budge
     out)."""
     chosen, missing, uncertain, outside = [], [], [], []
     groups: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    failed = sorted({r.model for r in rows if r.control is not None and not r.control.passes})
     for row in rows:
-        if row.control is None or row.control.passes:
+        if row.model not in failed:
             groups[(row.model, family(row.defense))].append(row)
     for (model, name), rungs in sorted(groups.items()):
         usable = [r for r in rungs if r.strongest is not None and r.trains and r.accuracy is not None]
@@ -135,7 +138,7 @@ def within_budget(rows: Sequence[Any], costs: dict[tuple[str, str], Cost], budge
                 missing.append(name)
             continue
         chosen.append(max(fitting, key=lambda r: (costs[(model, r.defense)].mean, r.defense)))
-    return BudgetChoice(budget, rank(chosen), tuple(missing), tuple(uncertain), tuple(outside))
+    return BudgetChoice(budget, rank(chosen), tuple(missing), tuple(uncertain), tuple(outside), tuple(failed))
 
 
 def budget_choices(

@@ -38,8 +38,6 @@ ALPHA_PAIRS = 0.02
 #: spread below which paired differences count as equal (per-seed means of 3-decimal margins differ
 #: by at least 1e-3 / victims when they differ at all)
 _NO_SPREAD = 1e-9
-#: the same, for the modules that tell the two p-values apart (:mod:`.controls`)
-NO_SPREAD = _NO_SPREAD
 
 
 def sign_flip_p(differences: Sequence[float], *, one_sided: bool) -> float:

@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from leakshield.leaderboard.comparisons import ALPHA_VERSUS_NONE, NO_SPREAD, paired_p
+from leakshield.leaderboard.comparisons import ALPHA_VERSUS_NONE, paired_p
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,6 @@ class Control:
     p: float
     leaked: bool
     alpha: float = ALPHA_VERSUS_NONE
-    #: whether the seeds' gains differ (False: the exact sign-flip p, floored at 1/2^S)
-    spread: bool = True
 
     @property
     def testable(self) -> bool:
@@ -67,8 +65,9 @@ class Control:
         found = f"gain {self.gain:+.3f} over the guess, one-sided p {self.p:.2g} over {self.seeds} seeds"
         if self.passes and self.p > self.alpha:  # below the seeds the test needs: the leak alone
             return (
-                f"the strongest attack ({self.where}) leaks some victim of no defense ({found}; the test "
-                f"over seeds cannot reach α {self.alpha} below 6 seeds, so only the leak is checked)"
+                f"the strongest attack ({self.where}) leaks some victim of no defense ({found}; below "
+                f"{self.seeds_needed} seeds the test cannot establish a leak at α {self.alpha}, so only "
+                "the leak is checked)"
             )
         if self.passes:
             return f"the strongest attack ({self.where}) leaks no defense: {found}"
@@ -89,5 +88,4 @@ def control(row: Any, alpha: float = ALPHA_VERSUS_NONE) -> Control | None:
     gains = [o.gain for o in best.outcomes]
     p = paired_p([0.0] * len(gains), gains, one_sided=True)
     leaked = any(o.leaked for o in best.outcomes)
-    spread = max(gains) - min(gains) > NO_SPREAD
-    return Control(best.where, len(gains), sum(gains) / len(gains), p, leaked, alpha, spread)
+    return Control(best.where, len(gains), sum(gains) / len(gains), p, leaked, alpha)

@@ -60,8 +60,16 @@ def _ladders(document: dict[str, Any], source: str) -> dict[str, tuple[str, list
 
 
 def _like(value: Any, own: Any, where: str) -> Any:
-    """``value`` as a number where the row's own value is one (YAML reads ``1e-3`` as a string)."""
-    if isinstance(own, int | float) and not isinstance(own, bool) and isinstance(value, str):
+    """``value`` as a number where the row's own value is one (YAML reads ``1e-3`` as a string), or where
+    the row has none and it reads as one."""
+    if not isinstance(value, str) or isinstance(own, bool):
+        return value
+    if own is None or isinstance(own, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    if isinstance(own, int | float):
         try:
             return float(value)
         except ValueError:
@@ -112,13 +120,13 @@ def with_rungs(
     appended after its row."""
     ladders = _ladders(document, source)
     counts = _counts(rungs, ladders, f"{source}: presets.{preset}.rungs")
-    if not any(counts.values()):
-        return defenses
     labels = {(d if isinstance(d, str) else d.get("label") or d.get("name")): d for d in defenses}
     marked = sorted(str(label) for label in labels if RUNG_MARK in str(label))
     if marked:
         raise ConfigError(f"{source}: defense labels {marked}: '{RUNG_MARK}' marks a strength rung; "
                           "choose labels without it")  # fmt: skip
+    if not any(counts.values()):
+        return defenses
     named = set(rungs) - {OTHERS} if isinstance(rungs, dict) else set()
     missing = sorted(label for label in named if counts.get(label) and label not in labels)
     if missing:
@@ -140,6 +148,7 @@ def with_rungs(
             raise ConfigError(f"{source}: strengths.{label}: {item['name']} has no parameter {parameter!r}; "
                               f"its parameters: {', '.join(fields)}")  # fmt: skip
         own = item.get(parameter, fields[parameter].default)
+        own = _like(own, None, "") if isinstance(own, str) else own  # a row's own `1e-3` is a number too
         values = [_like(v, own, f"{source}: strengths.{label}.{parameter}") for v in values]
         others = [v for v in values if v != own]
         for index in spread(counts[label], len(others)):
