@@ -139,11 +139,3 @@ def within_budget(rows: Sequence[Any], costs: dict[tuple[str, str], Cost], budge
             continue
         chosen.append(max(fitting, key=lambda r: (costs[(model, r.defense)].mean, r.defense)))
     return BudgetChoice(budget, rank(chosen), tuple(missing), tuple(uncertain), tuple(outside), tuple(failed))
-
-
-def budget_choices(
-    rows: Sequence[Any], records: Sequence[CellRecord], budgets: Sequence[float] = BUDGETS
-) -> list[BudgetChoice]:
-    """:func:`within_budget` at every budget of ``budgets``, the costs read from ``records``."""
-    costs = accuracy_costs(records)
-    return [within_budget(rows, costs, b) for b in budgets]

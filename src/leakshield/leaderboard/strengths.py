@@ -18,7 +18,7 @@ from typing import Any
 
 from leakshield.defenses import DEFENSES
 from leakshield.errors import ConfigError
-from leakshield.leaderboard.budgets import RUNG_MARK
+from leakshield.leaderboard.budgets import RUNG_MARK, family
 
 #: the key of a preset's ``rungs`` mapping that applies to every ladder it does not name
 OTHERS = "others"
@@ -77,13 +77,18 @@ def _like(value: Any, own: Any, where: str) -> Any:
     return value
 
 
+def _label(entry: Any) -> Any:
+    """A defense entry's row label: its ``label``, else its name (a bare string is its name)."""
+    return entry if isinstance(entry, str) else entry.get("label") or entry.get("name")
+
+
 def with_rung_targets(attacks: list[Any], defenses: list[Any]) -> list[Any]:
     """``attacks`` with each ``against`` list extended by the rungs of the rows it names."""
     rungs: dict[str, list[str]] = {}
     for entry in defenses:
-        label = entry if isinstance(entry, str) else entry.get("label") or entry.get("name")
-        if RUNG_MARK in str(label):
-            rungs.setdefault(str(label).split(RUNG_MARK, 1)[0], []).append(str(label))
+        label = str(_label(entry))
+        if RUNG_MARK in label:
+            rungs.setdefault(family(label), []).append(label)
     out = []
     for entry in attacks:
         if isinstance(entry, dict) and isinstance(entry.get("against"), list):
@@ -120,7 +125,7 @@ def with_rungs(
     appended after its row."""
     ladders = _ladders(document, source)
     counts = _counts(rungs, ladders, f"{source}: presets.{preset}.rungs")
-    labels = {(d if isinstance(d, str) else d.get("label") or d.get("name")): d for d in defenses}
+    labels = {_label(d): d for d in defenses}
     marked = sorted(str(label) for label in labels if RUNG_MARK in str(label))
     if marked:
         raise ConfigError(f"{source}: defense labels {marked}: '{RUNG_MARK}' marks a strength rung; "
@@ -136,7 +141,7 @@ def with_rungs(
     for entry in defenses:
         out.append(entry)
         item = {"name": entry} if isinstance(entry, str) else dict(entry)
-        label = item.get("label") or item.get("name")
+        label = _label(item)
         if label not in ladders or not counts.get(label):
             continue
         if "name" not in item:
