@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from leakshield.code_graph import CodeGraph
+from leakshield.leaderboard.export_schema import numbers_digest, read_export
 from leakshield.leaderboard.presets import load_leaderboard, load_scenarios
 from leakshield.leaderboard.published import stamp_export
 from leakshield.provenance import tree_hash
@@ -33,7 +34,7 @@ def package_at(commit: str, where: Path) -> Path:
 
 
 def stamp(export: Path, commit: str) -> None:
-    data = json.loads(export.read_text())
+    data = json.loads(read_export(export, ""))  # a damaged export is refused, not stamped
     facts = data["run"]
     with tempfile.TemporaryDirectory() as tmp:
         root = package_at(commit, Path(tmp))
@@ -46,7 +47,8 @@ def stamp(export: Path, commit: str) -> None:
         scenarios = {name: c for name, c, _ in load_scenarios(facts["preset"], path=shipped)}
         data = stamp_export(data, main, scenarios, graph)
     facts["stamped"] = {"commit": commit, "source": legacy}
-    export.write_text(json.dumps({**data, "run": facts}, indent=0, sort_keys=True))
+    data = {**data, "run": facts, "digest": numbers_digest(data)}  # the numbers are not touched
+    export.write_text(json.dumps(data, indent=0, sort_keys=True))
     cells = len(data["cells"]) + sum(len(s["cells"]) for s in data["scenarios"])
     components = len(data["provenance"])
     print(f"{export}: {cells} cells stamped from {commit} (source tree {legacy}), {components} components")

@@ -29,7 +29,7 @@ def write_celeba(root, n=24):
         write_jpeg(root / "img_align_celeba" / name, (178, 218), i % 7)
         partition.append(f"{name} {2 if i % 4 == 3 else (1 if i % 8 == 5 else 0)}")
         identity.append(f"{name} {identities[i]}")
-        bits = [(-1) ** (i % 2), (-1) ** (i // 2 % 2), 1]
+        bits = [(-1) ** (i % 2), (-1) ** (i // 4 % 2), 1]  # the test split (i % 4 == 3) holds both sexes
         attrs.append(f"{name}  " + " ".join(f"{b:2d}" for b in bits))
     (root / "list_eval_partition.txt").write_text("\n".join(partition) + "\n")
     (root / "identity_CelebA.txt").write_text("\n".join(identity) + "\n")

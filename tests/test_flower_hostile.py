@@ -125,7 +125,17 @@ def with_metrics(reply: Message, metrics: dict) -> Message:
 
 
 @pytest.mark.parametrize(
-    "change", ["no count", "nan count", "zero count", "renamed arrays", "string arrays", "unknown client"]
+    "change",
+    [
+        "no count",
+        "nan count",
+        "zero count",
+        "huge count",
+        "inflated count",
+        "renamed arrays",
+        "string arrays",
+        "unknown client",
+    ],
 )
 def test_replies_a_strategy_cannot_aggregate_are_dropped_and_written_down(
     tmp_path: Path, tmp_path_factory, change
@@ -144,6 +154,9 @@ def test_replies_a_strategy_cannot_aggregate_are_dropped_and_written_down(
         "no count": lambda: with_metrics(other, {"something": 1}),
         "nan count": lambda: with_metrics(other, {"num-examples": math.nan}),
         "zero count": lambda: with_metrics(other, {"num-examples": 0}),
+        # finite and positive, yet it alone would become the global model (accuracy 0.084 in the probe)
+        "huge count": lambda: with_metrics(other, {"num-examples": 1e308}),
+        "inflated count": lambda: with_metrics(other, {"num-examples": count * 1000}),  # > any shard
         "renamed arrays": lambda: rebuilt(other, state, drop="arrays", model=arrays),
         "string arrays": lambda: rebuilt(other, state, arrays=ArrayRecord({"w": Array(np.array(["a"]))})),
         "unknown client": lambda: rebuilt(other, state, leakshield=facts),
@@ -160,6 +173,8 @@ def test_replies_a_strategy_cannot_aggregate_are_dropped_and_written_down(
     assert record.status == "ok" and [v["client"] for v in record.victims] == [0]  # the sound reply audited
     if change == "unknown client":
         assert reason.startswith("not audited") and "client-id 7" in reason
+    if change in ("huge count", "inflated count"):
+        assert "more than a client can hold" in reason
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float64, torch.int64])

@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-import yaml
-
 from leakshield import __version__, cli_ats, cli_fetch, cli_leaderboard, cli_text
 from leakshield.cli_common import (
     EXIT_USAGE,
@@ -23,12 +21,15 @@ from leakshield.cli_common import (
     add_common_options,
     add_stop_after,
     available_cores,  # noqa: F401  (its path in 0.2)
+    config_to_print,
     positive_int,
     run_grid,
     set_threads,
 )
 from leakshield.cli_list import LISTABLE, cmd_list
 from leakshield.errors import LeakshieldError
+from leakshield.experiment.yaml_files import parse_yaml
+from leakshield.registry import component_entry
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -232,9 +233,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise LeakshieldError("--corpus: only the text demo (--text) reads a corpus")
     text = demo_config_text()
     if args.print_config:
-        print(text, end="")
+        print(config_to_print(text, quick_demo if args.quick else None, "demo config"), end="")
         return 0
-    data = yaml.safe_load(text)
+    data = parse_yaml(text, "demo config")
     if args.quick:
         data = quick_demo(data)
     out = args.out or Path("runs") / data["name"]
@@ -249,8 +250,8 @@ def quick_demo(data: dict) -> dict:
     budgets = {"idlg": 10, "ig": 100}
     data["attacks"] = [
         {
-            **({"name": a} if isinstance(a, str) else a),
-            "iterations": budgets.get(a if isinstance(a, str) else a["name"], 50),
+            **component_entry(a),
+            "iterations": budgets.get(component_entry(a)["name"], 50),
         }
         for a in data["attacks"]
     ]

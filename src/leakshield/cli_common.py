@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from leakshield.errors import LeakshieldError
 
@@ -172,3 +173,18 @@ def run_grid(config, out: Path, args: argparse.Namespace) -> int:
         files = build_report(out)
         print(f"report: {files.html}  table: {files.markdown}  csv: {files.csv}")
     return 1 if summary.failed else 0
+
+
+def config_to_print(text: str, shrink: Any, source: str) -> str:
+    """What ``--print-config`` prints: the config ``text`` as shipped, or with the options that change it
+    (``--quick``, ``--corpus``; ``shrink``: the function that applies them, None for none) the config
+    that actually runs."""
+    if shrink is None:
+        return text
+    import yaml
+
+    from leakshield.experiment.yaml_files import parse_yaml
+
+    data = shrink(parse_yaml(text, source))
+    head = f"# the {source} with the options' changes (--quick, --corpus): the config they run\n"
+    return head + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

@@ -140,6 +140,11 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     files = build_leaderboard(out, preset=args.preset, scenarios=[(n, a) for n, _, a in scenarios])
     print(f"leaderboard: {files.html}  ({len(files.pages)} defense pages)  table: {files.markdown}")
     if args.readme is not None:
+        from leakshield.leaderboard.export_schema import read_export
+        from leakshield.leaderboard.readme_markers import marker_span, read_readme
+
+        read_export(files.json, "")  # the run's export and the README's markers, before anything is replaced
+        marker_span(read_readme(args.readme), args.readme)
         export = args.readme.parent / "docs" / "leaderboard" / f"{args.preset}.json"
         export.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(files.json, export)
@@ -380,6 +385,9 @@ def writable_outputs(readme: Path, preset: str) -> None:
             raise LeakshieldError(f"--readme {readme}: {existing} is not writable; the run writes {target}")
     if not os.access(readme, os.W_OK):
         raise LeakshieldError(f"--readme {readme}: not writable; the run rewrites its Results block")
+    from leakshield.leaderboard.readme_markers import marker_span, read_readme
+
+    marker_span(read_readme(readme), f"--readme {readme}")  # broken markers: before the run
 
 
 def _check(readme: Path, args: argparse.Namespace) -> int:

@@ -8,10 +8,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from leakshield.cli_common import set_threads
+from leakshield.cli_common import config_to_print, set_threads
 from leakshield.errors import LeakshieldError
+from leakshield.experiment.yaml_files import parse_yaml
+from leakshield.registry import component_entry
 from leakshield.text.extra import EXTRA_MODULES, text_extra
 
 #: ``leakshield run`` options of image grids, with their defaults (a text grid runs in-process)
@@ -29,7 +29,7 @@ def quick_text_demo(data: dict[str, Any]) -> dict[str, Any]:
     data["victims"] = {**data.get("victims", {}), "count": 2, "batches": [1]}
     data["training"] = {**data.get("training", {}), "rounds": 2}
     data["corpus"] = {**data.get("corpus", {}), "max_train": 600}
-    data["attacks"] = [a if (a if isinstance(a, str) else a["name"]) != "tag" else {**a, "iterations": 30}
+    data["attacks"] = [a if component_entry(a)["name"] != "tag" else {**component_entry(a), "iterations": 30}
                        for a in data["attacks"]]  # fmt: skip
     return data
 
@@ -43,10 +43,7 @@ def run_text(data: dict[str, Any], source: str, args: argparse.Namespace) -> int
     from leakshield.text_grid.report import build_text_report, markdown_table
     from leakshield.text_grid.runner import TextGridRunner
 
-    corpus = getattr(args, "corpus", None)
-    if corpus is not None:
-        data = {**data, "corpus": {**(data.get("corpus") or {}), "path": str(corpus)}}
-    config = parse_text_config(data, source=source)
+    config = parse_text_config(with_corpus(data, getattr(args, "corpus", None)), source=source)
     for flag, default in GRID_ONLY.items():
         if getattr(args, flag, default) != default:
             raise LeakshieldError(
@@ -72,12 +69,24 @@ def run_text(data: dict[str, Any], source: str, args: argparse.Namespace) -> int
     return 1 if summary.failed else 0
 
 
+def with_corpus(data: dict[str, Any], corpus: Path | None) -> dict[str, Any]:
+    """``data`` reading its corpus from ``--corpus`` where one is given."""
+    if corpus is None:
+        return data
+    return {**data, "corpus": {**(data.get("corpus") or {}), "path": str(corpus)}}
+
+
 def run_text_demo(args: argparse.Namespace) -> int:
     text = text_demo_config()
-    if args.print_config:
-        print(text, end="")
+    if args.print_config:  # the config as the options change it: what this command would run
+
+        def changed(data: dict[str, Any]) -> dict[str, Any]:
+            return with_corpus(quick_text_demo(data) if args.quick else data, args.corpus)
+
+        shrink = changed if args.quick or args.corpus is not None else None
+        print(config_to_print(text, shrink, "text demo config"), end="")
         return 0
-    data = yaml.safe_load(text)
+    data = parse_yaml(text, "text demo config")
     if args.quick:
         data = quick_text_demo(data)
     return run_text(data, "text demo config", args)

@@ -209,3 +209,21 @@ class Registry(Generic[T]):
         entry = self.get(name)
         validated = self.validate(name, params)
         return entry.factory(validated, **context)
+
+
+def component_entry(value: Any) -> Any:
+    """A component as any config writes it — a name, ``{name: …, <param>: …}`` (flat) or ``{name: …,
+    params: {<param>: …}}`` (nested) — in the flat form every parser reads, so that both forms give the
+    same settings everywhere; a parameter given both ways, or ``params`` that is not a mapping, is a
+    ValueError naming it. Anything else is returned as it is, for the caller's own validation."""
+    if isinstance(value, str):
+        return {"name": value}
+    if not isinstance(value, dict) or "params" not in value:
+        return value
+    nested = value["params"] if value["params"] is not None else {}
+    if not isinstance(nested, dict):
+        raise ValueError(f"params: a mapping of the component's parameters, got {type(nested).__name__}")
+    twice = sorted(set(nested) & (set(value) - {"params"}))
+    if twice:
+        raise ValueError(f"{twice[0]!r} is given both beside 'params' and inside it: give it once")
+    return {**{k: v for k, v in value.items() if k != "params"}, **nested}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -109,6 +109,7 @@ def load_dataset(
     else:
         test = convert(raw.test)
     train, public = split_off(train, validated.public_fraction, validated.split_seed + 1)
+    refuse_one_class(f"dataset {name}", "test", test.y, raw.class_names)
     if validated.max_train is not None and len(train) > validated.max_train:
         train = train.subset(list(range(validated.max_train)))
     if len(train) == 0:
@@ -153,6 +154,26 @@ def _check_split(name: str, split: str, data: ImageSet, num_classes: int) -> Non
         )
     if data.x.dtype.is_floating_point and not bool(torch.isfinite(data.x).all()):
         raise DataFileMissingError(f"{name}: the {split} split has NaN or infinite pixels")
+
+
+def refuse_one_class(
+    what: str, split: str, labels: torch.Tensor, class_names: Sequence[str] | None = None
+) -> None:
+    """One line for a test split whose labels are all one class (two examples or more): a model that
+    always answers it scores accuracy 1.000 on it, the untrained one included, so no accuracy, ADR or
+    cost could mean anything."""
+    if len(labels) < 2:
+        return
+    found = torch.unique(labels)
+    if len(found) != 1:
+        return
+    label = int(found[0])
+    named = f" ({class_names[label]!r})" if class_names and label < len(class_names) else ""
+    raise ConfigError(
+        f"{what}: every one of the {len(labels)} {split} examples is class {label}{named}: a model that "
+        "always answers it scores accuracy 1.000 (chance on this split is 1.000), so no accuracy could be "
+        "compared; give data of two or more classes"
+    )
 
 
 def list_datasets() -> list[str]:

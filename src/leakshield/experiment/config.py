@@ -34,7 +34,7 @@ from leakshield.experiment.sections import (
 from leakshield.experiment.yaml_files import file_name, read_yaml
 from leakshield.fl.config import FLConfig, LocalTraining
 from leakshield.models import MODELS
-from leakshield.registry import Registry, format_validation_error
+from leakshield.registry import Registry, component_entry, format_validation_error
 from leakshield.threats import Adversary
 
 #: the most cells one run may hold (a cell takes seconds to hours: more is a mistyped range)
@@ -73,7 +73,7 @@ class Component(pydantic.BaseModel):
 
 
 def _component(value: Any) -> Any:
-    return {"name": value} if isinstance(value, str) else value
+    return component_entry(value)
 
 
 class DefenseSetting(pydantic.BaseModel):

@@ -93,12 +93,18 @@ class CellRecord:
     stage: int = 1
 
 
-def _json_safe(value: Any) -> Any:
-    """NaN/Inf become None so the JSON stays standard."""
+#: metrics that may be +∞ and are stored as such: the ε of a DP defense whose noise multiplier is 0 (no
+#: privacy at all; stored as None it would read as "not measured")
+UNBOUNDED = frozenset({"epsilon", "epsilon_client"})
+
+
+def _json_safe(value: Any, key: str | None = None) -> Any:
+    """NaN/Inf become None so the JSON stays standard — except the +∞ of an :data:`UNBOUNDED` metric,
+    written as JSON's ``Infinity`` (Python's reader takes it back)."""
     if isinstance(value, float) and not math.isfinite(value):
-        return None
+        return value if key in UNBOUNDED and value == math.inf else None
     if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
+        return {k: _json_safe(v, k) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
     return value
@@ -106,6 +112,10 @@ def _json_safe(value: Any) -> Any:
 
 class CorruptStoreError(LeakshieldError):
     """The result store cannot be read; the message says how to recover."""
+
+
+class ForeignStoreError(LeakshieldError):
+    """The result store's file is an SQLite database of another program."""
 
 
 class StoreMismatchError(LeakshieldError):
@@ -123,6 +133,7 @@ class ResultStore:
                 verdict = db.execute("PRAGMA quick_check").fetchone()[0]
                 if verdict != "ok":
                     raise sqlite3.DatabaseError(verdict)
+                self._refuse_foreign(db)  # before anything is written to it
                 db.executescript(SCHEMA)
                 present = {row[1] for row in db.execute("PRAGMA table_info(cells)")}
                 for name, kind in ADDED_COLUMNS:
@@ -133,6 +144,21 @@ class ResultStore:
             problems = str(exc).splitlines() or ["unreadable"]  # quick_check lists one problem a line
             more = f" and {len(problems) - 1} more problems" if len(problems) > 1 else ""
             raise self._damaged(f"{problems[0]}{more}") from None
+
+    def _refuse_foreign(self, db: sqlite3.Connection) -> None:
+        """Raise :class:`ForeignStoreError` for an SQLite file of something else (tables but no ``cells``,
+        or a ``cells`` table without the first release's columns), without writing to it."""
+        tables = sorted(row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+        if not tables:
+            return  # a new store
+        columns = {row[1] for row in db.execute("PRAGMA table_info(cells)")}
+        first_release = set(COLUMNS.split(", ")) - {name for name, _ in ADDED_COLUMNS}
+        if "cells" not in tables or not first_release <= columns:
+            shown = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5 else "")
+            raise ForeignStoreError(
+                f"{self.path} is an SQLite database of something else (its tables: {shown}), not a "
+                "leakshield result store; it was left untouched: move it, or give another run directory"
+            )
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:

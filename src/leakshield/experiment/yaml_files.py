@@ -23,7 +23,54 @@ def file_name(value: str, why: str) -> str:
 
 
 #: libyaml's safe loader where PyYAML was built with it (tens of times faster on long lists)
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping names one key twice (YAML would keep the last silently)."""
+
+    def __init__(self, key: Any, first: Any, second: Any) -> None:
+        super().__init__(None, None, f"key {key!r} appears twice", second)
+        self.key, self.lines = key, (first.line + 1, second.line + 1)
+
+
+class SafeLoader(_FAST_LOADER):  # type: ignore[misc,valid-type]
+    """The safe loader, refusing a mapping that repeats a key (``defenses:`` written twice would
+    silently drop the first list); merge keys (``<<``) may still be overridden, as YAML means."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark)
+            except TypeError:  # an unhashable key: the constructor below says so
+                continue
+            if first is not key_node.start_mark:
+                raise DuplicateKeyError(key, first, key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+SAFE_LOADER = SafeLoader
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """The YAML document ``text`` (read from ``source``, named in errors): broken YAML and a repeated
+    key are each one :class:`ConfigError` line with the line numbers."""
+    try:
+        return yaml.load(text, Loader=SAFE_LOADER)
+    except DuplicateKeyError as exc:
+        first, second = exc.lines
+        raise ConfigError(
+            f"{source}: key {exc.key!r} appears twice in one mapping (lines {first} and {second}); "
+            "YAML would keep only the last: merge them into one"
+        ) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{source}: not valid YAML{where}") from None
 
 
 def read_yaml(path: str | Path, what: str = "config") -> Any:
@@ -44,9 +91,4 @@ def read_yaml(path: str | Path, what: str = "config") -> Any:
         raise ConfigError(
             f"{path}: not UTF-8 text (byte {exc.start}); a {what} is a YAML text file"
         ) from None
-    try:
-        return yaml.load(text, Loader=SAFE_LOADER)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}: not valid YAML{where}") from None
+    return parse_yaml(text, str(path))

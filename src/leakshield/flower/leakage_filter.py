@@ -27,12 +27,12 @@ from flwr.clientapp.typing import ClientAppCallable
 
 from leakshield.attacks.base import Reconstruction, create_attack
 from leakshield.defenses.base import create_defense
-from leakshield.errors import ConfigError
+from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.experiment.evaluation import score_reconstructions
 from leakshield.flower.client import LeakshieldTrainer, PerClientTrainer, attack_own_update
 from leakshield.flower.mods import error_reply, is_release_only, release_update
 from leakshield.flower.records import FACTS_RECORD, ReportedFacts, reply_state, state_of, update_from_reply
-from leakshield.registry import format_validation_error
+from leakshield.registry import component_entry, format_validation_error
 from leakshield.report.filter_log import FILTER_LOG
 from leakshield.seeds import seeded_generator
 from leakshield.threats import Adversary
@@ -69,6 +69,21 @@ class LeakageFilterSettings(pydantic.BaseModel):
     share: float = pydantic.Field(default=1.0, gt=0.0, le=1.0)
     secret: int | None = pydantic.Field(default=None, ge=0, lt=2**63)
 
+    @pydantic.field_validator("defenses", mode="before")
+    @classmethod
+    def _entries(cls, value: Any) -> Any:
+        """Each defense as configs write it (a name, flat or nested parameters: one reader,
+        :func:`~leakshield.registry.component_entry`) as ``{"name": …, "params": {…}}``."""
+        if not isinstance(value, list):
+            return value
+        out = []
+        for i, entry in enumerate(value):
+            flat = component_entry(entry)
+            if not isinstance(flat, dict) or not isinstance(flat.get("name"), str):
+                raise ValueError(f"entry {i}: a defense name, or a mapping with 'name' and its parameters")
+            out.append({"name": flat["name"], "params": {k: v for k, v in flat.items() if k != "name"}})
+        return out
+
 
 def validated(settings: dict[str, Any]) -> LeakageFilterSettings:
     """``settings`` as :class:`LeakageFilterSettings` (its defenses update-stage ones, its attack a
@@ -77,8 +92,12 @@ def validated(settings: dict[str, Any]) -> LeakageFilterSettings:
         found = LeakageFilterSettings(**settings)
     except pydantic.ValidationError as exc:
         raise ConfigError(f"leakage filter: {format_validation_error(exc)}") from None
-    for entry in found.defenses:
-        if not is_release_only(create_defense(entry["name"], entry.get("params"))):
+    for i, entry in enumerate(found.defenses):
+        try:
+            defense = create_defense(entry["name"], entry["params"])
+        except LeakshieldError as exc:
+            raise ConfigError(f"leakage filter: defenses[{i}]: {exc}") from None
+        if not is_release_only(defense):
             raise ConfigError(
                 f"leakage filter: defenses: {entry['name']} is not an update-stage defense (allowed: "
                 "clipping, gaussian-noise, laplacian-noise, pruning, quantization)"

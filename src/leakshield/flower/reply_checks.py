@@ -1,8 +1,9 @@
 """Which Flower replies a round can aggregate: a reply is sound when it holds one ArrayRecord (named as
 the one sent, where that is known) whose arrays are those sent to its node — the same keys, shapes and
-dtypes — with finite values, and one MetricRecord with a finite, positive sample count; and when its
-records are named and keyed as the round's other sound replies. Anything else would stop a strategy
-(FedAvg's consistency checks raise) or poison the aggregate (a NaN array, a NaN weight)."""
+dtypes — with finite values, and one MetricRecord with a finite, positive sample count no larger than
+a client can hold; and when its records are named and keyed as the round's other sound replies.
+Anything else would stop a strategy (FedAvg's consistency checks raise) or poison the aggregate (a NaN
+array, a NaN weight, a weight of 1e308 that alone becomes the global model)."""
 
 from __future__ import annotations
 
@@ -22,11 +23,21 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300] or type(exc).__name__
 
 
+#: the largest sample count a reply may claim where the federation's clients are not known (2³¹ − 1:
+#: more than any client holds; a claim of 1e308 would alone outweigh every other reply)
+MAX_EXAMPLES = 2**31 - 1
+
+
 def reply_problem(
-    reply: Message, sent: Mapping[str, torch.Tensor] | None, name: str | None, weight_key: str = WEIGHT_KEY
+    reply: Message,
+    sent: Mapping[str, torch.Tensor] | None,
+    name: str | None,
+    weight_key: str = WEIGHT_KEY,
+    most: float = MAX_EXAMPLES,
 ) -> tuple[str | None, dict[str, torch.Tensor] | None]:
     """(why ``reply`` cannot be aggregated or None, its arrays as a state dict when they could be read);
-    ``sent``/``name``: the arrays and the record name sent to its node (None: nothing was sent)."""
+    ``sent``/``name``: the arrays and the record name sent to its node (None: nothing was sent);
+    ``most``: the largest sample count a client can hold (a larger claim would outweigh honest replies)."""
     if sent is None:
         return "a reply to nothing sent to its node this round", None
     arrays, metrics = reply.content.array_records, reply.content.metric_records
@@ -40,6 +51,8 @@ def reply_problem(
     number = isinstance(count, int | float) and not isinstance(count, bool)
     if not number or not math.isfinite(count) or count <= 0:  # type: ignore[arg-type]
         return f"its {weight_key!r} is {count!r}, not a finite positive number", None
+    if count > most:  # type: ignore[operator]
+        return f"its {weight_key!r} is {count!r}, more than a client can hold ({most:,.0f} at most)", None
     try:
         state = state_of(next(iter(arrays.values())))
     except Exception as exc:  # whatever bytes a reply holds, reading them must not stop the round

@@ -39,7 +39,8 @@ class AuditingStrategy(Strategy):
 
     The audit never stops training, and a malformed reply never reaches the inner strategy: a reply that
     is not sound (:mod:`~leakshield.flower.reply_checks`: arrays not those sent, non-finite values, no
-    finite positive sample count, records laid out otherwise than the round's others) is dropped from
+    finite positive sample count at most the largest client's shard, records laid out otherwise than the
+    round's others) is dropped from
     the aggregation and the audit; a sound reply whose protocol facts are missing or wrong is aggregated,
     not audited. Each is logged, kept in :attr:`dropped` and written to the run directory's
     ``dropped_replies.jsonl``; an audited round none of whose replies can be audited is stored as a
@@ -80,12 +81,14 @@ class AuditingStrategy(Strategy):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         kept, arrays, reasons = [], [], []
         weight_key = getattr(self.inner, "weighted_by_key", WEIGHT_KEY)
+        most = max(len(c) for c in self.auditor.federation.clients)  # the largest client's shard
         for reply in replies:
             if reply.has_error():
                 kept.append(reply)  # a failed client: the inner strategy counts it
                 continue
             where = (server_round, reply.metadata.src_node_id)
-            problem, state = reply_problem(reply, self._sent.get(where), self._names.get(where), weight_key)
+            sent, name = self._sent.get(where), self._names.get(where)
+            problem, state = reply_problem(reply, sent, name, weight_key, most)
             if problem is not None:
                 reasons.append(self._drop(server_round, where[1], problem))
             else:

@@ -12,14 +12,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from leakshield.attacks import ATTACKS
 from leakshield.defenses import DEFENSES
 from leakshield.errors import ConfigError
 from leakshield.experiment.config import ExperimentConfig, parse_config
-from leakshield.experiment.yaml_files import read_yaml
+from leakshield.experiment.yaml_files import parse_yaml, read_yaml
 from leakshield.leaderboard.strengths import with_rung_targets, with_rungs
+from leakshield.registry import component_entry
 
 PRESET_KEYS = ("params", "add_defenses", "scenarios", "text", "stage2", "rungs")
 #: keys of a scenario that describe it rather than change the experiment
@@ -45,7 +44,7 @@ def _with_params(entries: list[Any], params: dict[str, dict[str, Any]]) -> list[
     """Merge ``params[name]`` into every entry named ``name`` (strings become mappings)."""
     out = []
     for entry in entries:
-        item = {"name": entry} if isinstance(entry, str) else dict(entry)
+        item = dict(component_entry(entry)) if isinstance(entry, dict) else {"name": entry}
         if item.get("name") in params:
             item = deep_merge(item, params[item["name"]])
         out.append(item if len(item) > 1 or not isinstance(entry, str) else entry)
@@ -95,7 +94,7 @@ def leaderboard_data(
 ) -> dict[str, Any]:
     """The experiment config (as a mapping) of ``preset`` in the leaderboard file ``text`` (``rungs``:
     with the strength ladders' rungs the preset runs, :mod:`.strengths`)."""
-    document = yaml.safe_load(text) if isinstance(text, str) else text
+    document = parse_yaml(text, source) if isinstance(text, str) else text
     document = document or {}
     if not isinstance(document, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(document).__name__}")
@@ -151,7 +150,7 @@ def text_data(text: str, preset: str, *, source: str = "leaderboard config") -> 
     """The text grid's config (a mapping) of ``preset``: the file's ``text`` section with the preset's
     ``text`` changes merged in; None where the file has no text section or the preset drops it
     (``text: null``)."""
-    document = (yaml.safe_load(text) if isinstance(text, str) else text) or {}
+    document = (parse_yaml(text, source) if isinstance(text, str) else text) or {}
     base = document.get("text")
     chosen = (document.get("presets") or {}).get(preset) or {}
     if base is None or ("text" in chosen and chosen["text"] is None):
@@ -191,7 +190,7 @@ def load_leaderboard(
 
 def scenario_names(text: str, preset: str) -> list[str]:
     """The scenarios ``preset`` runs beside its main grid (in the file's order)."""
-    document = yaml.safe_load(text) if isinstance(text, str) else text
+    document = parse_yaml(text, "leaderboard config") if isinstance(text, str) else text
     chosen = ((document or {}).get("presets") or {}).get(preset) or {}
     names = chosen.get("scenarios") or []
     defined = (document or {}).get("scenarios") or {}
@@ -212,7 +211,7 @@ def scenario_data(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(experiment config mapping, description) of one scenario: the preset's config with the
     scenario's changes merged in (lists replace; the preset's ``params`` apply to its components)."""
-    document = yaml.safe_load(text) if isinstance(text, str) else text
+    document = parse_yaml(text, source) if isinstance(text, str) else text
     main = leaderboard_data(document, preset, data_root=data_root, source=source, rungs=False)
     spec = dict(((document.get("scenarios") or {}).get(scenario)) or {})
     about = {k: spec.pop(k) for k in SCENARIO_KEYS if k in spec}
@@ -245,5 +244,5 @@ def load_stage_two_victims(preset: str, *, path: str | Path | None = None) -> in
     from leakshield.leaderboard.stage_two import stage_two_victims
 
     text = read_yaml(path, "leaderboard file") if path is not None else default_leaderboard_text()
-    document = yaml.safe_load(text) if isinstance(text, str) else text
+    document = parse_yaml(text, "leaderboard config") if isinstance(text, str) else text
     return stage_two_victims(document or {}, preset)

@@ -23,16 +23,21 @@ from leakshield.experiment.store import atomic_write_bytes
 from leakshield.leaderboard.export import (
     PAGE_HEAD,
     STAGE_TWO_PREFIX,
-    readme_block,
     readme_section,
     records_from_json,
-    replace_readme_section,
     results_page,
     results_page_of,
     results_tables,
     scenarios_from_json,
     stale_rows,
     text_from_json,
+)
+from leakshield.leaderboard.export_schema import REGENERATE, read_export
+from leakshield.leaderboard.readme_markers import (
+    marker_span,
+    read_readme,
+    readme_block,
+    replace_readme_section,
 )
 from leakshield.leaderboard.staleness import Staleness, judge, provenance_table
 from leakshield.leaderboard.tables import Table
@@ -125,7 +130,7 @@ def export_of(readme: Path) -> tuple[str, Path]:
         raise LeakshieldError(f"{readme}: a folder, not a README")
     if not readme.is_file():
         raise LeakshieldError(f"{readme}: no such file")
-    block = readme_block(readme.read_text())
+    block = readme_block(read_readme(readme), readme)
     if block is None:
         raise LeakshieldError(f"{readme}: no generated Results block (run the leaderboard with --readme)")
     found = SOURCE.search(block)
@@ -154,22 +159,30 @@ class Rendered:
 def render(
     export: Path, source: str, graph: CodeGraph | None = None, protocol: Protocol | None = None
 ) -> Rendered:
-    """The block and the results page ``export`` renders with the installed code, stale rows marked."""
-    text = export.read_text()
-    facts, records = records_from_json(text)
-    staleness = judge_export(text, graph, protocol)
-    scenarios = scenarios_from_json(text)
-    tables = results_tables(records, scenarios, staleness)
-    text_cells = text_from_json(text)
-    text_found = text_tables(*text_cells) if text_cells is not None else []
-    page = [*tables, *text_found]
-    return Rendered(
-        readme_section(facts, records, source, scenarios, staleness, tables, text_found),
-        results_page(facts, records, source, scenarios, staleness, page),
-        staleness,
-        facts,
-        tables,
-    )
+    """The block and the results page ``export`` renders with the installed code, stale rows marked; a
+    damaged export is refused (:func:`~leakshield.leaderboard.export_schema.read_export`)."""
+    text = read_export(export, "")
+    try:
+        facts, records = records_from_json(text)
+        staleness = judge_export(text, graph, protocol)
+        scenarios = scenarios_from_json(text)
+        tables = results_tables(records, scenarios, staleness)
+        text_cells = text_from_json(text)
+        text_found = text_tables(*text_cells) if text_cells is not None else []
+        page = [*tables, *text_found]
+        return Rendered(
+            readme_section(facts, records, source, scenarios, staleness, tables, text_found),
+            results_page(facts, records, source, scenarios, staleness, page),
+            staleness,
+            facts,
+            tables,
+        )
+    except LeakshieldError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as exc:
+        # what the schema cannot see (a cell the tables need, missing from a digest-valid export)
+        why = f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
+        raise LeakshieldError(f"{export}: its cells cannot be rendered ({why}); {REGENERATE}") from None
 
 
 def check(readme: Path, graph: CodeGraph | None = None, protocol: Protocol | None = None) -> Verdict:
@@ -259,6 +272,7 @@ def rerender(
             f"--from-export {export}: the export must lie in the README's folder tree "
             f"({readme.resolve().parent}), which the block cites it from"
         ) from None
+    marker_span(read_readme(readme), readme)  # broken markers: refused before anything is written
     rendered = render(export, source, graph, protocol)
     page = readme.parent / results_page_of(source)
     if page.is_dir():

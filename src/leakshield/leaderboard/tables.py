@@ -5,6 +5,7 @@ scenario (each defense's strongest attack at every model state and scale of that
 from __future__ import annotations
 
 import html
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -132,9 +133,14 @@ def _seeds_text(row: Standing) -> str:
     return seeds_text(leaking, seeds) if seeds else "—"
 
 
+def epsilon_number(value: float) -> str:
+    """ε to two decimals; ``∞`` for a DP defense without noise (σ 0)."""
+    return "∞" if value == math.inf else f"{value:.2f}"
+
+
 def epsilon_text(row: Standing) -> str:
     """``2.41 per record`` (DP-SGD), ``4.38 per client`` (DP-FedAvg), both when both apply, else —."""
-    parts = [f"{value:.2f} per {level}" for value, level in ((row.epsilon, "record"),
+    parts = [f"{epsilon_number(value)} per {level}" for value, level in ((row.epsilon, "record"),
                                                              (row.epsilon_client, "client"))
              if value is not None]  # fmt: skip
     return " · ".join(parts) or "—"

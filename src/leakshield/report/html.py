@@ -12,7 +12,7 @@ from leakshield.experiment.rundir import STORE_FILE, load_run_config
 from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
 from leakshield.report.figures import privacy_utility_png, sweep_png
 from leakshield.report.filter_log import filter_html, filter_markdown
-from leakshield.report.tables import baselines_by_batch, joined_rows, pivot, results_csv
+from leakshield.report.tables import baselines_by_batch, is_number, joined_rows, left_out, pivot, results_csv
 from leakshield.report.threat_tables import html_sections, markdown_sections
 
 CONVENTIONS = (
@@ -115,7 +115,7 @@ def build_report(run_dir: str | Path) -> ReportFiles:
     )
     if config.fl.secure_aggregation:
         conventions += AGGREGATE_CONVENTION
-    sizes = sorted({int(r.metrics["samples"]) for r in records if "samples" in r.metrics})
+    sizes = sorted({int(r.metrics["samples"]) for r in records if is_number(r.metrics.get("samples"))})
     if sizes:
         conventions += CLASS_SSIM_CONVENTION.format(samples=" / ".join(map(str, sizes)))
     lpips_note = next((r.metrics.get("lpips_note") for r in records if r.metrics.get("lpips_note")), None)
@@ -127,6 +127,9 @@ def build_report(run_dir: str | Path) -> ReportFiles:
         markdown.append(f"\nLPIPS: {lpips_note}\n")
     if failed:
         markdown.append(f"\n{len(failed)} failed cell(s): see results.csv.\n")
+    omitted = left_out(records)
+    if omitted:
+        markdown.append(f"\n{omitted}\n")
 
     files = ReportFiles(run_dir / "results.csv", run_dir / "table.md", run_dir / "report.html")
     atomic_write_bytes(files.csv, results_csv(records).encode())
@@ -178,6 +181,9 @@ def _html(
     ]
     if lpips_note:
         parts.append(f"<p>LPIPS: {html.escape(lpips_note)}</p>")
+    omitted = left_out(records)
+    if omitted:
+        parts.append(f"<p class='err'>{html.escape(omitted)}</p>")
     parts.append(html_sections(records))
     parts.append(filter_html(run_dir))
     plot = privacy_utility_png(rows, baseline, scatter_metric)

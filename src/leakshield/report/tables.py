@@ -43,11 +43,11 @@ def joined_rows(records: list[CellRecord]) -> tuple[list[Row], dict[str, float]]
     for r in ok:
         if r.kind != "attack":
             continue
-        metrics = {k: v for k, v in r.metrics.items() if isinstance(v, int | float)}
+        metrics = {k: v for k, v in r.metrics.items() if is_number(v)}
         util = utility.get((r.model, r.defense, r.seed), {})
         clean = utility.get((r.model, "none", r.seed), {}).get("accuracy")
-        metrics.update({k: v for k, v in util.items() if k in UTILITY_COLUMNS})
-        if clean and "accuracy" in util:
+        metrics.update({k: v for k, v in util.items() if k in UTILITY_COLUMNS and is_number(v)})
+        if is_number(clean) and clean and is_number(util.get("accuracy")):
             metrics["adr"] = (clean - util["accuracy"]) / clean
         scale = Scale.parse(r.scale) or Scale()
         coords = {
@@ -60,7 +60,30 @@ def joined_rows(records: list[CellRecord]) -> tuple[list[Row], dict[str, float]]
             "clients": scale.clients,
         }
         rows.append(Row(coords, metrics))
-    return rows, {k: v for k, v in baseline.items() if isinstance(v, int | float)}
+    return rows, {k: v for k, v in baseline.items() if is_number(v)}
+
+
+def is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def left_out(records: list[CellRecord]) -> str | None:
+    """A sentence counting the stored cells the means leave out though they are not failed cells (those
+    are listed apart): an unknown status, or a registered metric holding something other than a number —
+    None when there are none. Never silent: a table without them must say so."""
+    unknown = [r for r in records if r.status not in ("ok", "failed")]
+    wrong = [(r, name) for r in records if r.status == "ok" for name, value in r.metrics.items()
+             if METRICS.find(name) is not None and value is not None and not is_number(value)]  # fmt: skip
+    if not unknown and not wrong:
+        return None
+    parts = []
+    if unknown:
+        statuses = ", ".join(sorted({repr(r.status) for r in unknown}))
+        parts.append(f"{len(unknown)} with an unknown status ({statuses}; known: 'ok', 'failed')")
+    if wrong:
+        cells, names = len({r.key for r, _ in wrong}), ", ".join(sorted({n for _, n in wrong}))
+        parts.append(f"{cells} whose metric(s) {names} are not numbers (those values only)")
+    return f"Left out of the means: {'; '.join(parts)}. The store was written by other code or edited."
 
 
 def baselines_by_batch(records: list[CellRecord]) -> dict[int, dict[str, float]]:
@@ -76,6 +99,8 @@ def baselines_by_batch(records: list[CellRecord]) -> dict[int, dict[str, float]]
 def format_value(metric: str, values: list[float]) -> str:
     """Mean (± standard deviation over several values), with a metric-appropriate precision."""
     finite = [v for v in values if v is not None and math.isfinite(v)]
+    if math.inf in values:  # ε of a DP defense without noise (σ 0): no privacy, not "not measured"
+        return "∞"
     if not finite:
         return "n/a"
     digits = METRICS.precision(metric)

@@ -63,6 +63,7 @@ def per_attack_rows(records: Sequence[CellRecord]) -> list[tuple[str, ...]]:
     for r in records:
         if r.kind == "attack" and r.status == "ok" and isinstance(r.metrics.get("asr"), int | float):
             refused = r.metrics.get("refused", 0.0)
+            refused = refused if isinstance(refused, int | float) and not isinstance(refused, bool) else 0.0
             leaks.setdefault((r.model, r.defense, r.attack), []).append((r.metrics["asr"], refused))
     rows = []
     for (model, defense, attack), rates in sorted(judged.items()):

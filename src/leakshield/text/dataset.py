@@ -15,6 +15,7 @@ from typing import Literal
 import torch
 
 from leakshield.artifacts import ArtifactCache
+from leakshield.data.registry import refuse_one_class
 from leakshield.errors import ConfigError, DataFileMissingError
 from leakshield.text.corpus import (
     TextCorpus,
@@ -142,6 +143,7 @@ def load_text_data(
             "corpus.public_fraction: 0 leaves the server no public text to fit the tokenizer on; "
             "use a fraction above 0"
         )
+    refuse_one_class(f"corpus {corpus.name}", "test", torch.tensor(splits.test.labels), corpus.class_names)
     tokenizer = public_tokenizer(splits.public.texts, tokenizer_kind, vocab_size, lowercase, cache)
     train = splits.train
     if max_train is not None and len(train) > max_train:

@@ -27,7 +27,7 @@ from leakshield.experiment.config import Component, DefenseSetting
 from leakshield.experiment.sections import Section
 from leakshield.experiment.yaml_files import file_name, read_yaml
 from leakshield.fl.config import FLConfig, LocalTraining
-from leakshield.registry import format_validation_error
+from leakshield.registry import component_entry, format_validation_error
 from leakshield.text.dataset import CorpusFormat, TextPartitionKind
 from leakshield.text.fetch import default_corpus_path
 from leakshield.text.tokenizer import TokenizerKind
@@ -154,7 +154,7 @@ class TextExperimentConfig(Section):
     @pydantic.field_validator("models", "attacks", mode="before")
     @classmethod
     def _names_to_components(cls, value: Any) -> Any:
-        return [{"name": v} if isinstance(v, str) else v for v in value] if isinstance(value, list) else value
+        return [component_entry(v) for v in value] if isinstance(value, list) else value
 
     @pydantic.model_validator(mode="after")
     def _labels_fit_cell_keys(self) -> TextExperimentConfig:

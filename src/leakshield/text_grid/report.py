@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +56,8 @@ def is_text_run(run_dir: str | Path) -> bool:
 def _fmt(value: object, digits: int = 3) -> str:
     if value is None:
         return "–"
+    if value == math.inf:
+        return "∞"  # the ε of a DP defense without noise
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)
