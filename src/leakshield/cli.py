@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sqlite3
 import sys
 from collections.abc import Sequence
 from importlib import resources
@@ -27,7 +28,7 @@ from leakshield.cli_common import (
     set_threads,
 )
 from leakshield.cli_list import LISTABLE, cmd_list
-from leakshield.errors import LeakshieldError
+from leakshield.errors import LeakshieldError, storage_error
 from leakshield.experiment.yaml_files import parse_yaml
 from leakshield.registry import component_entry
 
@@ -304,6 +305,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into a reader that stopped (e.g. `| head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except (OSError, sqlite3.OperationalError) as exc:  # a full, read-only or misnamed target anywhere
+        again = "rerun the same command once it is writable: it resumes"
+        resumes = args.command in ("run", "leaderboard", "fit")
+        problem = storage_error(exc, resume=again if resumes else "", verb="use")
+        if problem is None:
+            raise
+        sys.stderr.write(f"leakshield: error: {' '.join(str(problem).split())}\n")
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -140,14 +139,14 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     files = build_leaderboard(out, preset=args.preset, scenarios=[(n, a) for n, _, a in scenarios])
     print(f"leaderboard: {files.html}  ({len(files.pages)} defense pages)  table: {files.markdown}")
     if args.readme is not None:
+        from leakshield.experiment.store import atomic_write_bytes
         from leakshield.leaderboard.export_schema import read_export
         from leakshield.leaderboard.readme_markers import marker_span, read_readme
 
         read_export(files.json, "")  # the run's export and the README's markers, before anything is replaced
         marker_span(read_readme(args.readme), args.readme)
         export = args.readme.parent / "docs" / "leaderboard" / f"{args.preset}.json"
-        export.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(files.json, export)
+        atomic_write_bytes(export, files.json.read_bytes())  # the published one whole, or as it was
         _from_export(export, args.readme, args)
     return status
 

@@ -38,7 +38,7 @@ import torch
 
 from leakshield.defenses.base import DEFENSES, ClientContext, Defense, Participation
 from leakshield.defenses.clipping import clipped
-from leakshield.defenses.dpsgd import dp_epsilon
+from leakshield.defenses.dpsgd import MAX_NOISE_MULTIPLIER, check_finite_noise, dp_epsilon
 from leakshield.defenses.noise import standard_noise
 from leakshield.registry import Params
 
@@ -50,10 +50,15 @@ class DPFedAvgParams(Params):
     (tight, the default) or ``rdp`` (an upper bound; Flower's and DP-SGD's)."""
 
     mode: Literal["central", "local"] = "central"
-    noise_multiplier: float = pydantic.Field(default=1.0, ge=0)
+    noise_multiplier: float = pydantic.Field(default=1.0, ge=0, le=MAX_NOISE_MULTIPLIER)
     clip: float = pydantic.Field(default=1.0, gt=0)
     delta: float = pydantic.Field(default=1e-5, gt=0, lt=1)
     accountant: Literal["prv", "rdp"] = "prv"
+
+    @pydantic.model_validator(mode="after")
+    def _finite_noise(self) -> DPFedAvgParams:
+        check_finite_noise(self.noise_multiplier, self.clip)
+        return self
 
 
 #: above this RDP bound the guarantee is vacuous and Opacus's PRV discretisation no longer holds (it

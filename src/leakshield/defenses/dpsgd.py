@@ -28,6 +28,21 @@ from leakshield.defenses.base import DEFENSES, ClientContext, Defense, Participa
 from leakshield.gradients import per_sample_gradients
 from leakshield.registry import Params
 
+#: the largest noise multiplier σ taken (Opacus's own search stops at 10⁶: beyond it ε is 0 in every
+#: digit a table shows, and σ·C soon overflows the float32 the noise is added in)
+MAX_NOISE_MULTIPLIER = 1e6
+#: the largest noise standard deviation σ·C (or σ·S) a float32 update can hold without overflowing
+MAX_NOISE_STD = 1e30
+
+
+def check_finite_noise(noise_multiplier: float, clip: float) -> None:
+    """A ValueError where the noise std σ·C would overflow the float32 update it is added to."""
+    if noise_multiplier * clip > MAX_NOISE_STD:
+        raise ValueError(
+            f"noise std σ·C = {noise_multiplier:g}·{clip:g} overflows the float32 update it is added to "
+            f"(at most {MAX_NOISE_STD:g}); lower noise_multiplier or clip"
+        )
+
 
 class DPSGDParams(Params):
     """noise_multiplier: σ (noise std = σ·C). clip: C, the per-sample gradient norm bound. delta: the δ at
@@ -36,11 +51,16 @@ class DPSGDParams(Params):
     it within that budget at its sampling rate (Opacus's ``get_noise_multiplier``, RDP accountant), and
     the utility row reports ``epsilon_target`` next to the ε actually spent."""
 
-    noise_multiplier: float = pydantic.Field(default=1.1, ge=0)
+    noise_multiplier: float = pydantic.Field(default=1.1, ge=0, le=MAX_NOISE_MULTIPLIER)
     clip: float = pydantic.Field(default=1.0, gt=0)
     delta: float = pydantic.Field(default=1e-5, gt=0, lt=1)
     target_epsilon: float | None = pydantic.Field(default=None, gt=0)
     target_steps: int | None = pydantic.Field(default=None, ge=1)
+
+    @pydantic.model_validator(mode="after")
+    def _finite_noise(self) -> DPSGDParams:
+        check_finite_noise(self.noise_multiplier, self.clip)
+        return self
 
     @pydantic.model_validator(mode="after")
     def _target_needs_steps(self) -> DPSGDParams:

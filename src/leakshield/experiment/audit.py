@@ -26,7 +26,7 @@ from leakshield.artifacts import ArtifactCache
 from leakshield.attacks.base import Attack
 from leakshield.data import ImageSet
 from leakshield.defenses.base import PublicDefense
-from leakshield.errors import ConfigError, LeakshieldError
+from leakshield.errors import ConfigError, LeakshieldError, is_storage_problem
 from leakshield.experiment.cells import Cell
 from leakshield.experiment.code_cache import CodeKeyedCache
 from leakshield.experiment.compute import cell_record
@@ -228,6 +228,8 @@ class UpdateAuditor(RoundObserver):
                 metrics["aggregate_clients"] = float(views[0].clients)
             png = png_bytes(image_grid(output.grid_rows or []))
         except (Exception, torch.OutOfMemoryError) as exc:  # a failing audit must not stop training
+            if is_storage_problem(exc):
+                raise
             status, error = "failed", f"{type(exc).__name__}: {exc}"
             victims = [{"clients": chosen, "traceback": traceback.format_exc(limit=4)}]
         return self._put(cell, status, error, metrics, victims, png, start)

@@ -21,20 +21,24 @@ from leakshield.models import create_model
 
 
 def check_attacks_fit_models(config: ExperimentConfig, info: DatasetInfo) -> None:
-    """Raise :class:`ConfigError` naming the first attack and model of ``config`` that cannot go
-    together on images of ``info.shape``."""
+    """Raise :class:`ConfigError` naming the first model of ``config`` that cannot be built on images of
+    ``info.shape`` (a ViT patch that does not divide the image), or the first attack and model that
+    cannot go together."""
     checks = []
     for i, spec in enumerate(config.attacks):
         attack = create_attack(spec.name, split_execution(spec.params)[0])
         if hasattr(attack, "check_model"):
             checks.append((i, spec, attack))
-    if not checks:
-        return
     for j, model_spec in enumerate(config.models):
         with torch.random.fork_rng(devices=[]):
-            model = create_model(
-                model_spec.name, model_spec.params, in_shape=info.shape, num_classes=info.num_classes, seed=0
-            )
+            try:
+                model = create_model(model_spec.name, model_spec.params, in_shape=info.shape,
+                                     num_classes=info.num_classes, seed=0)  # fmt: skip
+            except (ValueError, RuntimeError) as exc:
+                raise ConfigError(
+                    f"models[{j}] ({model_spec.display}) cannot be built on {info.shape[1]}×{info.shape[2]} "
+                    f"images: {' '.join(str(exc).split())}"
+                ) from None
         for i, spec, attack in checks:
             try:
                 attack.check_model(model, info.shape)

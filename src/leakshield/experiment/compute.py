@@ -9,6 +9,7 @@ import traceback
 import torch
 
 from leakshield import __version__
+from leakshield.errors import is_storage_problem
 from leakshield.experiment.cells import Cell
 from leakshield.experiment.evaluation import CellOutput
 from leakshield.experiment.pipeline import cell_threat, run_cell
@@ -48,6 +49,8 @@ def compute_cell(world: ExperimentContext, cell: Cell) -> CellRecord:
         if output.grid_rows:
             png = png_bytes(image_grid(output.grid_rows))
     except (Exception, torch.OutOfMemoryError) as exc:  # a failing cell must not stop the grid
+        if is_storage_problem(exc):  # a full or read-only disk: stop, a rerun resumes (not a failed cell)
+            raise
         status = "failed"
         error = f"{type(exc).__name__}: {exc}"
         output = CellOutput({}, [{"traceback": traceback.format_exc(limit=4)}])

@@ -189,8 +189,8 @@ class ExperimentRunner:
         """Write a computed cell (image, then its row) and the artifacts it used; True if it failed."""
         if record.images and record.image_png is not None:
             atomic_write_bytes(self.out / record.images, record.image_png)
+        record_artifacts(self.out, used)  # before the row: a stored cell is never rerun to record them
         store.put(record)
-        record_artifacts(self.out, used)
         if record.status == "failed" and self.progress:
             tqdm.write(f"cell failed ({record.key}): {record.error}")
         return record.status == "failed"

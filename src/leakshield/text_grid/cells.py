@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from leakshield.errors import ConfigError, LeakshieldError
+from leakshield.errors import ConfigError, LeakshieldError, is_storage_problem
 from leakshield.experiment.config import Component, DefenseSetting
 from leakshield.experiment.store import CellRecord
 from leakshield.seeds import mix
@@ -119,6 +119,8 @@ def compute_group(world: TextWorld, cells: list[TextCell], environment: dict[str
         if any(not _modifies(c) for c in cells):
             honest = observe(world, first, state.model, state.previous)
     except Exception as exc:  # a failing group must not stop the grid
+        if is_storage_problem(exc):  # a full or read-only disk: stop, a rerun resumes
+            raise
         error = f"{type(exc).__name__}: {exc}"
         trace = [{"traceback": traceback.format_exc(limit=4)}]
         return [_record(c, "failed", {}, trace, error, start, environment) for c in cells]
@@ -143,6 +145,8 @@ def compute_group(world: TextWorld, cells: list[TextCell], environment: dict[str
                 metrics["refused"] = sum(o.refused is not None for o in observed) / len(observed)
             records.append(_record(cell, "ok", metrics, rows, None, began, environment))
         except Exception as exc:
+            if is_storage_problem(exc):
+                raise
             error = f"{type(exc).__name__}: {exc}"
             records.append(
                 _record(

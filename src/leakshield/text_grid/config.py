@@ -201,6 +201,14 @@ class TextExperimentConfig(Section):
                     f"attacks[{i}]: {attack.name} reads one gradient step; set update.algorithm to fedsgd "
                     f"(it is {self.update.algorithm}: local steps move its bins)"
                 )
+            shallow = [(j, m) for j, m in enumerate(self.models) if m.layers < 2]
+            if TEXT_ATTACKS.get(attack.name).name == "dager" and shallow:
+                j, model = shallow[0]
+                raise ConfigError(
+                    f"attacks[{i}] ({attack.display}) needs models of two blocks or more (a one-block "
+                    f"classifier's gradients see only the position its head reads): models[{j}] "
+                    f"({model.display}) has layers: {model.layers}"
+                )
             if getattr(validated, "labels_known", True) is False and max(self.victims.batches) > 1:
                 raise ConfigError(
                     f"attacks[{i}].labels_known: false needs victims.batches [1] (only a batch of one leaks "

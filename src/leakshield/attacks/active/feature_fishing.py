@@ -47,7 +47,7 @@ from leakshield.attacks.active.fishing import (
     FishingSecrets,
     classifier_layer,
 )
-from leakshield.attacks.active.trap_weights import first_image_layer
+from leakshield.attacks.active.trap_weights import check_image_fed_linear, first_image_layer
 from leakshield.attacks.base import ATTACKS, Reconstruction
 from leakshield.data.types import DatasetInfo
 from leakshield.errors import ConfigError
@@ -178,6 +178,10 @@ class FeatureFishingAttack(FishingAttack):
     """Needs FedSGD (or a one-step update) and a model ending in a linear classifier with a bias."""
 
     params: FeatureFishingParams
+
+    def check_model(self, model: nn.Module, shape: tuple[int, int, int]) -> None:
+        """Refuse, before a run, a model without a fully connected layer on the image (its feature cut)."""
+        check_image_fed_linear(model, shape)
 
     def prepare_model(self, model: nn.Module, knowledge: ServerKnowledge) -> PreparedModel:
         prepared = super().prepare_model(model, knowledge)  # class fishing's classifier

@@ -59,6 +59,10 @@ class PrecodeAnalytic(AnalyticFCInversion):
 
     params: PrecodeAnalyticParams
 
+    def check_model(self, model: nn.Module, shape: tuple[int, int, int]) -> None:
+        """Nothing to refuse before a run: without a layer fed by the image it reads the PRECODE
+        bottleneck's, which the defense inserts at run time."""
+
     def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction:
         try:
             first_linear_fed_by_image(view.model, view.data_info.shape)

@@ -98,6 +98,26 @@ class AnalyticFCInversion(Attack):
 
     params: AnalyticParams
 
+    def check_model(self, model: nn.Module, shape: tuple[int, int, int]) -> None:
+        """Refuse, before a run, a model without the layer it inverts: the named ``layer`` must be a
+        fully connected one, or (no name) some fully connected layer must read the image itself."""
+        if self.params.layer is None:
+            try:
+                first_linear_fed_by_image(model, shape)
+            except ValueError:
+                raise ValueError(
+                    "it inverts a fully connected layer fed by the image (e.g. mlp's first), and no fully "
+                    "connected layer of this model reads the image; name another with 'layer'"
+                ) from None
+        else:
+            layer = dict(model.named_modules()).get(self.params.layer)
+            pixels = shape[0] * shape[1] * shape[2]
+            if not isinstance(layer, nn.Linear) or layer.in_features != pixels or layer.bias is None:
+                raise ValueError(
+                    f"layer {self.params.layer!r} is not a fully connected layer with a bias reading the "
+                    f"{pixels} pixels of an image (what it inverts)"
+                )
+
     def reconstruct(self, view: ServerView, *, seed: int = 0) -> Reconstruction:
         start = time.perf_counter()
         require_one_gradient(view, "the analytic attack")
