@@ -140,6 +140,10 @@ class Defense(Fittable):
     def model_hook(self, model: nn.Module) -> nn.Module:
         return model
 
+    def check_sampling(self, rate: float) -> None:
+        """Refuse (:class:`ValueError`, the reason), before a run, a minibatch sampling rate this
+        defense cannot work at (a privacy budget no noise meets); any rate by default."""
+
     def data_hook(
         self, x: torch.Tensor, y: torch.Tensor, context: ClientContext
     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -127,6 +127,18 @@ class DPSGD(Defense):
 
     replaces_gradient = True
 
+    def check_sampling(self, rate: float) -> None:
+        """A ``target_epsilon`` no σ up to 10⁶ meets at ``rate``, or whose σ·C overflows, is refused."""
+        p = self.params
+        try:
+            check_finite_noise(p.sigma(rate), p.clip)
+        except ValueError as exc:
+            raise ValueError(
+                f"target_epsilon {p.target_epsilon:g} over {p.target_steps} steps cannot be met at a "
+                f"sampling rate {rate:.3g} ({' '.join(str(exc).split())}); raise target_epsilon or lower "
+                "target_steps"
+            ) from None
+
     def gradient(
         self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, context: ClientContext
     ) -> dict[str, torch.Tensor]:

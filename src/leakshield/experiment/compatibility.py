@@ -15,8 +15,7 @@ from leakshield.attacks import create_attack
 from leakshield.attacks.execution import split_execution
 from leakshield.data import load_dataset
 from leakshield.data.types import DatasetInfo, ImageSet
-from leakshield.defenses import DEFENSES
-from leakshield.defenses.dpsgd import DPSGDParams, check_finite_noise
+from leakshield.defenses import create_defense
 from leakshield.errors import ConfigError
 from leakshield.experiment.config import ExperimentConfig
 from leakshield.models import create_model
@@ -63,25 +62,17 @@ def check_grids_fit_models(configs: Sequence[ExperimentConfig]) -> None:
         check_attacks_fit_models(config, infos[key])
 
 
-def check_dp_budgets(config: ExperimentConfig, clients: Sequence[ImageSet]) -> None:
-    """Raise :class:`ConfigError` for a DP-SGD ``target_epsilon`` that no noise multiplier up to
-    Opacus's 10⁶ reaches at the largest sampling rate a client's full minibatch has (a tiny budget
-    would fail every cell after its training), or whose noise std σ·C would overflow float32."""
+def check_defenses_fit_clients(config: ExperimentConfig, clients: Sequence[ImageSet]) -> None:
+    """Raise :class:`ConfigError` naming the first defense that cannot work at the largest sampling
+    rate a client's full minibatch has (``Defense.check_sampling``: a privacy budget out of reach would
+    otherwise fail every cell after its training)."""
     sizes = [len(c) for c in clients if len(c)]
     if not sizes:
         return
     for i, setting in enumerate(config.defenses):
-        batches = {config.fl_for(setting).local.batch_size, config.victims.batch_size}
+        rate = min(1.0, max(config.fl_for(setting).local.batch_size, config.victims.batch_size) / min(sizes))
         for entry in setting.entries:
-            params = DEFENSES.validate(entry["name"], entry["params"])
-            if not isinstance(params, DPSGDParams) or params.target_epsilon is None:
-                continue
-            rate = min(1.0, max(batches) / min(sizes))
             try:
-                check_finite_noise(params.sigma(rate), params.clip)
+                create_defense(entry["name"], entry["params"]).check_sampling(rate)
             except ValueError as exc:
-                raise ConfigError(
-                    f"defenses[{i}] ({setting.display}): target_epsilon {params.target_epsilon:g} over "
-                    f"{params.target_steps} steps cannot be met at a sampling rate {rate:.3g} "
-                    f"({' '.join(str(exc).split())}); raise target_epsilon or lower target_steps"
-                ) from None
+                raise ConfigError(f"defenses[{i}] ({setting.display}): {exc}") from None

@@ -35,7 +35,7 @@ from leakshield.attacks import create_attack
 from leakshield.defenses.base import DefensePipeline
 from leakshield.experiment.attack_probe import probed_attack_time
 from leakshield.experiment.cells import Cell
-from leakshield.experiment.compatibility import check_attacks_fit_models, check_dp_budgets
+from leakshield.experiment.compatibility import check_attacks_fit_models, check_defenses_fit_clients
 from leakshield.experiment.config import Component, DefenseSetting
 from leakshield.experiment.fitting import attack_fit_key, model_layout
 from leakshield.experiment.parallel import chains
@@ -115,7 +115,7 @@ def estimate_grid(runner, memo: ProbeMemo | None = None) -> GridEstimate:
     config = runner.config
     context = ExperimentContext(config, runner.device, progress=False, cache=runner.cache)
     check_attacks_fit_models(config, context.info)  # the run would refuse it: so does its estimate
-    check_dp_budgets(config, context.clients)
+    check_defenses_fit_clients(config, context.clients)
     round_seconds: dict[tuple, float | None] = {}
     attack_seconds: dict[tuple, float | None] = {}
     fits: set[object] = set()  # the cells (attack, model, defense, seed) and fit keys already counted

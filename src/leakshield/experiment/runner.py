@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from leakshield.experiment.cells import Cell, expand_grid
 from leakshield.experiment.code_cache import CodeKeyedCache
-from leakshield.experiment.compatibility import check_attacks_fit_models, check_dp_budgets
+from leakshield.experiment.compatibility import check_attacks_fit_models, check_defenses_fit_clients
 from leakshield.experiment.compute import compute_cell, environment
 from leakshield.experiment.config import ExperimentConfig
 from leakshield.experiment.fitting import ArtifactUse
@@ -119,7 +119,7 @@ class ExperimentRunner:
                 self.config, self.device, progress=self.progress and not parallel, cache=self.cache
             )
             check_attacks_fit_models(self.config, context.info)
-            check_dp_budgets(self.config, context.clients)
+            check_defenses_fit_clients(self.config, context.clients)
             with RunLock(self.out):
                 prepare_run_dir(self.config, self.out)
                 if repair and store_path.exists():
