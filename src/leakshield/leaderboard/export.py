@@ -9,7 +9,6 @@ import datetime
 import json
 import os
 import platform
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +27,7 @@ from leakshield.leaderboard.readme_markers import (  # noqa: F401 (0.2's import 
     readme_block,
     replace_readme_section,
 )
+from leakshield.leaderboard.rerun import stage_two_name
 from leakshield.leaderboard.staleness import Staleness, stale_labels
 from leakshield.leaderboard.tables import STALE_MARK, Table, markdown, realism_table, threat_tables
 
@@ -173,13 +173,6 @@ def scenarios_from_json(text: str) -> list[Scenario]:
         records = [dataclasses.replace(_record(c), stage=2) for c in entry["cells"]]
         found.append(Scenario(STAGE_TWO_PREFIX + stage_two_name(entry["rerun"]), "stage 2", True, records))
     return found
-
-
-def stage_two_name(rerun: dict[str, Any]) -> str:
-    """A stage-2 rerun's folder name from its JSON: ``main__lenet-tanh__dp-sgd__ig__0`` (scale last)."""
-    parts = [rerun.get("source") or "main", rerun["model"], rerun["defense"], rerun["attack"],
-             str(rerun["round"]), rerun.get("scale") or ""]  # fmt: skip
-    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", "__".join(p for p in parts if p))
 
 
 def baseline_ssim(records: Sequence[CellRecord]) -> float | None:

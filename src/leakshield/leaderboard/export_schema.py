@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,6 +18,7 @@ import pydantic
 
 from leakshield.errors import LeakshieldError
 from leakshield.experiment.store import UNBOUNDED
+from leakshield.leaderboard.rerun import Rerun
 from leakshield.threats import Threat
 
 #: the largest export read (the standard preset's is about 6 MB; a full preset's tens)
@@ -114,17 +116,13 @@ class TextCells(_Strict):
     cells: list[Cell]
 
 
-class RerunCoordinates(_Strict):
-    """A stage-2 rerun's coordinates (:class:`~leakshield.leaderboard.stage_two.Rerun` as JSON)."""
-
-    source: str | None
-    model: str
-    defense: str
-    attack: str
-    round: int
-    scale: str
-    victims: int = pydantic.Field(ge=1)
-    offset: int = pydantic.Field(ge=0)
+#: a stage-2 rerun's coordinates as JSON: :class:`~leakshield.leaderboard.rerun.Rerun`'s fields, read
+#: from the dataclass itself (so that a field added there is one the schema takes)
+RerunCoordinates = pydantic.create_model(
+    "RerunCoordinates",
+    __base__=_Strict,
+    **{name: (hint, ...) for name, hint in typing.get_type_hints(Rerun, include_extras=True).items()},
+)
 
 
 class StageTwoCells(_Strict):

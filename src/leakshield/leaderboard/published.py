@@ -109,7 +109,8 @@ def stage_two_groups(
 ) -> list[tuple[str, ExperimentConfig | None, list[Any]]]:
     """The export's stage-2 reruns as judged groups: each with the config the installed code gives it
     (None, stale whole, where its source grid or its cell is no longer in the preset)."""
-    from leakshield.leaderboard.stage_two import Rerun, rerun_config
+    from leakshield.leaderboard.rerun import Rerun
+    from leakshield.leaderboard.stage_two import rerun_config
 
     groups = []
     found = [s for s in scenarios_from_json(text) if s.name.startswith(STAGE_TWO_PREFIX)]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,40 +23,14 @@ from leakshield.errors import ConfigError
 from leakshield.experiment.config import ExperimentConfig, parse_config
 from leakshield.experiment.store import CellRecord, atomic_write_bytes
 from leakshield.leaderboard.export import STAGE_TWO_PREFIX as PREFIX
-from leakshield.leaderboard.export import Scenario, stage_two_name
+from leakshield.leaderboard.export import Scenario
+from leakshield.leaderboard.rerun import Rerun
 
 #: the folder of a run that holds the stage-2 grids, and the file that lists them
 FOLDER = "stage2"
 INDEX = "index.json"
 #: fresh victims per seed unless a preset's ``stage2.victims`` says otherwise
 VICTIMS = 16
-
-
-@dataclass(frozen=True)
-class Rerun:
-    """One chosen cell to rerun: the grid it came from (None: the main grid; else a scenario's name), its
-    coordinates, and the victims per seed (``victims``) after the ``offset`` batches stage 1 used."""
-
-    source: str | None
-    model: str
-    defense: str
-    attack: str
-    round: int
-    scale: str
-    victims: int
-    offset: int
-
-    @property
-    def name(self) -> str:
-        """A folder name: ``main__lenet-tanh__dp-sgd__ig__0`` (the scale appended where there is one)."""
-        return stage_two_name(self.as_json())
-
-    def as_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Rerun:
-        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
 
 
 def stage_two_victims(document: dict[str, Any], preset: str) -> int:
