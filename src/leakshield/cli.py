@@ -250,11 +250,7 @@ def quick_demo(data: dict) -> dict:
     data["utility"] = {**data["utility"], "rounds": 3}
     budgets = {"idlg": 10, "ig": 100}
     data["attacks"] = [
-        {
-            **component_entry(a),
-            "iterations": budgets.get(component_entry(a)["name"], 50),
-        }
-        for a in data["attacks"]
+        {**a, "iterations": budgets.get(a["name"], 50)} for a in map(component_entry, data["attacks"])
     ]
     return data
 

@@ -72,10 +72,6 @@ class Component(pydantic.BaseModel):
             raise ConfigError(f"{where}: {exc}") from None
 
 
-def _component(value: Any) -> Any:
-    return component_entry(value)
-
-
 class DefenseSetting(pydantic.BaseModel):
     """One column of defenses: a single defense or a ``stack`` applied in order. ``training``: this
     setting's own client training (replaces ``fl.local`` for its FL rounds, e.g. the defense paper's
@@ -90,12 +86,12 @@ class DefenseSetting(pydantic.BaseModel):
     @pydantic.model_validator(mode="before")
     @classmethod
     def _from_name(cls, value: Any) -> Any:
-        return _component(value)
+        return component_entry(value)
 
     @pydantic.field_validator("stack", mode="before")
     @classmethod
     def _stack_names(cls, value: Any) -> Any:
-        return [_component(v) for v in value] if isinstance(value, list) else value
+        return [component_entry(v) for v in value] if isinstance(value, list) else value
 
     @pydantic.model_validator(mode="after")
     def _one_form(self) -> DefenseSetting:
@@ -160,7 +156,7 @@ class ExperimentConfig(Section):
     @pydantic.field_validator("models", "attacks", mode="before")
     @classmethod
     def _names_to_components(cls, value: Any) -> Any:
-        return [_component(v) for v in value] if isinstance(value, list) else value
+        return [component_entry(v) for v in value] if isinstance(value, list) else value
 
     @pydantic.model_validator(mode="after")
     def _sensitive_victims_need_a_rule(self) -> ExperimentConfig:

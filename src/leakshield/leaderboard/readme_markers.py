@@ -18,10 +18,9 @@ def replace_readme_section(readme: Path, section: str) -> None:
     README has neither); markers that are not exactly one start before one end are refused, the README
     untouched."""
     text = read_readme(readme)
-    if marker_span(text, readme) is not None:
-        before = text[: text.index(README_START)]
-        after = text[text.index(README_END) + len(README_END) :]
-        text = before + section + after
+    span = marker_span(text, readme)
+    if span is not None:
+        text = text[: span[0]] + section + text[span[1] :]
     else:
         text = text.rstrip() + "\n\n## Results\n\n" + section + "\n"
     atomic_write_bytes(readme, text.encode())
