@@ -362,7 +362,7 @@ def test_the_dry_run_adds_the_probed_fits_of_the_grids_that_left_kinds_out(monke
              module.GridPart("— scenario b\n", 30.0, True, 2)]  # fmt: skip
     probes = [{"fit · dm": 120.0, "FL training under dm": 40.0}, {"fit · ignored": 999.0}, {}]
     monkeypatch.setattr(module, "estimate_grids", lambda grids, device, cache, workers: parts)
-    monkeypatch.setattr(module, "probe_grids", lambda grids, device, cache: probes)
+    monkeypatch.setattr(module, "probe_grids_kept", lambda grids, device, cache: (probes, ""))
 
     class Config:
         def model_dump(self, mode: str) -> dict:

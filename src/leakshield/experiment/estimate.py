@@ -26,7 +26,10 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 
 import torch
 
@@ -42,9 +45,10 @@ from leakshield.experiment.parallel import chains
 from leakshield.experiment.pipeline import ExperimentContext, run_cell
 from leakshield.experiment.probe_budgets import extrapolated, resolved_slope, scaled_defense, scratch, timed
 from leakshield.experiment.probe_budgets import linear_at as linear_at  # its public path since 0.2
+from leakshield.experiment.probe_cache import GRID_PROBES, KeptProbes, probe_key
 from leakshield.experiment.rundir import STORE_FILE, check_run_dir
 from leakshield.experiment.server_attack import attack_fit_setting
-from leakshield.experiment.stamps import stale_keys
+from leakshield.experiment.stamps import Stamper, stale_keys
 from leakshield.experiment.store import ResultStore
 from leakshield.experiment.training import TrainedModels
 from leakshield.fl import HonestClient, ServerKnowledge
@@ -58,6 +62,29 @@ class ProbeMemo:
 
     rounds: dict[str, float | None] = field(default_factory=dict)
     attacks: dict[str, float | None] = field(default_factory=dict)
+    fits: dict[str, float | None] = field(default_factory=dict)
+    #: cells timed whole (no-information baselines, client guards' detection), by cell key
+    cells: dict[str, float | None] = field(default_factory=dict)
+    #: times kept from earlier dry runs on this machine (:mod:`.probe_cache`); None: none kept
+    kept: KeptProbes | None = None
+
+    def seconds(
+        self,
+        table: dict[str, float | None],
+        key: str,
+        stamps: dict[str, str],
+        probe: Callable[[], float | None],
+    ) -> float | None:
+        """``table[key]``, else the kept time of ``key`` under code and settings ``stamps``, else
+        ``probe()``."""
+        if key not in table:
+            table[key] = probe() if self.kept is None else self.kept.seconds(probe_key(key, stamps), probe)
+        return table[key]
+
+    def save(self) -> None:
+        """Keep this dry run's probe times for the next (a no-op without :attr:`kept`)."""
+        if self.kept is not None:
+            self.kept.save()
 
 
 def _setup_key(config, kind: str, *parts: object) -> str:
@@ -104,26 +131,44 @@ def cells_to_compute(runner) -> list[Cell]:
     return [c for c in cells if c.key not in done]
 
 
+def kept_memo(cache_root: Path, device: torch.device | str | None) -> ProbeMemo:
+    """A memo holding the probe times earlier dry runs on this machine kept in ``cache_root``."""
+    return ProbeMemo(kept=KeptProbes(cache_root / GRID_PROBES, device))
+
+
 def estimate_grid(runner, memo: ProbeMemo | None = None) -> GridEstimate:
     """Probe every kind of cell of ``runner``'s grid that is not stored yet (see the module docstring);
     ``memo``: probe times shared with the other grids of the same dry run."""
+    if memo is None:  # one grid alone: its own kept times, written when it is done (or stopped)
+        memo = kept_memo(runner.cache.root, runner.device)
+        try:
+            return estimate_grid(runner, memo)
+        finally:
+            memo.save()
     todo = cells_to_compute(runner)
     result = GridEstimate(total_cells=len(runner.cells()), todo=len(todo))
     if not todo:
         return result
-    memo = memo if memo is not None else ProbeMemo()
     config = runner.config
     context = ExperimentContext(config, runner.device, progress=False, cache=runner.cache)
     check_attacks_fit_models(config, context.info)  # the run would refuse it: so does its estimate
     check_defenses_fit_clients(config, context.clients)
     round_seconds: dict[tuple, float | None] = {}
     attack_seconds: dict[tuple, float | None] = {}
+    stamper = Stamper(config)
     fits: set[object] = set()  # the cells (attack, model, defense, seed) and fit keys already counted
     for chain in chains(todo):
         first = chain[0]
         if first.kind == "baseline":
             for cell in chain:
-                _add(result, "baseline", timed(lambda cell=cell: run_cell(context, cell)))
+                probe = partial(timed, partial(run_cell, context, cell))
+                _add(
+                    result,
+                    "baseline",
+                    memo.seconds(
+                        memo.cells, _setup_key(config, "cell", cell.key), stamper.stamps(cell), probe
+                    ),
+                )
             continue
         pair = (first.coordinates["model"], first.coordinates["defense"])
         last = max((c.round or 0) + _observed(c) - 1 for c in chain)
@@ -131,9 +176,10 @@ def estimate_grid(runner, memo: ProbeMemo | None = None) -> GridEstimate:
         if trains and pair not in round_seconds:  # a chain at round 0 only trains nothing: no probe
             model, defense = first.model.model_dump(mode="json"), first.defense.model_dump(mode="json")
             key = _setup_key(config, "round", model, defense)
-            if key not in memo.rounds:
-                memo.rounds[key] = _round_time(context, first)
-            round_seconds[pair] = memo.rounds[key]
+            stamps = {k: v for k, v in stamper.stamps(first).items() if k != "attack"}
+            round_seconds[pair] = memo.seconds(
+                memo.rounds, key, stamps, lambda first=first: _round_time(context, first)
+            )
         per_round = round_seconds.get(pair, 0.0)
         if per_round is not None:
             result.training += per_round * last
@@ -143,7 +189,10 @@ def estimate_grid(runner, memo: ProbeMemo | None = None) -> GridEstimate:
                 _add(result, label, 0.0 if per_round is not None else None)
                 continue
             if cell.kind == "detection":  # it replays the federation's rounds to judge each model
-                seconds = _detection_time(context, cell)
+                probe = partial(_detection_time, context, cell)
+                seconds = memo.seconds(
+                    memo.cells, _setup_key(config, "cell", cell.key), stamper.stamps(cell), probe
+                )
                 if seconds is not None and per_round is not None:
                     seconds += per_round * (cell.round or 0)
                 _add(result, f"detection · {pair[0]} · {pair[1]}", seconds)
@@ -155,15 +204,18 @@ def estimate_grid(runner, memo: ProbeMemo | None = None) -> GridEstimate:
                 shared = _setup_key(config, "attack", cell.model.model_dump(mode="json"),
                                     cell.attack.model_dump(mode="json"), scale)  # fmt: skip
                 try:
-                    if shared not in memo.attacks:
-                        memo.attacks[shared] = _attack_time(context, cell)
-                    attack_seconds[key] = memo.attacks[shared]
+                    attack_seconds[key] = memo.seconds(
+                        memo.attacks,
+                        shared,
+                        stamper.stamps(cell),
+                        partial(_attack_time, context, cell),
+                    )
                 except Exception as exc:  # the cell would fail the same way: say so now
                     attack_seconds[key] = None
                     result.not_estimated.append(f"{label}: its probe failed ({type(exc).__name__}: {exc})")
             _add(result, label, attack_seconds[key])
             if attack_seconds[key] is not None:
-                _add_fit(result, context, cell, fits)
+                _add_fit(result, context, cell, fits, (memo, stamper))
     for pair, seconds in round_seconds.items():
         if seconds is None:
             result.not_estimated.append(f"FL training under {pair[1]} ({pair[0]}) ({NOT_PROBED})")
@@ -223,7 +275,13 @@ def _one_round(models: TrainedModels, cell: Cell, defense: DefenseSetting) -> fl
     return seconds
 
 
-def _add_fit(result: GridEstimate, context: ExperimentContext, cell: Cell, seen: set[object]) -> None:
+def _add_fit(
+    result: GridEstimate,
+    context: ExperimentContext,
+    cell: Cell,
+    seen: set[object],
+    kept: tuple[ProbeMemo, Stamper],
+) -> None:
     """The one-off fit of the cell's attack (attacks that declare a
     :attr:`~leakshield.attacks.base.Attack.fit_budget` only): once per fit the run will make — per seed,
     model and, for fits of the model's own parameters, model layout — unless the cache already holds it;
@@ -258,7 +316,12 @@ def _add_fit(result: GridEstimate, context: ExperimentContext, cell: Cell, seen:
         data = FitData(context.info, context.data.public, copy.deepcopy(net), cell.seed or 0, context.device)
         return timed(lambda: short.fit(data))
 
-    _add(result, label, extrapolated(fit, budget))
+    memo, stamper = kept
+    _add(
+        result,
+        label,
+        memo.seconds(memo.fits, key.digest, stamper.stamps(cell), lambda: extrapolated(fit, budget)),
+    )
 
 
 def _detection_time(context: ExperimentContext, cell: Cell) -> float | None:
@@ -305,7 +368,13 @@ def _attack_time(context: ExperimentContext, cell: Cell) -> float | None:
 def print_estimate(runner, *, workers: int = 1, memo: ProbeMemo | None = None) -> GridEstimate:
     """Print the dry run: cells to compute, seconds per kind, the total for ``workers`` workers
     (``memo``: probe times shared with the dry run's other grids)."""
-    found = estimate_grid(runner, memo)
+    own = memo is None
+    memo = kept_memo(runner.cache.root, runner.device) if memo is None else memo
+    try:
+        found = estimate_grid(runner, memo)
+    finally:
+        if own:
+            memo.save()
     print(f"{runner.config.name}: {found.total_cells} cells, {found.todo} to compute in {runner.out}")
     rows = sorted(found.kinds.items())
     width = max((len(label) for label, _ in rows), default=10)
@@ -317,6 +386,8 @@ def print_estimate(runner, *, workers: int = 1, memo: ProbeMemo | None = None) -
         print(f"  not estimated: {entry}")
     total = found.seconds(workers)
     print(f"estimated total: {_duration(total)} with {workers} worker{'s' if workers > 1 else ''}")
+    if own and memo.kept is not None and (memo.kept.probed or memo.kept.reused):
+        print(memo.kept.summary())
     return found
 
 

@@ -44,30 +44,52 @@ def estimate_grids(
     grids: list[Grid], device: str | None, cache_dir: str | None, workers: int
 ) -> list[GridPart]:
     """Estimate each grid in order (their probes shared), capturing what each prints."""
-    from leakshield.experiment.estimate import ProbeMemo, print_estimate
+    from leakshield.experiment.estimate import kept_memo, print_estimate
 
-    memo, parts = ProbeMemo(), []
+    parts: list[GridPart] = []
+    memo = None
     for grid in grids:
+        runner = _runner(grid, device, cache_dir)
+        memo = memo or kept_memo(runner.cache.root, runner.device)
         printed = io.StringIO()
-        with redirect_stdout(printed):
-            print(f"— {grid[0]}")
-            found = print_estimate(_runner(grid, device, cache_dir), workers=workers, memo=memo)
+        try:
+            with redirect_stdout(printed):
+                print(f"— {grid[0]}")
+                found = print_estimate(runner, workers=workers, memo=memo)
+        finally:  # each grid's probes kept as it ends: a stopped dry run resumes from them
+            memo.save()
         wants = bool(found.not_estimated and found.todo)
         parts.append(GridPart(printed.getvalue(), found.seconds(workers), wants, len(found.not_estimated),
                               found.attack_seconds))  # fmt: skip
+    if memo is not None and memo.kept is not None:
+        parts[-1].text += f"grid {memo.kept.summary()}\n"
     return parts
 
 
 def probe_grids(grids: list[Grid], device: str | None, cache_dir: str | None) -> list[dict[str, float]]:
     """The fit probe of each grid that has cells to compute (empty for a grid with nothing to fit)."""
+    return probe_grids_kept(grids, device, cache_dir)[0]
+
+
+def probe_grids_kept(
+    grids: list[Grid], device: str | None, cache_dir: str | None
+) -> tuple[list[dict[str, float]], str]:
+    """:func:`probe_grids`, and a line saying how many fit probes earlier dry runs' kept results
+    spared."""
     from leakshield.experiment.estimate import cells_to_compute
+    from leakshield.experiment.probe_cache import FIT_PROBES, KeptProbes
     from leakshield.leaderboard.fit_probe import probe_fits
 
-    found = []
+    found: list[dict[str, float]] = []
+    kept = None
     for grid in grids:
         runner = _runner(grid, device, cache_dir)
-        found.append(probe_fits(runner.config, runner.device) if cells_to_compute(runner) else {})
-    return found
+        kept = kept or KeptProbes(runner.cache.root / FIT_PROBES, runner.device)
+        try:
+            found.append(probe_fits(runner.config, runner.device, kept) if cells_to_compute(runner) else {})
+        finally:
+            kept.save()
+    return found, "" if kept is None or not (kept.probed or kept.reused) else f"fit {kept.summary()}\n"
 
 
 def _runner(grid: Grid, device: str | None, cache_dir: str | None) -> ExperimentRunner:
@@ -129,14 +151,15 @@ def dry_run(
             max_workers=2, mp_context=get_context("spawn"), initializer=init_single_threaded_worker
         ) as pool:
             estimating = pool.submit(estimate_grids, jobs, device, cache_dir, workers)
-            probing = pool.submit(probe_grids, jobs, device, cache_dir)
+            probing = pool.submit(probe_grids_kept, jobs, device, cache_dir)
             try:
-                parts, probes = estimating.result(), probing.result()
+                parts, (probes, fits_kept) = estimating.result(), probing.result()
             except KeyboardInterrupt:  # Ctrl-C: stop the probes now (the workers ignore it)
                 stop_workers(pool)
                 raise
     else:
-        parts, probes = estimate_grids(jobs, device, cache_dir, workers), probe_grids(jobs, device, cache_dir)
+        parts = estimate_grids(jobs, device, cache_dir, workers)
+        probes, fits_kept = probe_grids_kept(jobs, device, cache_dir)
     total, missing = 0.0, 0
     for part, probed in zip(parts, probes, strict=True):
         print(part.text, end="")
@@ -157,6 +180,7 @@ def dry_run(
               f"≤ {seconds / max(workers, 1) / 60:.1f} min (each row's costliest probed attack, scaled "
               "linearly in victims)")  # fmt: skip
         total += seconds / max(workers, 1)
+    print(fits_kept, end="")
     note = f" ({missing} kind(s) not estimated, listed above)" if missing else ""
     print(f"leaderboard total: {total / 60:.1f} min with {workers} worker(s){note}")
     return total

@@ -10,6 +10,8 @@ doubled until resolved and extrapolated as the grid estimator does."""
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -22,6 +24,8 @@ from leakshield.experiment.cells import Cell, runs_against
 from leakshield.experiment.config import Component, DefenseSetting, ExperimentConfig
 from leakshield.experiment.pipeline import run_cell
 from leakshield.experiment.probe_budgets import linear_at, timed
+from leakshield.experiment.probe_cache import KeptProbes, probe_key
+from leakshield.experiment.stamps import Stamper
 from leakshield.experiment.world import ExperimentContext
 from leakshield.registry import Registry
 
@@ -70,9 +74,7 @@ def _probe_defense(
     entry = _fitted_entry(defense)
     assert entry is not None
     name, model, seeds = DEFENSES.get(entry["name"]).name, config.models[0], config.seeds
-    adaptive = [
-        a for a in config.attacks if ATTACKS.get(a.name).targets is not None and runs_against(a, defense)
-    ]
+    adaptive = _adaptive(config, defense)
     times, factors, attack_seconds = [], [], {}
     full = in_force(entry, FIT_BUDGETS[name])
     for steps in (PROBE_STEPS, 2 * PROBE_STEPS):
@@ -126,15 +128,49 @@ def _probe_attack(
             f"attack {attack.display} ({cells} cells)": cell_seconds * cells}  # fmt: skip
 
 
-def probe_fits(config: ExperimentConfig, device: torch.device) -> dict[str, float]:
+def _adaptive(config: ExperimentConfig, defense: DefenseSetting) -> list[Component]:
+    """The attacks built against a defense (``targets``) that the grid runs against ``defense``."""
+    return [a for a in config.attacks if ATTACKS.get(a.name).targets is not None and runs_against(a, defense)]
+
+
+def _kept_key(config: ExperimentConfig, stamper: Stamper, probed: Component | DefenseSetting,
+              cells: list[Cell], *more: object) -> str:  # fmt: skip
+    """What a fit probe's result depends on: the grid's settings (seeds, rounds, model, federation), the
+    probed defense or attack, the cells it times and their components' code (their stamps), ``more``."""
+    grid = config.model_dump(mode="json", exclude={"name", "report", "execution", "defenses", "attacks"})
+    stamps = [stamper.stamps(cell) for cell in cells]
+    return probe_key("fit-probe", grid, probed.model_dump(mode="json"), [c.key for c in cells], stamps, more)
+
+
+def probe_fits(
+    config: ExperimentConfig, device: torch.device, kept: KeptProbes | None = None
+) -> dict[str, float]:
     """Seconds (label → total over the grid's seeds) of the fits, fitted-defense FL rounds and attacks on
-    fitted artifacts of ``config``, which the grid estimator lists as not estimated."""
+    fitted artifacts of ``config``, which the grid estimator lists as not estimated (``kept``: earlier
+    dry runs' results, reused where the code and settings they depend on are unchanged)."""
     found: dict[str, float] = {}
+    model, seed, stamper = config.models[0], config.seeds[0], Stamper(config)
     with tempfile.TemporaryDirectory() as folder:
         for i, defense in enumerate(config.defenses):
-            if _fitted_entry(defense) is not None:
-                found.update(_probe_defense(config, defense, device, f"{folder}/d{i}"))
+            if _fitted_entry(defense) is not None:  # its fit, a round under it, its adaptive attacks
+                cells = [Cell("utility", model, defense, None, 1, seed)]
+                cells += [Cell("attack", model, defense, a, 0, seed) for a in _adaptive(config, defense)]
+                probe = partial(_probe_defense, config, defense, device, f"{folder}/d{i}")
+                found.update(_kept(kept, _kept_key(config, stamper, defense, cells), probe))
         for i, attack in enumerate(config.attacks):
-            if ATTACKS.get(attack.name).name in FIT_BUDGETS:
-                found.update(_probe_attack(config, attack, device, f"{folder}/a{i}"))
+            if ATTACKS.get(attack.name).name in FIT_BUDGETS:  # its fit, its cells where no fit adds
+                met = [d.display for d in config.defenses if runs_against(attack, d)]  # its cell count
+                timed_on = [
+                    d for d in config.defenses if runs_against(attack, d) and _fitted_entry(d) is None
+                ]
+                cells = [Cell("attack", model, d, attack, 0, seed) for d in timed_on[:1]]
+                probe = partial(_probe_attack, config, attack, device, f"{folder}/a{i}")
+                found.update(_kept(kept, _kept_key(config, stamper, attack, cells, met), probe))
+    return found
+
+
+def _kept(kept: KeptProbes | None, key: str, probe: Callable[[], dict[str, float]]) -> dict[str, float]:
+    """``probe()``'s labelled seconds, or the ones an earlier dry run kept under ``key``."""
+    found = probe() if kept is None else kept.seconds(key, probe)
+    assert isinstance(found, dict)
     return found
