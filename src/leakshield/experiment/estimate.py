@@ -26,10 +26,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
 import torch
 
@@ -45,46 +43,13 @@ from leakshield.experiment.parallel import chains
 from leakshield.experiment.pipeline import ExperimentContext, run_cell
 from leakshield.experiment.probe_budgets import extrapolated, resolved_slope, scaled_defense, scratch, timed
 from leakshield.experiment.probe_budgets import linear_at as linear_at  # its public path since 0.2
-from leakshield.experiment.probe_cache import GRID_PROBES, KeptProbes, probe_key
+from leakshield.experiment.probe_cache import ProbeMemo, kept_memo
 from leakshield.experiment.rundir import STORE_FILE, check_run_dir
 from leakshield.experiment.server_attack import attack_fit_setting
 from leakshield.experiment.stamps import Stamper, stale_keys
 from leakshield.experiment.store import ResultStore
 from leakshield.experiment.training import TrainedModels
 from leakshield.fl import HonestClient, ServerKnowledge
-
-
-@dataclass
-class ProbeMemo:
-    """Probe times shared by the grids of one dry run, keyed by everything in the config a probe's time
-    depends on (dataset, federation, victims, attacked update, model, the defense or attack and its
-    scale), so a scenario that repeats the main grid's set-up reuses its times instead of re-probing."""
-
-    rounds: dict[str, float | None] = field(default_factory=dict)
-    attacks: dict[str, float | None] = field(default_factory=dict)
-    fits: dict[str, float | None] = field(default_factory=dict)
-    #: cells timed whole (no-information baselines, client guards' detection), by cell key
-    cells: dict[str, float | None] = field(default_factory=dict)
-    #: times kept from earlier dry runs on this machine (:mod:`.probe_cache`); None: none kept
-    kept: KeptProbes | None = None
-
-    def seconds(
-        self,
-        table: dict[str, float | None],
-        key: str,
-        stamps: dict[str, str],
-        probe: Callable[[], float | None],
-    ) -> float | None:
-        """``table[key]``, else the kept time of ``key`` under code and settings ``stamps``, else
-        ``probe()``."""
-        if key not in table:
-            table[key] = probe() if self.kept is None else self.kept.seconds(probe_key(key, stamps), probe)
-        return table[key]
-
-    def save(self) -> None:
-        """Keep this dry run's probe times for the next (a no-op without :attr:`kept`)."""
-        if self.kept is not None:
-            self.kept.save()
 
 
 def _setup_key(config, kind: str, *parts: object) -> str:
@@ -131,11 +96,6 @@ def cells_to_compute(runner) -> list[Cell]:
     return [c for c in cells if c.key not in done]
 
 
-def kept_memo(cache_root: Path, device: torch.device | str | None) -> ProbeMemo:
-    """A memo holding the probe times earlier dry runs on this machine kept in ``cache_root``."""
-    return ProbeMemo(kept=KeptProbes(cache_root / GRID_PROBES, device))
-
-
 def estimate_grid(runner, memo: ProbeMemo | None = None) -> GridEstimate:
     """Probe every kind of cell of ``runner``'s grid that is not stored yet (see the module docstring);
     ``memo``: probe times shared with the other grids of the same dry run."""
@@ -156,6 +116,7 @@ def estimate_grid(runner, memo: ProbeMemo | None = None) -> GridEstimate:
     round_seconds: dict[tuple, float | None] = {}
     attack_seconds: dict[tuple, float | None] = {}
     stamper = Stamper(config)
+    memo.execution = config.execution.model_dump(mode="json")
     fits: set[object] = set()  # the cells (attack, model, defense, seed) and fit keys already counted
     for chain in chains(todo):
         first = chain[0]
@@ -190,9 +151,10 @@ def estimate_grid(runner, memo: ProbeMemo | None = None) -> GridEstimate:
                 continue
             if cell.kind == "detection":  # it replays the federation's rounds to judge each model
                 probe = partial(_detection_time, context, cell)
-                seconds = memo.seconds(
-                    memo.cells, _setup_key(config, "cell", cell.key), stamper.stamps(cell), probe
-                )
+                # it judges every model-modifying attack's model at every attack round
+                judged = [a.model_dump(mode="json") for a in config.attacks], config.attack.rounds
+                key = _setup_key(config, "cell", cell.key, judged)
+                seconds = memo.seconds(memo.cells, key, stamper.stamps(cell), probe)
                 if seconds is not None and per_round is not None:
                     seconds += per_round * (cell.round or 0)
                 _add(result, f"detection · {pair[0]} · {pair[1]}", seconds)

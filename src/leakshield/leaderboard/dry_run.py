@@ -77,14 +77,14 @@ def probe_grids_kept(
     """:func:`probe_grids`, and a line saying how many fit probes earlier dry runs' kept results
     spared."""
     from leakshield.experiment.estimate import cells_to_compute
-    from leakshield.experiment.probe_cache import FIT_PROBES, KeptProbes
+    from leakshield.experiment.probe_cache import FIT_PROBES, KeptProbes, kept_path
     from leakshield.leaderboard.fit_probe import probe_fits
 
     found: list[dict[str, float]] = []
     kept = None
     for grid in grids:
         runner = _runner(grid, device, cache_dir)
-        kept = kept or KeptProbes(runner.cache.root / FIT_PROBES, runner.device)
+        kept = kept or KeptProbes(kept_path(runner.cache.root, FIT_PROBES, runner.device), runner.device)
         try:
             found.append(probe_fits(runner.config, runner.device, kept) if cells_to_compute(runner) else {})
         finally:

@@ -137,7 +137,7 @@ def _kept_key(config: ExperimentConfig, stamper: Stamper, probed: Component | De
               cells: list[Cell], *more: object) -> str:  # fmt: skip
     """What a fit probe's result depends on: the grid's settings (seeds, rounds, model, federation), the
     probed defense or attack, the cells it times and their components' code (their stamps), ``more``."""
-    grid = config.model_dump(mode="json", exclude={"name", "report", "execution", "defenses", "attacks"})
+    grid = config.model_dump(mode="json", exclude={"name", "report", "defenses", "attacks"})  # execution in
     stamps = [stamper.stamps(cell) for cell in cells]
     return probe_key("fit-probe", grid, probed.model_dump(mode="json"), [c.key for c in cells], stamps, more)
 
