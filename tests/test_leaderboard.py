@@ -161,9 +161,9 @@ def test_presets_merge_params_and_rows() -> None:
     cifar = leaderboard_data(text, "quick", data_root="/data/cifar")
     assert cifar["dataset"] == {"name": "cifar10", "channels": 3, "size": 32, "root": "/data/cifar"}
     assert cifar["defenses"] == quick["defenses"] and cifar["attacks"] == quick["attacks"]
-    with pytest.raises(ConfigError, match=r"--preset 'huge'; .* defines: full, quick, standard"):
+    with pytest.raises(ConfigError, match=r"--preset 'huge'; .* defines: full, gpu, quick, standard"):
         leaderboard_data(text, "huge")
-    for preset in ("quick", "standard", "full"):
+    for preset in ("quick", "standard", "full", "gpu"):
         load_leaderboard(preset)  # every component validates against its registry
         load_scenarios(preset)
 

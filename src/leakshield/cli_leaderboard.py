@@ -42,7 +42,8 @@ def add_parser(sub: Any) -> None:
         "--preset",
         default="quick",
         help="quick (smoke: 2 seeds, small budgets), standard (8 seeds, realism scenarios; the README's "
-        "Results) or full (the papers' budgets; a GPU). Measured times: docs/leaderboard.md",
+        "Results), full (the papers' budgets; a GPU) or gpu (ResNet-18 on CIFAR-10 photographs for one "
+        "short GPU command; --data-root its .npz). Measured times: docs/leaderboard.md",
     )
     board.add_argument(
         "--config", type=Path, default=None, help="a leaderboard file (default: the shipped one)"
@@ -52,7 +53,7 @@ def add_parser(sub: Any) -> None:
         type=Path,
         default=None,
         help="folder of CIFAR-10's binary version (data_batch_1.bin … test_batch.bin, as in "
-        "'cifar-10-batches-bin'): the same protocol on it",
+        "'cifar-10-batches-bin'): the same protocol on it; with --preset gpu, its .npz (or its folder)",
     )
     board.add_argument("--out", type=Path, default=None, help="run directory (default: runs/<name>)")
     board.add_argument("--workers", type=int, default=1, help="parallel single-threaded worker processes")

@@ -2,7 +2,8 @@
 ``base`` experiment config, presets that deep-merge into it (lists replace), per-name parameter
 overrides (``params``), extra rows (``add_defenses``), each defense's own client training
 (``training``: the paper's optimizer at the learning rate ``--tune`` selected), the realism
-``scenarios`` a preset runs beside its main grid, and the CIFAR-10 switch used with ``--data-root``."""
+``scenarios`` a preset runs beside its main grid, and the CIFAR-10 switch used with ``--data-root`` (a
+preset that names its own dataset, ``gpu``, reads that dataset's files under the root instead)."""
 
 from __future__ import annotations
 
@@ -136,7 +137,13 @@ def leaderboard_data(
     if rungs:
         data["defenses"] = with_rungs(data["defenses"], document, chosen_rungs, source=source, preset=preset)
     data["attacks"] = with_rung_targets(_with_params(data.get("attacks", []), params), data["defenses"])
-    if data_root is not None:
+    own_files = data.get("dataset", {}).get("name") != (document["base"].get("dataset") or {}).get("name")
+    if data_root is not None and own_files:  # a preset that names its own dataset files (gpu)
+        root = Path(data_root).expanduser()
+        if root.is_file() or (root.suffix and not root.is_dir()):  # the dataset's one file (an .npz)
+            root, data["dataset"]["file"] = root.parent, root.name
+        data["dataset"]["root"] = str(root)
+    elif data_root is not None:
         if not isinstance(document.get("cifar10"), dict):
             raise ConfigError(f"--data-root: {source} has no 'cifar10' section (the dataset and budgets "
                               "to use with files), so the root would be ignored")  # fmt: skip
