@@ -242,9 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.data is None:
             check.record("data", "synthetic patterns, not photographs: give --data for the real images")
         started = time.monotonic()
-        with (
-            tempfile.TemporaryDirectory() as scratch
-        ):  # a run folder of its own: nothing stored hides a probe
+        # a run folder of its own: no cell stored in OUT/run hides a kind from the probes
+        with tempfile.TemporaryDirectory() as scratch:
             try:
                 projection = gpu_projection(config, data, Path(scratch) / "run", out / "dry-run.log")
             except ProjectionError as exc:
