@@ -59,6 +59,11 @@ def h200_rate(model: str, images: int, one_by_one_step: int | None = None) -> fl
 STOCHASTIC_DEFENSES = {"precode", "dropout"}
 
 
+def cell_batch(config: Any, cell: Any) -> int:
+    """The images of each of ``cell``'s victims: its point of the batch axis, else the config's."""
+    return cell.scale.batch if cell.scale and cell.scale.batch else config.victims.batch_size
+
+
 def cell_rate(config: Any, cell: Any, model: str) -> float | None:
     """:func:`h200_rate` for ``cell``, by how the inversion engine would run it (the conditions of
     ``GradientInversion.vectorizable``): its victims together only for one FedSGD round on an eval-mode,
@@ -72,7 +77,7 @@ def cell_rate(config: Any, cell: Any, model: str) -> float | None:
     if not isinstance(attack, GradientInversion):
         return None
     p, update = attack.params, config.attack.update
-    batch = cell.scale.batch if cell.scale and cell.scale.batch else config.victims.batch_size
+    batch = cell_batch(config, cell)
     stochastic = any(entry["name"] in STOCHASTIC_DEFENSES for entry in cell.defense.entries)
     together = attack.execution.path != "loop" and config.victims.count > 1 and not p.bn_stats
     together = together and not attack._parts_changed() and (p.labels != "joint" or p.optimizer == "lbfgs")
@@ -89,7 +94,7 @@ def cell_work(config: Any, cell: Any) -> int:
     """The image·steps of ``cell``'s attack: victims × images each × steps × restarts × local epochs (a
     FedAvg update replays every image once an epoch)."""
     attack = config.create_attack(cell.attack)
-    batch = cell.scale.batch if cell.scale and cell.scale.batch else config.victims.batch_size
+    batch = cell_batch(config, cell)
     update = config.attack.update
     epochs = update.local_epochs if update.algorithm != "fedsgd" else 1
     steps = int(getattr(attack.params, "iterations", 0)) * int(getattr(attack.params, "restarts", 1))

@@ -43,7 +43,7 @@ from leakshield.experiment.parallel import chains
 from leakshield.experiment.pipeline import ExperimentContext, run_cell
 from leakshield.experiment.probe_budgets import extrapolated, resolved_slope, scaled_defense, scratch, timed
 from leakshield.experiment.probe_budgets import linear_at as linear_at  # its public path since 0.2
-from leakshield.experiment.probe_cache import ProbeMemo, kept_memo
+from leakshield.experiment.probe_cache import ProbeMemo, memo_for
 from leakshield.experiment.rundir import STORE_FILE, check_run_dir
 from leakshield.experiment.server_attack import attack_fit_setting
 from leakshield.experiment.stamps import Stamper, stale_keys
@@ -100,11 +100,8 @@ def estimate_grid(runner, memo: ProbeMemo | None = None) -> GridEstimate:
     """Probe every kind of cell of ``runner``'s grid that is not stored yet (see the module docstring);
     ``memo``: probe times shared with the other grids of the same dry run."""
     if memo is None:  # one grid alone: its own kept times, written when it is done (or stopped)
-        memo = kept_memo(runner.cache.root, runner.device)
-        try:
-            return estimate_grid(runner, memo)
-        finally:
-            memo.save()
+        with memo_for(None, runner.cache.root, runner.device) as own:
+            return estimate_grid(runner, own)
     todo = cells_to_compute(runner)
     result = GridEstimate(total_cells=len(runner.cells()), todo=len(todo))
     if not todo:
@@ -138,9 +135,7 @@ def estimate_grid(runner, memo: ProbeMemo | None = None) -> GridEstimate:
             model, defense = first.model.model_dump(mode="json"), first.defense.model_dump(mode="json")
             key = _setup_key(config, "round", model, defense)
             stamps = {k: v for k, v in stamper.stamps(first).items() if k != "attack"}
-            round_seconds[pair] = memo.seconds(
-                memo.rounds, key, stamps, lambda first=first: _round_time(context, first)
-            )
+            round_seconds[pair] = memo.seconds(memo.rounds, key, stamps, partial(_round_time, context, first))
         per_round = round_seconds.get(pair, 0.0)
         if per_round is not None:
             result.training += per_round * last
@@ -330,13 +325,8 @@ def _attack_time(context: ExperimentContext, cell: Cell) -> float | None:
 def print_estimate(runner, *, workers: int = 1, memo: ProbeMemo | None = None) -> GridEstimate:
     """Print the dry run: cells to compute, seconds per kind, the total for ``workers`` workers
     (``memo``: probe times shared with the dry run's other grids)."""
-    own = memo is None
-    memo = kept_memo(runner.cache.root, runner.device) if memo is None else memo
-    try:
-        found = estimate_grid(runner, memo)
-    finally:
-        if own:
-            memo.save()
+    with memo_for(memo, runner.cache.root, runner.device) as used:
+        found = estimate_grid(runner, used)
     print(f"{runner.config.name}: {found.total_cells} cells, {found.todo} to compute in {runner.out}")
     rows = sorted(found.kinds.items())
     width = max((len(label) for label, _ in rows), default=10)
@@ -348,8 +338,8 @@ def print_estimate(runner, *, workers: int = 1, memo: ProbeMemo | None = None) -
         print(f"  not estimated: {entry}")
     total = found.seconds(workers)
     print(f"estimated total: {_duration(total)} with {workers} worker{'s' if workers > 1 else ''}")
-    if own and memo.kept is not None and (memo.kept.probed or memo.kept.reused):
-        print(memo.kept.summary())
+    if memo is None and used.kept is not None and (used.kept.probed or used.kept.reused):
+        print(used.kept.summary())
     return found
 
 

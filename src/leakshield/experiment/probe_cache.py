@@ -18,6 +18,7 @@ that cannot be written costs the next dry run its probes, not this one its estim
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -26,7 +27,7 @@ import os
 import platform
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,27 @@ class ProbeMemo:
             self.kept.save()
 
 
+def kept_probes(cache_root: Path, stem: str, device: torch.device | str | None) -> KeptProbes:
+    """The probe times earlier dry runs on this machine set-up kept in ``cache_root`` under ``stem``."""
+    return KeptProbes(kept_path(cache_root, stem, device), device)
+
+
 def kept_memo(cache_root: Path, device: torch.device | str | None) -> ProbeMemo:
     """A memo holding the probe times earlier dry runs on this machine kept in ``cache_root``."""
-    return ProbeMemo(kept=KeptProbes(kept_path(cache_root, GRID_PROBES, device), device))
+    return ProbeMemo(kept=kept_probes(cache_root, GRID_PROBES, device))
+
+
+@contextlib.contextmanager
+def memo_for(
+    memo: ProbeMemo | None, cache_root: Path, device: torch.device | str | None
+) -> Iterator[ProbeMemo]:
+    """``memo`` (a dry run's, shared by its grids), or one grid's own :func:`kept_memo`, saved on leaving
+    (also when the dry run is stopped)."""
+    if memo is not None:
+        yield memo
+        return
+    own = kept_memo(cache_root, device)
+    try:
+        yield own
+    finally:
+        own.save()

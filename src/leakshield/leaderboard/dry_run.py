@@ -44,7 +44,8 @@ def estimate_grids(
     grids: list[Grid], device: str | None, cache_dir: str | None, workers: int
 ) -> list[GridPart]:
     """Estimate each grid in order (their probes shared), capturing what each prints."""
-    from leakshield.experiment.estimate import kept_memo, print_estimate
+    from leakshield.experiment.estimate import print_estimate
+    from leakshield.experiment.probe_cache import kept_memo
 
     parts: list[GridPart] = []
     memo = None
@@ -77,14 +78,14 @@ def probe_grids_kept(
     """:func:`probe_grids`, and a line saying how many fit probes earlier dry runs' kept results
     spared."""
     from leakshield.experiment.estimate import cells_to_compute
-    from leakshield.experiment.probe_cache import FIT_PROBES, KeptProbes, kept_path
+    from leakshield.experiment.probe_cache import FIT_PROBES, kept_probes
     from leakshield.leaderboard.fit_probe import probe_fits
 
     found: list[dict[str, float]] = []
     kept = None
     for grid in grids:
         runner = _runner(grid, device, cache_dir)
-        kept = kept or KeptProbes(kept_path(runner.cache.root, FIT_PROBES, runner.device), runner.device)
+        kept = kept or kept_probes(runner.cache.root, FIT_PROBES, runner.device)
         try:
             found.append(probe_fits(runner.config, runner.device, kept) if cells_to_compute(runner) else {})
         finally:
