@@ -103,8 +103,7 @@ def _probe_attack(
     config: ExperimentConfig, attack: Component, device: torch.device, folder: str
 ) -> dict[str, float]:
     name, model, seeds = ATTACKS.get(attack.name).name, config.models[0], config.seeds
-    met = [d for d in config.defenses if runs_against(attack, d)]
-    pairs = [d for d in met if _fitted_entry(d) is None]  # probed where no defense fit adds to it
+    met, pairs = _met(config, attack)
     if not pairs:
         return {}
     times, factors, cell_seconds = [], [], 0.0
@@ -133,6 +132,13 @@ def _adaptive(config: ExperimentConfig, defense: DefenseSetting) -> list[Compone
     return [a for a in config.attacks if ATTACKS.get(a.name).targets is not None and runs_against(a, defense)]
 
 
+def _met(config: ExperimentConfig, attack: Component) -> tuple[list[DefenseSetting], list[DefenseSetting]]:
+    """The defenses ``attack`` runs against, and those of them without a fit (where it is probed, as no
+    defense's fit adds to it)."""
+    met = [d for d in config.defenses if runs_against(attack, d)]
+    return met, [d for d in met if _fitted_entry(d) is None]
+
+
 def _kept_key(config: ExperimentConfig, stamper: Stamper, probed: Component | DefenseSetting,
               cells: list[Cell], *more: object) -> str:  # fmt: skip
     """What a fit probe's result depends on: the grid's settings (seeds, rounds, model, federation), the
@@ -159,13 +165,12 @@ def probe_fits(
                 found.update(_kept(kept, _kept_key(config, stamper, defense, cells), probe))
         for i, attack in enumerate(config.attacks):
             if ATTACKS.get(attack.name).name in FIT_BUDGETS:  # its fit, its cells where no fit adds
-                met = [d.display for d in config.defenses if runs_against(attack, d)]  # its cell count
-                timed_on = [
-                    d for d in config.defenses if runs_against(attack, d) and _fitted_entry(d) is None
-                ]
+                met, timed_on = _met(config, attack)  # its cell count; where it is probed
                 cells = [Cell("attack", model, d, attack, 0, seed) for d in timed_on[:1]]
                 probe = partial(_probe_attack, config, attack, device, f"{folder}/a{i}")
-                found.update(_kept(kept, _kept_key(config, stamper, attack, cells, met), probe))
+                found.update(
+                    _kept(kept, _kept_key(config, stamper, attack, cells, [d.display for d in met]), probe)
+                )
     return found
 
 
