@@ -129,12 +129,17 @@ BOARD = (
     b"  defenses: [none]\n  attacks: [{name: ig, iterations: 5}]\n  utility: {rounds: 1}\n"
     b"presets:\n  quick: {params: {ig: {iterations: 3}}}\n"
 )
+MEMBERSHIP = (
+    b"clients: 4\nrecords_per_client: 8\nrounds: 2\nseeds: [0, 1]\nmodel: {name: mlp, width: 16}\nrows:\n"
+    b"  - {label: none}\n  - {label: noise, stack: [{name: gaussian-noise, sigma: 0.1}]}\n"
+)
 COMMANDS = {
     "run": (RUN, lambda path, tmp: ["run", str(path), "--dry-run", "--out", str(tmp / "run"), *ARGS]),
     "fit": (RUN, lambda path, tmp: ["fit", str(path), "--cache-dir", str(tmp / "cache"), *ARGS]),
     "ats search": (SEARCH, lambda path, tmp: ["ats", "search", str(path), "--out", str(tmp / "s"), *ARGS]),
     "leaderboard": (BOARD, lambda path, tmp: ["leaderboard", "--config", str(path), "--preset", "quick",
                                               "--dry-run", "--out", str(tmp / "lb"), *ARGS]),
+    "membership": (MEMBERSHIP, lambda path, tmp: ["membership", str(path), "--print-config"]),
 }  # fmt: skip
 
 
