@@ -8,6 +8,8 @@ global model on the client's 15 records alone (test accuracy of the global model
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -40,8 +42,13 @@ def test_fedmia_beats_the_loss_threshold_on_a_client_overfit_model():
     assert estimate(loss).low > chance and estimate(fedmia).low > chance
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def dp_runs():
+    return _dp_runs()
+
+
+@functools.cache  # once per process: a module fixture is rebuilt when xdist interleaves other files
+def _dp_runs():
     """DP-SGD at two noise levels on the first round (σ 3: ε 3.43; σ 5: ε 1.88; δ 1e-5), 4 seeds: both ε
     within the audit's reach (5.42 from 1,200 records a side), so "within" can fail."""
     found = {}
