@@ -21,27 +21,48 @@ from leakshield.membership.signals import SignalObserver, Signals
 from leakshield.models import create_model
 
 
-def _observe(algorithm: str, clients: int = 3) -> tuple[Signals, np.ndarray]:
-    """A federation of one-record clients; the candidates are those records and one outsider each."""
+def _norms(model, data, candidates) -> np.ndarray:
+    """‖∇ℓ(θ; x)‖² of each candidate at ``model``'s parameters."""
+    from leakshield.gradients import per_sample_gradients
+
+    grads = per_sample_gradients(model.eval(), data.info.normalize(candidates.x), candidates.y)
+    return sum((g.flatten(1) ** 2).sum(dim=1) for g in grads.values()).detach().numpy()
+
+
+def _observe(
+    algorithm: str, clients: int = 3, per_round: int | None = None
+) -> tuple[Signals, np.ndarray, np.ndarray]:
+    """A federation of one-record clients; the candidates are those records and one outsider each. Also
+    the candidates' squared gradient norms at the untrained model and at the final one."""
     data = load_dataset("digits", {"size": 8})
     records = [data.train.subset([i]) for i in range(clients)]
     local = LocalTraining(algorithm=algorithm, local_lr=0.05, local_epochs=1, batch_size=1)
-    fl = FLConfig(clients=clients, local=local)
+    fl = FLConfig(clients=clients, local=local, clients_per_round=per_round)
     model = create_model(
         "mlp", {"hidden_layers": 1, "width": 16}, in_shape=data.info.shape, num_classes=10, seed=0
     )
     candidates = data.train.subset(list(range(clients)) + list(range(100, 100 + clients)))
     owner = torch.tensor(list(range(clients)) * 2)
     observer = SignalObserver(candidates, owner, clients, data.info, algorithm=algorithm, local_lr=0.05)
-    from leakshield.gradients import per_sample_gradients
-
-    first = per_sample_gradients(model, data.info.normalize(candidates.x[:clients]), candidates.y[:clients])
-    norms = sum((g.flatten(1) ** 2).sum(dim=1) for g in first.values())  # ‖∇ℓ(θ_0; x)‖² of each record
+    first = _norms(model, data, candidates)
     sim = FederatedSimulation.honest(
         model, records, fl, DefensePipeline(), data.info, observers=[observer], seed=0
     )
     sim.run(2)
-    return observer.signals(), norms.numpy()
+    return observer.signals(), first, _norms(sim.model, data, candidates)
+
+
+def test_a_client_that_sent_nothing_has_no_statistic():
+    """Two of three clients per round: the third's cosine, loss and its records' Grad-Diff are NaN that
+    round (FedMIA's fit skips it), never a 0 that would read as a statistic."""
+    found, _, _ = _observe("fedsgd", per_round=2)
+    for r in range(2):
+        silent = [c for c in range(3) if np.isnan(found.cosine[r, c]).all()]
+        assert len(silent) == 1, found.cosine[r]
+        c = silent[0]
+        assert np.isnan(found.client_loss[r, c]).all()
+        assert np.isnan(found.owner_diff[r, [c, c + 3]]).all()
+        assert np.isfinite(np.delete(found.cosine[r], c, axis=0)).all()
 
 
 @pytest.mark.parametrize("algorithm", ["fedsgd", "fedavg"])
@@ -49,10 +70,13 @@ def test_own_record_is_the_step_direction(algorithm):
     """A client of one record taking one step: its step is −lr·∇ℓ(x), so the cosine of x's descent
     direction with its own client's step is exactly 1 (FedSGD's delta is the gradient, FedAvg's the
     parameter change: a wrong sign gives −1)."""
-    found, norms = _observe(algorithm)
+    found, first, last = _observe(algorithm)
     assert found.cosine.shape == (2, 3, 6)
     # Grad-Diff at round 0, both terms at θ_0: 2⟨−g, −lr·g⟩ − ‖g‖² = (2·lr − 1)‖g‖² (lr 0.05)
-    assert found.owner_diff[0, :3] == pytest.approx((2 * 0.05 - 1) * norms, rel=1e-4)
+    assert found.owner_diff[0, :3] == pytest.approx((2 * 0.05 - 1) * first[:3], rel=1e-4)
+    # the gradient norm of the last round is at the model it released, not the one it started from
+    assert found.gradient_norm[-1] == pytest.approx(last, rel=1e-4)
+    assert not np.allclose(found.gradient_norm[0], first, rtol=1e-3)
     for c in range(3):
         assert found.cosine[:, c, c] == pytest.approx(1.0, abs=1e-5)
     assert np.all(found.cosine[:, [1, 2], [0, 0]] < 0.999)  # another client's record is not its step
@@ -85,7 +109,7 @@ def _planted(effect: float, seed: int, clients: int = 20, n: int = 600) -> tuple
 def test_fedmia_sees_a_planted_signal_and_not_a_null():
     """Planted: members' own-client statistic shifted by ~1 per-record scale → FedMIA's TPR at 1 % FPR
     well above 1 % in every one of 20 draws (measured 20/20, mean ≈ 0.5); null (no shift) → its 20
-    draws average TPR ≈ FPR (measured mean 0.011)."""
+    draws average TPR ≈ what a guess scores, chance_tpr(300, 0.01) = 0.013 (measured mean 0.011)."""
     planted = [split_scores(fedmia(s), m).tpr_at(0.01) for s, m in (_planted(1.0, k) for k in range(20))]
     null = [split_scores(fedmia(s), m).tpr_at(0.01) for s, m in (_planted(0.0, k) for k in range(20))]
     assert min(planted) > 0.1

@@ -84,7 +84,7 @@ def test_dp_sgd_stays_under_its_ceiling(dp_runs):
 def test_an_accountant_that_under_reports_is_caught(dp_runs, monkeypatch):
     """The same DP-SGD runs, re-accounted by a mutant accountant reporting ε/100 (through the real
     code: the defense's privacy_spent; the training is the same, only ε changes): the measured ROC
-    forces more than that. The audit's reach here is what the attack forces (0.07–0.22): an accountant
+    forces more than that. The audit's power here is what the attack forces (0.07–0.22): an accountant
     that reports more than that passes, however wrong."""
     from leakshield.defenses import dpsgd
 
