@@ -19,13 +19,12 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
-
 from leakshield.leaderboard.verdicts import Claim, row
 from leakshield.membership.attacks import attack_of
 from leakshield.membership.kept import from_json
-from leakshield.membership.roc import chance_tpr, split_scores
+from leakshield.membership.roc import chance_tpr
 from leakshield.membership.run import SeedRun
+from leakshield.membership.section import choose, stage_roc
 
 FPR = 0.01
 WIN = Claim(paper=0.01, tolerance=0.0, null=0.0, one_sided=True)
@@ -50,15 +49,17 @@ def load(folder: Path) -> dict[str, list[SeedRun]]:
     return {k: sorted(v, key=lambda r: r.seed) for k, v in found.items()}
 
 
-def tpr(run: SeedRun, cell: str, stage: int = 2) -> float:
-    keep = np.asarray(run.stage) == stage
-    return split_scores(run.array(cell)[keep], np.asarray(run.member)[keep]).tpr_at(FPR)
+def tpr(run: SeedRun, cell: str) -> float:
+    """TPR at 1 % FPR of ``cell`` on ``run``'s stage-2 candidates."""
+    return stage_roc(run, cell, 2).tpr_at(FPR)
 
 
 def best_baseline(runs: list[SeedRun]) -> str:
-    """The baseline cell (any server-view attack but FedMIA's) with the highest stage-1 mean TPR."""
+    """The baseline cell (any server-view attack but FedMIA's) the section would choose on stage 1."""
     cells = [c for c in runs[0].scores if not attack_of(c).name.startswith("fedmia")]
-    return max(sorted(cells), key=lambda c: np.mean([tpr(r, c, stage=1) for r in runs]))
+    found = choose(runs, sorted(cells), FPR)
+    assert found is not None
+    return found
 
 
 def rows(folder: Path) -> list[str]:
@@ -72,7 +73,7 @@ def rows(folder: Path) -> list[str]:
            row("FedMIA's test on the first round beats the loss threshold on the same local models",
                command, WIN, [tpr(r, "fedmia-round@0") - tpr(r, "loss@0") for r in none],
                "difference per seed")]  # fmt: skip
-    nonmembers = int((~np.asarray(none[0].member)[np.asarray(none[0].stage) == 2]).sum())
+    nonmembers = stage_roc(none[0], "fedmia", 2).nonmembers
     chance = round(chance_tpr(nonmembers, FPR), 3)
     effective = Claim(paper=round(chance + 0.01, 3), tolerance=0.0, null=chance, one_sided=True)
     for label in ROBUST:

@@ -81,46 +81,45 @@ def _cells(run: SeedRun, only_global: bool) -> list[str]:
     return [c for c in run.scores if attack_of(c).global_view or not only_global]
 
 
-def _tpr(run: SeedRun, cell: str, stage: int, fpr: float) -> float:
-    keep = np.asarray(run.stage) == stage
-    return split_scores(run.array(cell)[keep], np.asarray(run.member)[keep]).tpr_at(fpr)
+def in_stage(run: SeedRun, stage: int) -> np.ndarray:
+    """Which of ``run``'s candidates belong to ``stage``."""
+    return np.asarray(run.stage) == stage
 
 
-def _auc(run: SeedRun, cell: str, stage: int) -> float:
-    keep = np.asarray(run.stage) == stage
-    return split_scores(run.array(cell)[keep], np.asarray(run.member)[keep]).auc
+def stage_roc(run: SeedRun, cell: str, stage: int) -> Roc:
+    """The ROC of ``cell`` on ``run``'s ``stage`` candidates."""
+    keep = in_stage(run, stage)
+    return split_scores(run.array(cell)[keep], np.asarray(run.member)[keep])
 
 
 def choose(runs: Sequence[SeedRun], cells: Sequence[str], fpr: float) -> str | None:
     """The strongest cell on stage 1: highest mean TPR at ``fpr`` over seeds, then mean AUC, then name."""
     if not cells:
         return None
-    key = {c: (-level(float(np.mean([_tpr(r, c, 1, fpr) for r in runs]))),
-               -level(float(np.mean([_auc(r, c, 1) for r in runs]))), c) for c in cells}  # fmt: skip
-    return min(cells, key=lambda c: key[c])
+
+    def key(cell: str) -> tuple:
+        rocs = [stage_roc(r, cell, 1) for r in runs]
+        return (-level(float(np.mean([c.tpr_at(fpr) for c in rocs]))),
+                -level(float(np.mean([c.auc for c in rocs]))), cell)  # fmt: skip
+
+    return min(cells, key=key)
 
 
 #: the FPR grid of the seed-averaged ROC curves (log-spaced, the figures' axis)
 ROC_GRID = np.r_[0.0, np.logspace(-3, 0, 61)]
 
 
-def mean_roc(runs: Sequence[SeedRun], cell: str, stage: int = 2) -> Roc:
-    """The seeds' ROC curves of ``cell`` on the ``stage`` candidates averaged vertically (the mean TPR
-    at each FPR of :data:`ROC_GRID`): seeds are not pooled, since scores need not share a scale."""
-    curves = []
-    for r in runs:
-        keep = np.asarray(r.stage) == stage
-        each = split_scores(r.array(cell)[keep], np.asarray(r.member)[keep])
-        curves.append([each.tpr_at(level) for level in ROC_GRID])
-    keep = np.asarray(runs[0].stage) == stage
-    members = int(np.asarray(runs[0].member)[keep].sum())
-    return Roc(ROC_GRID.copy(), np.mean(curves, axis=0), members, int(keep.sum()) - members)
+def mean_roc(rocs: Sequence[Roc]) -> Roc:
+    """The seeds' ROC curves averaged vertically (the mean TPR at each FPR of :data:`ROC_GRID`): seeds
+    are not pooled, since scores need not share a scale. Counts are the first seed's."""
+    curves = [[each.tpr_at(level) for level in ROC_GRID] for each in rocs]
+    return Roc(ROC_GRID.copy(), np.mean(curves, axis=0), rocs[0].members, rocs[0].nonmembers)
 
 
 def _stage_scores(runs: Sequence[SeedRun], cell: str, member: bool, stage: int = 2) -> np.ndarray:
     """``cell``'s scores of the ``stage`` members (or non-members) of every run, pooled."""
     return np.concatenate(
-        [r.array(cell)[(np.asarray(r.stage) == stage) & (np.asarray(r.member) == member)] for r in runs]
+        [r.array(cell)[in_stage(r, stage) & (np.asarray(r.member) == member)] for r in runs]
     )
 
 
@@ -145,20 +144,21 @@ def standing(row: str, threat: str, runs: Sequence[SeedRun], fpr: float) -> Stan
     if best is None:
         return found
     stage2 = [r for r in runs if 2 in r.stage]
-    per_seed = {r.seed: _tpr(r, best, 2, fpr) for r in stage2}
-    roc = mean_roc(stage2, best)
-    nonmembers = min(int((~np.asarray(r.member)[np.asarray(r.stage) == 2]).sum()) for r in stage2)
+    rocs = [stage_roc(r, best, 2) for r in stage2]
+    per_seed = {r.seed: each.tpr_at(fpr) for r, each in zip(stage2, rocs, strict=True)}
+    nonmembers = min(each.nonmembers for each in rocs)
     lowest = None  # TPR at 0.1 % FPR: resolved only from 1,000 non-members per seed on
     if nonmembers * LOWEST_FPR >= 1:
-        lowest = estimate([_tpr(r, best, 2, LOWEST_FPR) for r in stage2])
+        lowest = estimate([each.tpr_at(LOWEST_FPR) for each in rocs])
     checked, ceiling = None, None
     if epsilon is not None and delta is not None:
         checked = audit(_stage_scores(stage2, best, True), _stage_scores(stage2, best, False), epsilon, delta)
         ceiling = float(dp_ceiling(fpr, epsilon, delta))
     return Standing(
         row, threat, best, per_seed, estimate(list(per_seed.values())), lowest,
-        estimate([_auc(r, best, 2) for r in stage2]),
-        accuracy, chance_accuracy, True, epsilon, delta, checked, ceiling, nonmembers=nonmembers, roc=roc,
+        estimate([each.auc for each in rocs]),
+        accuracy, chance_accuracy, True, epsilon, delta, checked, ceiling, nonmembers=nonmembers,
+        roc=mean_roc(rocs),
         epsilon_unit=unit, uncovered=uncovered,
     )  # fmt: skip
 
