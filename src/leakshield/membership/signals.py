@@ -156,12 +156,13 @@ class SignalObserver(RoundObserver):
         cosine = torch.full((self.clients, n), nan, device=device)
         owner_diff = torch.full((n,), nan, device=device)
         global_cosine = torch.empty(n, device=device)
+        unit_steps = F.normalize(steps, dim=1)  # once a round, not once a chunk
         start = 0
         for descent in self._descents(self._model):
             part = slice(start, start + len(descent))
             unit = F.normalize(descent, dim=1)
             global_cosine[part] = unit @ moved
-            cosine[:, part] = torch.where(sent[:, None], F.normalize(steps, dim=1) @ unit.T, nan)
+            cosine[:, part] = torch.where(sent[:, None], unit_steps @ unit.T, nan)
             owners = self.owner[part]
             dots = (descent * steps[owners]).sum(dim=1)
             diff = 2 * dots - (descent**2).sum(dim=1)
