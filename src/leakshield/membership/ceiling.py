@@ -39,12 +39,11 @@ def dp_ceiling(fpr: float | np.ndarray, epsilon: float, delta: float) -> np.ndar
 
 
 def clopper_pearson(successes: int, trials: int, alpha: float) -> tuple[float, float]:
-    """The one-sided Clopper–Pearson bounds (lower, upper), each at level 1 − ``alpha``."""
-    from scipy.stats import beta
+    """The one-sided Clopper–Pearson bounds (lower, upper), each at level 1 − ``alpha``: the ends of the
+    leaderboard's two-sided exact interval at 2·``alpha``."""
+    from leakshield.leaderboard.leak_rate import clopper_pearson as two_sided
 
-    low = 0.0 if successes == 0 else float(beta.ppf(alpha, successes, trials - successes + 1))
-    high = 1.0 if successes == trials else float(beta.ppf(1 - alpha, successes + 1, trials - successes))
-    return low, high
+    return two_sided(successes, trials, 2 * alpha)
 
 
 def _forced_epsilon(tpr_low: float, fpr_high: float, delta: float) -> float:
