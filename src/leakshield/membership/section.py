@@ -16,6 +16,7 @@ pooled over seeds."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -154,12 +155,10 @@ def standing(row: str, threat: str, runs: Sequence[SeedRun], fpr: float) -> Stan
     if epsilon is not None and delta is not None:
         checked = audit(_stage_scores(stage2, best, True), _stage_scores(stage2, best, False), epsilon, delta)
         ceiling = float(dp_ceiling(fpr, epsilon, delta))
-    return Standing(
-        row, threat, best, per_seed, estimate(list(per_seed.values())), lowest,
-        estimate([each.auc for each in rocs]),
-        accuracy, chance_accuracy, True, epsilon, delta, checked, ceiling, nonmembers=nonmembers,
+    return dataclasses.replace(
+        found, per_seed=per_seed, tpr=estimate(list(per_seed.values())), tpr_lowest=lowest,
+        auc=estimate([each.auc for each in rocs]), audit=checked, ceiling=ceiling, nonmembers=nonmembers,
         roc=mean_roc(rocs),
-        epsilon_unit=unit, uncovered=uncovered,
     )  # fmt: skip
 
 
@@ -173,8 +172,6 @@ def _trains(row: Standing, reference: Standing | None) -> bool:
 def rank(rows: Sequence[Standing], fpr: float) -> tuple[list[Standing], bool]:
     """The table's rows in order, each with its place, difference from no defense and letters; and
     whether the positive control passed (no defense measurably above chance at ``fpr``)."""
-    import dataclasses
-
     reference = next((r for r in rows if r.row == REFERENCE and r.tpr is not None), None)
     rows = [dataclasses.replace(r, trains=_trains(r, reference)) for r in rows]
     control = (reference is not None and reference.tpr is not None
