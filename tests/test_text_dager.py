@@ -120,7 +120,7 @@ def test_under_fp16_the_embedding_step_recovers_a_review_the_span_check_cannot(s
     token, its gradient rounded to fp16 as the quantization defense releases it: DAGER told the rounding
     recovers it exactly; the span check alone (embedding_step off) does not (module docstring: the
     rounding buries the span's weak directions)."""
-    from leakshield.text_grid.attacks import FP16_ROUNDING
+    from leakshield.text_grid.known import FP16_ROUNDING
 
     splits, tokenizer = setting
     for seed, ids in enumerate(_review_with_repeats(splits, tokenizer, 3)):
@@ -148,7 +148,7 @@ def test_the_embedding_step_reads_repeats_and_position_order():
 
 
 def test_the_grid_tells_dager_the_rounding_of_fp16_only():
-    from leakshield.text_grid.attacks import FP16_ROUNDING, known_rounding
+    from leakshield.text_grid.known import FP16_ROUNDING, known_rounding
 
     assert known_rounding([{"name": "quantization", "params": {"format": "fp16"}}]) == FP16_ROUNDING
     assert known_rounding([{"name": "quantization", "params": {"format": "int8"}}]) is None

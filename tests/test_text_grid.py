@@ -15,8 +15,8 @@ import yaml
 from leakshield.cli import main
 from leakshield.errors import ConfigError
 from leakshield.text.dataset import TokenSet, partition_text
-from leakshield.text_grid.attacks import known_noise_std, step_sizes
 from leakshield.text_grid.config import parse_text_config
+from leakshield.text_grid.known import known_noise_std, step_sizes
 
 for module in ("transformers", "tokenizers", "rouge_score"):
     pytest.importorskip(module)

@@ -10,11 +10,11 @@ from typing import Any
 from leakshield.errors import LeakshieldError
 
 #: the modules of the ``text`` extra
-EXTRA_MODULES = ("tokenizers", "transformers", "rouge_score")
+EXTRA_MODULES = ("tokenizers", "transformers", "rouge_score", "peft")
 
 
 def text_extra(module: str) -> Any:
-    """``module`` of the text extra (tokenizers, transformers, rouge_score), imported."""
+    """``module`` of the text extra (tokenizers, transformers, rouge_score, peft), imported."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:

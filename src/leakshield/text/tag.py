@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from leakshield.errors import LeakshieldError
-from leakshield.text.bag_of_words import embedding_parameter, parameter_name, rows_with_signal
+from leakshield.text.bag_of_words import rows_with_signal
 from leakshield.text.models import TextClassifier
 from leakshield.text.tokenizer import CLS, SEP, SPECIALS
 
@@ -55,7 +55,10 @@ def leaked_length(
     """The longest sequence's length: the last position-embedding row that carries a gradient, + 1
     (:func:`~leakshield.text.bag_of_words.rows_with_signal`; ``noise_std`` under known Gaussian noise,
     where rows whose gradient noise drowns are not seen)."""
-    used = rows_with_signal(gradient[parameter_name(model, model.position_embeddings.weight)], noise_std)
+    name = next((n for n, p in model.named_parameters() if p is model.position_embeddings.weight), None)
+    if name is None or name not in gradient:
+        raise LeakshieldError("the update holds no position embedding (frozen, as under LoRA): no length")
+    used = rows_with_signal(gradient[name], noise_std)
     if not len(used):
         raise LeakshieldError("the update's position embedding is all zero: no length can be read")
     return int(used.max()) + 1
@@ -63,6 +66,8 @@ def leaked_length(
 
 def leaked_label(model: TextClassifier, gradient: Mapping[str, torch.Tensor]) -> int:
     """A batch of one's label: the only negative entry of the head's bias gradient."""
+    if "head.bias" not in gradient:
+        raise LeakshieldError("the update holds no head bias (a LoRA head not shared): no label to read")
     return int(gradient["head.bias"].argmin())
 
 
@@ -94,8 +99,8 @@ def labels_and_length(
 def matched_parameters(model: TextClassifier, gradient: Mapping[str, torch.Tensor]) -> list[str]:
     """The parameters whose gradients are matched, in the model's order: all in ``gradient`` but the
     word embedding, which continuous inputs bypass."""
-    skip = embedding_parameter(model)
-    return [n for n, _ in model.named_parameters() if n != skip and n in gradient]
+    skip = model.word_embeddings.weight
+    return [n for n, p in model.named_parameters() if p is not skip and n in gradient]
 
 
 def tag_attack(

@@ -10,8 +10,7 @@ Kerckhoffs), and, where the threat grants them, the labels."""
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +23,10 @@ from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.registry import Params, Registry
 from leakshield.text.bag_of_words import bag_of_words, embedding_parameter
 from leakshield.text.dager import dager_attack
+from leakshield.text.dager_lora import leaked_lora_length, lora_dager_attack
 from leakshield.text.imprint import imprint_model, sequence_imprint
 from leakshield.text.lamp import Distance, lamp_attack
+from leakshield.text.lora import AdapterClassifier
 from leakshield.text.models import TextClassifier
 from leakshield.text.prior import public_prior
 from leakshield.text.tag import leaked_length, tag_attack
@@ -63,7 +64,7 @@ class TextAttackInput:
     public: torch.Tensor | None = None
     cache: ArtifactCache | None = None
     #: the relative rounding of the released values the defense is known to apply (fp16: 2⁻¹¹; None:
-    #: none), :func:`known_rounding`
+    #: none), :func:`~leakshield.text_grid.known.known_rounding`
     rounding: float | None = None
 
 
@@ -119,13 +120,19 @@ class BagOfWordsAttack(TextAttack):
     recovers_set = True
 
     def __call__(self, given: TextAttackInput) -> TextAttackOutput:
+        if isinstance(given.model, AdapterClassifier):  # LoRA: the frozen embedding is in no update
+            return TextAttackOutput(bag=torch.zeros(0, dtype=torch.long))
         grad = given.gradient[embedding_parameter(given.model)]
         return TextAttackOutput(bag=bag_of_words(grad, noise_std=given.noise_std).cpu())
 
 
 def dummy_length(given: TextAttackInput) -> int:
-    """The dummy sequences' length: the one the position embedding's gradient leaks, or the longest the
-    model takes when that is under 3 or no position shows a gradient above the noise."""
+    """The dummy sequences' length: the one the position embedding's gradient leaks (under LoRA, where
+    it is frozen: the positions DAGER's token check passes), or the longest the model takes when that is
+    under 3 or no position shows a gradient above the noise."""
+    if isinstance(given.model, AdapterClassifier):  # frozen position rows: the adapters' span tells it
+        length = leaked_lora_length(given.model, given.gradient, noise_std=given.noise_std) or 0
+        return length if length >= 3 else given.model.max_length
     try:
         length = leaked_length(given.model, given.gradient, given.noise_std)
     except LeakshieldError:  # no position row stands above the noise
@@ -212,6 +219,14 @@ class DagerTextAttack(TextAttack):
 
     def __call__(self, given: TextAttackInput) -> TextAttackOutput:
         p = self.params
+        if isinstance(given.model, AdapterClassifier):
+            # the adapters' own tolerance defaults (dager_lora's docstring) unless the config sets them
+            chosen = {k: getattr(p, k) for k in p.model_fields_set & {"token_tolerance", "rank_tolerance"}}
+            result = lora_dager_attack(given.model, given.gradient, given.batch,
+                                       sequence_tolerance=p.sequence_tolerance, max_prefixes=p.max_prefixes,
+                                       max_combinations=p.max_combinations, noise_std=given.noise_std,
+                                       seed=given.seed, **chosen)  # fmt: skip
+            return TextAttackOutput(ids=result.ids)
         result = dager_attack(given.model, given.gradient, given.batch, token_tolerance=p.token_tolerance,
                               sequence_tolerance=p.sequence_tolerance, rank_tolerance=p.rank_tolerance,
                               max_prefixes=p.max_prefixes, max_combinations=p.max_combinations,
@@ -312,67 +327,6 @@ class SequenceImprintAttack(TextAttack):
 
 def create_text_attack(name: str, params: Mapping[str, Any] | None = None) -> TextAttack:
     return TEXT_ATTACKS.create(name, params)
-
-
-def known_noise_std(
-    entries: Sequence[Mapping[str, Any]],
-    step_sizes: Sequence[int],
-    pool: int,
-    lr: float | None = None,
-) -> float | None:
-    """The standard deviation of the Gaussian noise a defense stack leaves on each entry of the
-    attacker's gradient estimate, from the defenses' public parameters, for local steps on minibatches
-    of ``step_sizes`` drawn from a client holding ``pool`` texts: ``gaussian-noise`` σ,
-    ``laplacian-noise`` √2·b, ``dp-sgd`` σ(b/pool)·C / b on a step of b texts (noise on the sum of b
-    clipped per-sample gradients, averaged); stacked noises add in variance. FedSGD (``lr`` None) is one
-    step whose gradient is the update. FedAvg with plain SGD (``lr``): the estimate −Δθ / (lr · steps)
-    is the steps' mean gradient, so per-step noise averages over the steps and noise on the released
-    update shrinks by lr · steps. None without noise. Rescaling (clipping) is not modelled."""
-    steps = len(step_sizes)
-    at_step = at_release = 0.0
-    for entry in entries:
-        registered = DEFENSES.get(entry["name"]).name
-        params: Any = DEFENSES.validate(entry["name"], entry.get("params"))
-        stage = getattr(params, "stage", "release")
-        if registered == "dp-sgd":
-            at_step += sum((params.sigma(min(1.0, b / pool)) * params.clip / b) ** 2 for b in step_sizes)
-            continue
-        if registered == "gaussian-noise":
-            variance = params.sigma**2
-        elif registered == "laplacian-noise":
-            variance = 2 * params.scale**2
-        else:
-            continue
-        if stage == "step":
-            at_step += variance * steps
-        else:
-            at_release += variance
-    at_step /= steps**2  # the mean of the steps' gradients
-    if lr is not None:
-        at_release /= (lr * steps) ** 2
-    total = at_step + at_release
-    return math.sqrt(total) if total > 0 else None
-
-
-#: the relative rounding of fp16 (round to nearest: half a unit in the last of 11 significant bits)
-FP16_ROUNDING = 2.0**-11
-
-
-def known_rounding(entries: Sequence[Mapping[str, Any]]) -> float | None:
-    """The relative rounding a defense stack applies to the released values, from its public parameters:
-    fp16 quantization 2⁻¹¹ (int8's per-tensor scale is not relative: None, as for no rounding)."""
-    for entry in entries:
-        if DEFENSES.get(entry["name"]).name == "quantization":
-            params: Any = DEFENSES.validate(entry["name"], entry.get("params"))
-            if params.format == "fp16":
-                return FP16_ROUNDING
-    return None
-
-
-def step_sizes(batch: int, batch_size: int, epochs: int) -> list[int]:
-    """The minibatch sizes of FedAvg's local steps over ``batch`` texts (the last of an epoch short)."""
-    one = [batch_size] * (batch // batch_size) + ([batch % batch_size] if batch % batch_size else [])
-    return one * epochs
 
 
 def threat_of(name: str, params: Mapping[str, Any]) -> Threat:

@@ -32,12 +32,10 @@ from leakshield.text_grid.attacks import (
     TextAttack,
     TextAttackInput,
     create_text_attack,
-    known_noise_std,
-    known_rounding,
-    step_sizes,
     threat_of,
 )
 from leakshield.text_grid.config import TextExperimentConfig, TextModelSpec
+from leakshield.text_grid.known import known_noise_std, known_rounding, step_sizes
 from leakshield.text_grid.world import TextWorld, Victim
 
 WORDS = len(SPECIALS)  # ids from here on are words and word pieces

@@ -81,15 +81,41 @@ class TokenizerSection(Section):
     lowercase: bool = True
 
 
+class PretrainSection(Section):
+    """The public pretrained model the federation starts from (:mod:`leakshield.text.backbone`): trained
+    centrally on the public split for ``epochs`` with ``objective`` (classifier: the task on its labels;
+    language-model: the backbone alone), Adam at ``lr``."""
+
+    objective: Literal["classifier", "language-model"] = "classifier"
+    epochs: int = pydantic.Field(default=2, ge=1, le=200)
+    lr: float = pydantic.Field(default=1e-3, gt=0, le=1)
+
+
+class LoraSection(Section):
+    """LoRA fine-tuning (:mod:`leakshield.text.lora`): rank r; alpha (default r: scale α/r = 1);
+    targets: the adapted weights (attention, or attention+ffn); train_head: the classifier head (and
+    BERT's pooler) is trained and shared too."""
+
+    rank: int = pydantic.Field(ge=1, le=1024)
+    alpha: float | None = pydantic.Field(default=None, gt=0)
+    targets: Literal["attention", "attention+ffn"] = "attention"
+    train_head: bool = True
+
+
 class TextModelSpec(Section):
     """name: bert (untied input embedding) or gpt2 (input and output embeddings tied); width, layers
-    and heads of the transformer; label: the name in tables (default: the kind)."""
+    and heads of the transformer; pretrain: start from a model pretrained on the public split (absent:
+    random weights); lora: fine-tune LoRA adapters on the frozen backbone and share only them (absent:
+    the whole model is trained and shared); label: the name in tables (default: the kind, with
+    ``-lora-r<rank>`` under LoRA)."""
 
     name: Literal["bert", "gpt2"]
     label: str | None = None
     width: int = pydantic.Field(default=64, ge=8, le=1024)
     layers: int = pydantic.Field(default=2, ge=1, le=24)
     heads: int = pydantic.Field(default=2, ge=1, le=32)
+    pretrain: PretrainSection | None = None
+    lora: LoraSection | None = None
 
     @pydantic.model_validator(mode="after")
     def _heads_divide_width(self) -> TextModelSpec:
@@ -99,7 +125,9 @@ class TextModelSpec(Section):
 
     @property
     def display(self) -> str:
-        return self.label or self.name
+        if self.label:
+            return self.label
+        return self.name if self.lora is None else f"{self.name}-lora-r{self.lora.rank}"
 
 
 class TrainingSection(Section):
@@ -202,6 +230,29 @@ class TextExperimentConfig(Section):
                     f"(it is {self.update.algorithm}: local steps move its bins)"
                 )
             shallow = [(j, m) for j, m in enumerate(self.models) if m.layers < 2]
+            narrow = [(j, m) for j, m in enumerate(self.models) if m.lora and m.lora.targets == "attention"]
+            if TEXT_ATTACKS.get(attack.name).name == "dager" and narrow and max(self.victims.batches) > 1:
+                j, model = narrow[0]
+                raise ConfigError(
+                    f"attacks[{i}] ({attack.display}) orders a LoRA batch into sequences by feed-forward "
+                    f"adapters: models[{j}] ({model.display}) has lora.targets attention and victims.batches "
+                    f"{self.victims.batches}; set lora.targets to attention+ffn or batches to [1]"
+                )
+            headless = [(j, m) for j, m in enumerate(self.models) if m.lora and not m.lora.train_head]
+            if hasattr(validated, "labels_known") and headless and 1 in self.victims.batches:
+                j, model = headless[0]
+                raise ConfigError(
+                    f"attacks[{i}] ({attack.display}) reads a batch of one's label off the head's "
+                    f"gradient, which models[{j}].lora.train_head false does not share; set it true or "
+                    "drop batch 1 from victims.batches"
+                )
+            adapted = [(j, m) for j, m in enumerate(self.models) if m.lora]
+            if TEXT_ATTACKS.get(attack.name).threat.modifies_model and adapted:
+                j, model = adapted[0]
+                raise ConfigError(
+                    f"attacks[{i}] ({attack.display}) plants a block whose gradients a LoRA update does not "
+                    f"share (only adapters are sent): drop attacks[{i}] or models[{j}].lora ({model.display})"
+                )
             if TEXT_ATTACKS.get(attack.name).name == "dager" and shallow:
                 j, model = shallow[0]
                 raise ConfigError(
@@ -222,6 +273,12 @@ class TextExperimentConfig(Section):
                 except LeakshieldError as exc:
                     raise ConfigError(f"{where}: {exc}") from None
                 check_text_defense(entry["name"], where)
+                adapted = [m.display for m in self.models if m.lora]
+                if adapted and getattr(DEFENSES.get(entry["name"]).factory, "guards", False):
+                    raise ConfigError(
+                        f"{where}: {entry['name']} is a client guard not calibrated for LoRA adapters "
+                        f"(row-guard reads the zero B rows as duplicates): drop it or lora from {adapted}"
+                    )
         for section, labels in (("models", [m.display for m in self.models]),
                                 ("defenses", [d.display for d in self.defenses]),
                                 ("attacks", [a.display for a in self.attacks])):  # fmt: skip

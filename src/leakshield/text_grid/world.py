@@ -17,7 +17,9 @@ from leakshield.experiment.config import DefenseSetting
 from leakshield.fl import FederatedSimulation
 from leakshield.fl.client import HonestClient, compute_update
 from leakshield.seeds import seeded_generator
+from leakshield.text.backbone import pretrained_model
 from leakshield.text.dataset import TextData, TextInfo, TokenSet, load_text_data, partition_text, read_corpus
+from leakshield.text.lora import AdapterClassifier
 from leakshield.text.models import TextClassifier
 from leakshield.text.tokenizer import text_fingerprint
 from leakshield.text_grid.config import TextExperimentConfig, TextModelSpec
@@ -133,6 +135,15 @@ class TextWorld:
             heads=spec.heads,
             seed=seed,
         )
+        if spec.pretrain is not None:
+            p = spec.pretrain
+            net = pretrained_model(net, self.data.public.x, self.data.public.y, objective=p.objective,
+                                   epochs=p.epochs, lr=p.lr, seed=seed, cache=self.cache,
+                                   progress=self.progress)  # fmt: skip
+        if spec.lora is not None:
+            lora = spec.lora
+            net = AdapterClassifier(net, rank=lora.rank, alpha=lora.alpha, targets=lora.targets,
+                                    train_head=lora.train_head, seed=seed)  # fmt: skip
         return self.pipeline(setting).model_hook(net, seed=seed).to(self.device).eval()
 
     def state(self, spec: TextModelSpec, setting: DefenseSetting, state: str, seed: int) -> ModelState:
