@@ -172,7 +172,35 @@ def _combine_encoder(
     return found
 
 
-def _pick(found: list[tuple[list[int], float, bool]], batch: int) -> list[list[int]]:
+def search_sequences(
+    exact: TextClassifier,
+    context: InputSpan,
+    candidates: list[list[int]],
+    tolerance: float,
+    *,
+    max_prefixes: int,
+    max_combinations: int,
+    seed: int,
+) -> list[tuple[list[int], float, bool]]:
+    """The sequences whose context states pass ``context`` at ``tolerance``, built from the per-position
+    ``candidates``: grown prefix by prefix in a decoder, combined per length in an encoder."""
+    if not candidates:
+        return []
+    if exact.kind == "gpt2":
+        return _grow_decoder(exact, context, candidates, tolerance, max_prefixes)
+    return _combine_encoder(exact, context, candidates, tolerance, max_combinations, seed)
+
+
+def sequence_ids(sequences: list[list[int]], batch: int) -> torch.Tensor:
+    """``batch`` rows of token ids, ``[PAD]`` after each sequence and in rows no sequence fills."""
+    width = max([len(s) for s in sequences] + [1])
+    ids = torch.full((batch, width), PAD, dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        ids[row, : len(sequence)] = torch.tensor(sequence)
+    return ids
+
+
+def pick_sequences(found: list[tuple[list[int], float, bool]], batch: int) -> list[list[int]]:
     """The ``batch`` best distinct sequences: finished ones before dead ends, each by its worst context
     distance (every one passed the check; the reference keeps them all likewise)."""
     picked: list[list[int]] = []
@@ -221,18 +249,11 @@ def dager_attack(
     )
     context = input_span(context_gradient(exact, gradient), rank_tolerance, beyond_margin, noise_std)
     candidates = token_candidates(exact, first, token_tolerance, model.max_length, max_candidates)
-    found: list[tuple[list[int], float, bool]] = []
     tolerance = sequence_tolerance
     if noise_std is None and not context.capped:  # the span's own rounding, up to 10 × the tolerance
         tolerance = max(tolerance, min(context.gap, 10 * sequence_tolerance))
-    if candidates:
-        if model.kind == "gpt2":
-            found = _grow_decoder(exact, context, candidates, tolerance, max_prefixes)
-        else:
-            found = _combine_encoder(exact, context, candidates, tolerance, max_combinations, seed)
-    sequences = _pick(found, batch)
-    width = max([len(s) for s in sequences] + [1])
-    ids = torch.full((batch, width), PAD, dtype=torch.long)
-    for row, sequence in enumerate(sequences):
-        ids[row, : len(sequence)] = torch.tensor(sequence)
-    return DagerResult(ids, candidates, first.rank, first.capped)
+    found = search_sequences(exact, context, candidates, tolerance, max_prefixes=max_prefixes,
+                             max_combinations=max_combinations, seed=seed)  # fmt: skip
+    return DagerResult(
+        sequence_ids(pick_sequences(found, batch), batch), candidates, first.rank, first.capped
+    )

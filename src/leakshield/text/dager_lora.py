@@ -56,7 +56,13 @@ from collections.abc import Mapping
 import torch
 
 from leakshield.errors import LeakshieldError
-from leakshield.text.dager import DagerResult, _combine_encoder, _grow_decoder, _pick, token_candidates
+from leakshield.text.dager import (
+    DagerResult,
+    pick_sequences,
+    search_sequences,
+    sequence_ids,
+    token_candidates,
+)
 from leakshield.text.lora import AdapterClassifier, lora_names
 from leakshield.text.span import InputSpan, input_span
 from leakshield.text.tokenizer import PAD
@@ -112,6 +118,22 @@ def adapter_span(
     return span, False
 
 
+def first_span(
+    model: AdapterClassifier,
+    gradient: Mapping[str, torch.Tensor],
+    rank_tolerance: float,
+    noise_std: float | None,
+    margin: int,
+) -> tuple[InputSpan, bool] | None:
+    """The first block's input span read off the attention adapters' A-gradients, and whether the
+    bound was reached (:func:`adapter_span`); None: no A-gradient, or a zero one (B = 0)."""
+    first = adapter_gradient(model, gradient, "attention")
+    if first is None:
+        return None
+    noise = None if noise_std is None else noise_std * first[2]
+    return adapter_span(first[0], first[1], rank_tolerance, noise, margin)
+
+
 def lora_dager_attack(
     model: AdapterClassifier,
     gradient: Mapping[str, torch.Tensor],
@@ -143,14 +165,13 @@ def lora_dager_attack(
             "use targets attention+ffn (attention adapters alone read a batch of one)"
         )
     empty = DagerResult(torch.full((batch, 1), PAD, dtype=torch.long), [], 0, False)
-    first = adapter_gradient(model, gradient, "attention")
-    if first is None:
+    read = first_span(model, gradient, rank_tolerance, noise_std, width_margin)
+    if read is None:
         return empty
-    exact = copy.deepcopy(model).double().eval()
-    noise = None if noise_std is None else noise_std * first[2]
-    span, capped = adapter_span(first[0], first[1], rank_tolerance, noise, width_margin)
+    span, capped = read
     if span.rank == 0:
         return DagerResult(empty.ids, [], 0, capped)
+    exact = copy.deepcopy(model).double().eval()
     candidates = token_candidates(exact, span, token_tolerance, model.max_length, max_candidates)
     # a batch of one is its token step: one token per position (the feed-forward check, when it reads
     # anything, only confirms it; it carries r − 1 context states at most, so longer reviews need this)
@@ -169,20 +190,12 @@ def lora_dager_attack(
     tolerance = sequence_tolerance
     if noise_std is None:
         tolerance = max(tolerance, min(context.gap, 10 * sequence_tolerance))
-    found = []
-    if candidates:
-        if model.kind == "gpt2":
-            found = _grow_decoder(exact, context, candidates, tolerance, max_prefixes)
-        else:
-            found = _combine_encoder(exact, context, candidates, tolerance, max_combinations, seed)
-    picked = _pick(found, batch)
+    found = search_sequences(exact, context, candidates, tolerance, max_prefixes=max_prefixes,
+                             max_combinations=max_combinations, seed=seed)  # fmt: skip
+    picked = pick_sequences(found, batch)
     if batch == 1 and not picked:
         return single
-    width = max([len(s) for s in picked] + [1])
-    ids = torch.full((batch, width), PAD, dtype=torch.long)
-    for row, sequence in enumerate(picked):
-        ids[row, : len(sequence)] = torch.tensor(sequence)
-    return DagerResult(ids, candidates, span.rank, False)
+    return DagerResult(sequence_ids(picked, batch), candidates, span.rank, False)
 
 
 def leaked_lora_length(
@@ -196,12 +209,9 @@ def leaked_lora_length(
     """A LoRA update's longest sequence length: with the embeddings frozen no position row leaks it, but
     the positions whose first-layer states pass DAGER's token check do (None: nothing read, B = 0 or
     beyond the bound)."""
-    first = adapter_gradient(model, gradient, "attention")
-    if first is None:
+    read = first_span(model, gradient, rank_tolerance, noise_std, WIDTH_MARGIN)
+    if read is None or read[0].rank == 0:
         return None
-    noise = None if noise_std is None else noise_std * first[2]
-    span, _ = adapter_span(first[0], first[1], rank_tolerance, noise, WIDTH_MARGIN)
-    if span.rank == 0:
-        return None
+    span = read[0]
     exact = copy.deepcopy(model).double().eval()
     return len(token_candidates(exact, span, token_tolerance, model.max_length, 1)) or None
