@@ -15,7 +15,15 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-from leakshield import __version__, cli_ats, cli_fetch, cli_leaderboard, cli_membership, cli_text
+from leakshield import (
+    __version__,
+    cli_ats,
+    cli_crossdevice,
+    cli_fetch,
+    cli_leaderboard,
+    cli_membership,
+    cli_text,
+)
 from leakshield.cli_common import (
     EXIT_USAGE,
     OneLineParser,
@@ -172,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_ats.add_parser(sub)
     cli_leaderboard.add_parser(sub)
     cli_membership.add_parser(sub)
+    cli_crossdevice.add_parser(sub)
     cli_fetch.add_parser(sub)
     return parser
 
@@ -283,6 +292,7 @@ COMMANDS = {
     "leaderboard": cli_leaderboard.cmd_leaderboard,
     "fetch-corpus": cli_fetch.cmd_fetch_corpus,
     "membership": cli_membership.cmd_membership,
+    "cross-device": cli_crossdevice.cmd_cross_device,
 }
 
 
@@ -305,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except (OSError, sqlite3.OperationalError) as exc:  # a full, read-only or misnamed target anywhere
         again = "rerun the same command once it is writable: it resumes"
-        resumes = args.command in ("run", "leaderboard", "fit", "membership")
+        resumes = args.command in ("run", "leaderboard", "fit", "membership", "cross-device")
         problem = storage_error(exc, resume=again if resumes else "", verb="use")
         if problem is None:
             raise
