@@ -12,6 +12,7 @@ smaller grid (a check that the pipeline works, not a measurement).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import statistics
@@ -82,13 +83,14 @@ def key(setting: dict, seed: int, rounds: int) -> str:
     return f"{setting['population']}-q{setting['q']}-{setting['sampling']}-{mode}-z{z}-r{rounds}-s{seed}"
 
 
-def identity(setting: dict, rounds: int) -> dict:
+def identity(setting: dict, rounds: int, corpus_sha256: str) -> dict:
     """Everything a stored run depends on: a run stored under another identity is recomputed."""
     base = TEXT if setting["population"] == "text" else IMAGE
-    return {"setting": setting, "base": base, "rounds": rounds, "leakshield": __version__}
+    data = {"corpus_sha256": corpus_sha256} if setting["population"] == "text" else {}
+    return {"setting": setting, "base": base, "rounds": rounds, "leakshield": __version__, **data}
 
 
-def run_one(setting: dict, seed: int, rounds: int, populations: dict) -> dict:
+def run_one(setting: dict, seed: int, rounds: int, populations: dict, corpus_sha256: str) -> dict:
     pop = populations[setting["population"]]
     base = TEXT if setting["population"] == "text" else IMAGE
     settings = CrossDeviceSettings(
@@ -103,7 +105,7 @@ def run_one(setting: dict, seed: int, rounds: int, populations: dict) -> dict:
     result = run_federation(pop, settings, seed, capture=(0, rounds - 1))
     leaks = [vars(w) for c in result.captured for w in leakage(pop, c)]
     return {
-        "identity": identity(setting, rounds),
+        "identity": identity(setting, rounds, corpus_sha256),
         "setting": setting,
         "seed": seed,
         "accuracy": result.final_accuracy,
@@ -284,14 +286,17 @@ def main() -> None:
     seeds, rounds = (1, 30) if args.quick else (args.seeds, args.rounds)
     store = args.out / "runs"
     store.mkdir(parents=True, exist_ok=True)
+    sha = hashlib.sha256(args.corpus.read_bytes()).hexdigest()
     populations = {"text": movie_population(args.corpus), "image": digit_population(150, 0.5, 0)}
     jobs = [(s, seed) for s in grid(args.quick) for seed in range(seeds)]
     records = []
     for setting, seed in tqdm(jobs, desc="cross-device runs"):
         path = store / f"{key(setting, seed, rounds)}.json"
-        if not path.is_file() or json.loads(path.read_text()).get("identity") != identity(setting, rounds):
+        if not path.is_file() or json.loads(path.read_text()).get("identity") != identity(
+            setting, rounds, sha
+        ):
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(run_one(setting, seed, rounds, populations), default=str))
+            tmp.write_text(json.dumps(run_one(setting, seed, rounds, populations, sha), default=str))
             tmp.replace(path)
         records.append(json.loads(path.read_text()))
     summarise(records, args.out)

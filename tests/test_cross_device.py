@@ -118,6 +118,13 @@ def test_clipping_bounds_each_client_and_leaves_small_updates_alone():
     assert out["a"][0].tolist() == pytest.approx([0.6, 0.8])
 
 
+def test_an_empty_round_releases_a_centred_count_that_leaves_the_median_bound_alone():
+    clip = AdaptiveClip(0.7, target_quantile=0.5, learning_rate=0.2)  # no count noise
+    assert clip.step(torch.zeros(0), expected_clients=10, generator=torch.Generator()) == pytest.approx(0.7)
+    clip.step(torch.tensor([0.1, 0.2]), expected_clients=10, generator=torch.Generator())  # 2 of 10 below
+    assert clip.bound == pytest.approx(0.7 * math.exp(-0.2 * 0.1))  # b̃ = (2 − 1)/10 + ½ = 0.6
+
+
 def test_adaptive_clipping_settles_at_the_target_quantile():
     g = torch.Generator().manual_seed(0)
     clip = AdaptiveClip(0.05, target_quantile=0.3)
@@ -207,6 +214,8 @@ def test_federation_is_deterministic_and_refuses_bad_settings():
         CrossDeviceSettings(local_lr=math.inf)
     with pytest.raises(ConfigError, match="clients"):
         digit_population(1000)
+    with pytest.raises(ConfigError, match="alpha"):
+        digit_population(40, math.inf)
 
 
 def test_dp_fedavg_trains_digits_with_enough_clients_per_round_and_not_with_few():
@@ -290,10 +299,12 @@ def test_command_refuses_bad_input_in_one_line(capsys):
         (["--data", "text"], "--corpus"),
         (["--dp", "local", "--adaptive"], "adaptive"),
         (["--clients", "5000"], "clients"),
+        (["--alpha", "inf"], "alpha"),
+        (["--data", "text", "--clients", "10"], "--clients"),
     ):
         assert main(["cross-device", "--rounds", "1", "--quiet", *argv]) == 2
         err = capsys.readouterr().err
-        assert word in err and err.count("\n") == 1, err
+        assert word in err and err.count("\n") == 1 and "'cross-device" not in err, err
 
 
 def test_command_on_text_reports_what_each_observer_reads(rotten_tomatoes_csv, capsys):

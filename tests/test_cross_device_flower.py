@@ -95,6 +95,12 @@ def test_flowers_accountant_agrees_on_add_remove_and_undercounts_replace_one():
     exact = gaussian_epsilon(1.0, 20, 1e-5, "replace-one")
     assert everyone < 0.5 * exact and everyone == pytest.approx(plain)
     assert fixed_size_epsilon(1.0, 300, 300, 20, 1e-5) >= exact
+    # 15 of 300 for 300 rounds: Flower's 11.5 is our bound at twice the noise; ours at this noise: 82.5
+    few = flower_epsilon(
+        SamplingMethod.WITHOUT_REPLACEMENT, NeighboringRelation.REPLACE_ONE, 1.0, 15, 300, 300
+    )
+    assert few == pytest.approx(fixed_size_epsilon(2.0, 15, 300, 300, 1e-5))
+    assert fixed_size_epsilon(1.0, 15, 300, 300, 1e-5) > 5 * few
 
 
 def test_flowers_server_side_noise_is_sized_by_the_bound_after_its_update():

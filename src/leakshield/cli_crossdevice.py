@@ -75,10 +75,16 @@ def settings_from(args: argparse.Namespace) -> Any:
     if args.local_lr is not None:
         base["local_lr"] = args.local_lr
     try:
-        return CrossDeviceSettings(rounds=args.rounds, sample_rate=args.sample_rate, sampling=args.sampling,
-                                   eval_every=max(1, args.rounds // 10), dp=dp, **base)  # fmt: skip
+        settings = CrossDeviceSettings(rounds=args.rounds, sample_rate=args.sample_rate,
+                                       sampling=args.sampling, eval_every=max(1, args.rounds // 10), dp=dp,
+                                       **base)  # fmt: skip
     except pydantic.ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, "cross-device: ")) from None
+        raise ConfigError(f"cross-device: {format_validation_error(exc)}") from None
+    if settings.sampling == "fixed" and settings.dp.mode == "central":
+        from leakshield.crossdevice.accounting import require_dp_accounting
+
+        require_dp_accounting()  # fixed-size ε: refused now, not after the first seed has trained
+    return settings
 
 
 def population_from(args: argparse.Namespace) -> Any:
@@ -137,7 +143,7 @@ def cmd_cross_device(args: argparse.Namespace) -> int:
     for seed in range(args.seeds):
         path = args.out / f"seed{seed}.json" if args.out is not None else None
         if path is not None and path.is_file():
-            kept = json.loads(path.read_text())
+            kept = _restored(json.loads(path.read_text()))
             if kept.get("config") == config:
                 results.append(kept["result"])
                 continue
@@ -145,7 +151,7 @@ def cmd_cross_device(args: argparse.Namespace) -> int:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"config": config, "result": result}))
+            tmp.write_text(json.dumps(_finite({"config": config, "result": result})))
             tmp.replace(path)
         results.append(result)
     if args.json:  # ∞ as the string "inf": JSON has no infinity
@@ -156,8 +162,8 @@ def cmd_cross_device(args: argparse.Namespace) -> int:
 
 
 def _finite(value: Any) -> Any:
-    if isinstance(value, float) and math.isinf(value):
-        return "inf"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # "inf", "-inf", "nan": JSON has none of them
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -165,8 +171,21 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _eps(value: float | None) -> str:
-    return "∞ (the bound exceeds 100: vacuous)" if value is not None and math.isinf(value) else f"{value:.3g}"
+def _restored(value: Any) -> Any:
+    """The inverse of :func:`_finite`."""
+    if value in ("inf", "-inf", "nan"):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: _restored(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_restored(v) for v in value]
+    return value
+
+
+def _eps(value: float | None, dp: str) -> str:
+    if value is not None and math.isinf(value):
+        return "∞ (no noise)" if dp == "none" else "∞ (the bound exceeds 100: vacuous)"
+    return f"{value:.3g}"
 
 
 def epsilon_line(args: argparse.Namespace, results: list[dict[str, Any]]) -> str:
@@ -176,7 +195,7 @@ def epsilon_line(args: argparse.Namespace, results: list[dict[str, Any]]) -> str
     worst = {
         n: max(r["epsilon"][n] for r in results) for n in names if results[0]["epsilon"].get(n) is not None
     }
-    parts = ", ".join(f"{n} {_eps(v)}" for n, v in worst.items())
+    parts = ", ".join(f"{n} {_eps(v, args.dp)}" for n, v in worst.items())
     if args.sampling == "fixed" and args.dp == "central":
         parts += " (fixed-size sampling is accounted under replace-one only)"
     whom = {

@@ -9,7 +9,8 @@ replacement); every sampled client runs ``local_epochs`` of minibatch SGD from t
 them at once: ``torch.func.vmap`` over the padded population) and sends Δ_k = θ_k − θ, clipped to norm
 S. Then
 
-* ``dp.mode: central`` — the server adds N(0, (z·S)²) to the sum and divides by the *expected* count
+* ``dp.mode: central`` — the server adds N(0, (z·S)²) to the sum (with adaptive clipping (z_Δ·C)², the
+  updates' share of z, :mod:`leakshield.crossdevice.clipping`) and divides by the *expected* count
   (q·N, or m): McMahan et al.'s fixed-denominator estimator, whose sensitivity is S/(qN) whoever came;
 * ``dp.mode: local`` — each client adds N(0, (z·S)²) to its own clipped update (the server sees it so)
   and the server averages what came;

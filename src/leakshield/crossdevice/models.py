@@ -11,6 +11,7 @@ sampled client at once with ``vmap``):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch.nn import functional as F
@@ -56,7 +57,7 @@ def mlp_logits(params: Params, x: torch.Tensor) -> torch.Tensor:
     return hidden @ params["out.weight"].T + params["out.bias"]
 
 
-def logits_for(kind: str):
+def logits_for(kind: str) -> Callable[[Params, torch.Tensor], torch.Tensor]:
     """The forward of a population's kind (``text`` or ``image``)."""
     return bag_logits if kind == "text" else mlp_logits
 

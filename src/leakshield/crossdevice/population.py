@@ -11,6 +11,7 @@ runs for all sampled clients at once (:mod:`leakshield.crossdevice.federation`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,8 +113,8 @@ def digit_population(clients: int = 100, alpha: float = 0.5, seed: int = 0) -> P
 
     if clients < 2:
         raise ConfigError(f"population.clients: at least 2, got {clients}")
-    if not alpha > 0:
-        raise ConfigError(f"population.alpha: above 0, got {alpha}")
+    if not (alpha > 0 and math.isfinite(alpha)):
+        raise ConfigError(f"population.alpha: a finite number above 0, got {alpha}")
     bunch = load_digits()
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(bunch.target))
