@@ -291,6 +291,33 @@ def test_command_runs_keeps_each_seed_and_resumes(tmp_path, capsys, monkeypatch)
         main(changed)
 
 
+@needs_dp_accounting
+def test_command_accounts_fixed_size_sampling_under_replace_one(capsys):
+    from leakshield.cli import main
+
+    argv = ["cross-device", "--clients", "40", "--rounds", "3", "--sample-rate", "0.2", "--sampling", "fixed",
+            "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    assert "replace-one" in (out := capsys.readouterr().out) and "replace-one only" in out
+
+
+def test_fixed_size_without_dp_accounting_is_refused_before_any_training(capsys, monkeypatch):
+    import sys
+
+    from leakshield import cli_crossdevice
+    from leakshield.cli import main
+
+    monkeypatch.setitem(sys.modules, "dp_accounting", None)  # as if not installed
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("trained before refusing")
+
+    monkeypatch.setattr(cli_crossdevice, "run_seed", refuse)
+    assert main(["cross-device", "--rounds", "2", "--sampling", "fixed", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "leakshield[dp]" in err and err.count("\n") == 1
+
+
 def test_command_refuses_bad_input_in_one_line(capsys):
     from leakshield.cli import main
 

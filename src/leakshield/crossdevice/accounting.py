@@ -210,6 +210,11 @@ def fixed_size_epsilon(
     return float(accountant.get_epsilon(delta))
 
 
+def require_dp_accounting() -> None:
+    """Refuse in one line, before any work, what needs ``dp-accounting`` where it is missing."""
+    _dp_accounting()
+
+
 def _dp_accounting():
     try:
         import dp_accounting
