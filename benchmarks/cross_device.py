@@ -23,9 +23,11 @@ from scipy.stats import t as student
 from tqdm import tqdm
 
 from leakshield import __version__
+from leakshield.crossdevice import code_stamp
 from leakshield.crossdevice.federation import CrossDeviceSettings, run_federation
 from leakshield.crossdevice.leakage import OBSERVERS, leakage
 from leakshield.crossdevice.population import digit_population, movie_population
+from leakshield.errors import ConfigError
 
 TEXT = {"local_lr": 1.0, "width": 4, "local_epochs": 2, "local_batch": 10}
 IMAGE = {"local_lr": 0.1, "width": 32, "local_epochs": 2, "local_batch": 5}
@@ -87,7 +89,8 @@ def identity(setting: dict, rounds: int, corpus_sha256: str) -> dict:
     """Everything a stored run depends on: a run stored under another identity is recomputed."""
     base = TEXT if setting["population"] == "text" else IMAGE
     data = {"corpus_sha256": corpus_sha256} if setting["population"] == "text" else {}
-    return {"setting": setting, "base": base, "rounds": rounds, "leakshield": __version__, **data}
+    stamp = {"leakshield": __version__, "code": code_stamp()}
+    return {"setting": setting, "base": base, "rounds": rounds, **stamp, **data}
 
 
 def run_one(setting: dict, seed: int, rounds: int, populations: dict, corpus_sha256: str) -> dict:
@@ -295,10 +298,19 @@ def main() -> None:
         if not path.is_file() or json.loads(path.read_text()).get("identity") != identity(
             setting, rounds, sha
         ):
+            try:
+                record = run_one(setting, seed, rounds, populations, sha)
+            except ConfigError as exc:  # a diverged run is recorded, not the end of the sweep
+                record = {"identity": identity(setting, rounds, sha), "setting": setting, "seed": seed,
+                          "failed": str(exc)}  # fmt: skip
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(run_one(setting, seed, rounds, populations, sha), default=str))
+            tmp.write_text(json.dumps(record, default=str))
             tmp.replace(path)
-        records.append(json.loads(path.read_text()))
+        record = json.loads(path.read_text())
+        if "failed" in record:
+            print(f"{path.name}: {record['failed']}")
+            continue
+        records.append(record)
     summarise(records, args.out)
     print((args.out / "table.md").read_text())
 

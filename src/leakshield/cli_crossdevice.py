@@ -112,7 +112,10 @@ def data_identity(args: argparse.Namespace, population: Any) -> dict[str, Any]:
         source: dict[str, Any] = {"alpha": 0.5 if args.alpha is None else args.alpha}
     else:
         source = {"corpus_sha256": hashlib.sha256(args.corpus.read_bytes()).hexdigest()}
-    return {"data": args.data, "clients": population.clients, "leakshield": __version__, **source}
+    from leakshield.crossdevice import code_stamp
+
+    return {"data": args.data, "clients": population.clients, "leakshield": __version__,
+            "code": code_stamp(), **source}  # fmt: skip
 
 
 def run_seed(population: Any, settings: Any, seed: int, device: str, quiet: bool) -> dict[str, Any]:
