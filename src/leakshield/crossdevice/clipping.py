@@ -31,9 +31,12 @@ def update_norms(updates: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.sqrt(sum(u.flatten(1).pow(2).sum(1) for u in updates.values()))  # type: ignore[arg-type]
 
 
-def clip_updates(updates: dict[str, torch.Tensor], bound: float) -> dict[str, torch.Tensor]:
-    """Δ_k·min(1, S/‖Δ_k‖) for every client k."""
-    scale = (bound / update_norms(updates).clamp(min=1e-12)).clamp(max=1.0)
+def clip_updates(
+    updates: dict[str, torch.Tensor], bound: float, norms: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
+    """Δ_k·min(1, S/‖Δ_k‖) for every client k; ``norms``: the updates' norms where already computed."""
+    norms = update_norms(updates) if norms is None else norms
+    scale = (bound / norms.clamp(min=1e-12)).clamp(max=1.0)
     return {name: u * scale.view(-1, *([1] * (u.dim() - 1))) for name, u in updates.items()}
 
 

@@ -232,7 +232,7 @@ def run_federation(population: Population, settings: CrossDeviceSettings, seed: 
             if dp.mode == "none":
                 sent, sum_noise, denominator, sent_std = deltas, 0.0, len(chosen), 0.0
             else:
-                sent = clip_updates(deltas, bound)
+                sent = clip_updates(deltas, bound, norms)  # the norms the adaptive count reads
                 sent_std = z_updates * bound if dp.mode == "local" else 0.0
                 if sent_std > 0:
                     sent = {k: v + sent_std * _normal(v.shape, g_noise, v.device) for k, v in sent.items()}
