@@ -147,6 +147,26 @@ def _prv_epsilon(prv: object, rounds: int, delta: float, bound: float, widen: fl
     return float(composed.compute_epsilon(delta, delta_error, eps_error)[2])
 
 
+def add_remove_below_bound(
+    noise_multiplier: float, sample_rate: float, rounds: int, delta: float, bound: float
+) -> float:
+    """Add/remove ε of ``rounds`` Poisson-subsampled Gaussian releases from Opacus's PRV accountant,
+    never above ``bound`` (the RDP bound), which is returned as it is where it is 0, infinite or above
+    :data:`VACUOUS`. Shared with DP-FedAvg's defense (:func:`leakshield.defenses.dp_fedavg.
+    client_level_epsilon`), which keeps the PRV estimate at q = 1 too."""
+    if bound > VACUOUS or not math.isfinite(bound) or bound == 0:
+        return bound
+    from opacus.accountants.analysis.prv import PoissonSubsampledGaussianPRV
+
+    with warnings.catch_warnings():  # the domain's RDP sizing warns at the end of its order range
+        warnings.filterwarnings("ignore", "Optimal order is the")
+        warnings.simplefilter("ignore", RuntimeWarning)  # q = 1 takes a log of 0 inside PRV, harmlessly
+        tight = _prv_epsilon(
+            PoissonSubsampledGaussianPRV(sample_rate, noise_multiplier), rounds, delta, bound
+        )
+    return float(min(tight, bound))
+
+
 @functools.lru_cache(maxsize=4096)
 def poisson_epsilon(
     noise_multiplier: float, sample_rate: float, rounds: int, delta: float, adjacency: Adjacency
@@ -165,7 +185,6 @@ def poisson_epsilon(
     if sample_rate == 1:
         return gaussian_epsilon(noise_multiplier, rounds, delta, adjacency)
     from opacus.accountants import RDPAccountant
-    from opacus.accountants.analysis.prv import PoissonSubsampledGaussianPRV
 
     # Opacus's add/remove RDP bound; tripled, it sizes the replace-one PRV's truncation domain (a
     # replaced client is one removed and one added; the margin is measured, not proven: the tests hold
@@ -175,11 +194,10 @@ def poisson_epsilon(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Opacus: best order at the end of its range; log(0) at q = 1
         bound = float(rdp.get_epsilon(delta=delta))
-        if not math.isfinite(bound) or bound > VACUOUS:
-            return bound if adjacency == "add-remove" else math.inf
         if adjacency == "add-remove":
-            return min(_prv_epsilon(PoissonSubsampledGaussianPRV(sample_rate, noise_multiplier), rounds,
-                                    delta, bound), bound)  # fmt: skip
+            return add_remove_below_bound(noise_multiplier, sample_rate, rounds, delta, bound)
+        if not math.isfinite(bound) or bound > VACUOUS:
+            return math.inf
         prv = ReplaceOnePoissonGaussianPRV(sample_rate, noise_multiplier)
         return _prv_epsilon(prv, rounds, delta, 3 * bound, widen=3.0)
 

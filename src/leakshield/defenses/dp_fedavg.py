@@ -28,7 +28,6 @@ noise: they lie outside the guarantee.
 from __future__ import annotations
 
 import functools
-import math
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Literal
@@ -36,6 +35,7 @@ from typing import Literal
 import pydantic
 import torch
 
+from leakshield.crossdevice.accounting import VACUOUS, add_remove_below_bound  # noqa: F401  (VACUOUS: its path in 0.2)
 from leakshield.defenses.base import DEFENSES, ClientContext, Defense, Participation
 from leakshield.defenses.clipping import clipped
 from leakshield.defenses.dpsgd import MAX_NOISE_MULTIPLIER, check_finite_noise, dp_epsilon
@@ -61,11 +61,6 @@ class DPFedAvgParams(Params):
         return self
 
 
-#: above this RDP bound the guarantee is vacuous and Opacus's PRV discretisation no longer holds (it
-#: returned ε 720 for σ 0.01 at q 1, whose exact ε is over 5000): the RDP bound is reported instead
-VACUOUS = 100.0
-
-
 @functools.lru_cache(maxsize=1024)
 def client_level_epsilon(
     noise_multiplier: float, sample_rate: float, releases: int, delta: float, accountant: str = "prv"
@@ -75,18 +70,12 @@ def client_level_epsilon(
     where that exceeds :data:`VACUOUS`) or RDP accountant (``rdp``)."""
     if accountant not in ("prv", "rdp"):
         raise ValueError(f"accountant {accountant!r}: prv or rdp")
-    from opacus.accountants import PRVAccountant
-
     with warnings.catch_warnings():  # Opacus warns when the best RDP order is at the end of its range
         warnings.filterwarnings("ignore", "Optimal order is the")  # (the bound stays valid, if loose);
-        warnings.simplefilter("ignore", RuntimeWarning)  # q = 1 takes a log of 0 inside PRV, harmlessly
         bound = dp_epsilon(noise_multiplier, sample_rate, releases, delta)  # refuses what has no meaning
-        if accountant == "rdp" or bound > VACUOUS or not math.isfinite(bound) or bound == 0:
-            return bound
-        prv = PRVAccountant()
-        prv.history = [(noise_multiplier, sample_rate, releases)]
-        tight = prv.get_epsilon(delta=delta, eps_error=max(0.002 * bound, 1e-4), delta_error=delta * 1e-3)
-    return float(min(tight, bound))
+    if accountant == "rdp":
+        return bound
+    return add_remove_below_bound(noise_multiplier, sample_rate, releases, delta, bound)
 
 
 @DEFENSES.register(
