@@ -19,6 +19,7 @@ from leakshield import (
     __version__,
     cli_ats,
     cli_crossdevice,
+    cli_dpaudit,
     cli_fetch,
     cli_leaderboard,
     cli_membership,
@@ -181,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_leaderboard.add_parser(sub)
     cli_membership.add_parser(sub)
     cli_crossdevice.add_parser(sub)
+    cli_dpaudit.add_parser(sub)
     cli_fetch.add_parser(sub)
     return parser
 
@@ -293,6 +295,8 @@ COMMANDS = {
     "fetch-corpus": cli_fetch.cmd_fetch_corpus,
     "membership": cli_membership.cmd_membership,
     "cross-device": cli_crossdevice.cmd_cross_device,
+    "dp-audit": cli_dpaudit.cmd_dp_audit,
+    "check-dp": cli_dpaudit.cmd_check_dp,
 }
 
 

@@ -43,6 +43,16 @@ def add_parser(sub: Any) -> None:
         "--sample-rate 0.3 --dp central --noise-multiplier 0.5 --adaptive  (about 13 s per seed on 2 "
         "CPU cores). The measured curves: benchmarks/cross_device.py and docs/cross-device.md.",
     )
+    add_federation_options(p)
+    p.add_argument("--seeds", type=positive_int, default=1, help="seeds 0..N-1 (default 1)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="keep each seed's result as JSON here; a rerun skips the seeds kept")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    add_common_options(p)
+
+
+def add_federation_options(p: argparse.ArgumentParser) -> None:
+    """The population and DP-FedAvg settings (shared by ``cross-device``, ``dp-audit`` and ``check-dp``)."""
     p.add_argument("--data", choices=("digits", "text"), default="digits", help="population (default digits)")
     p.add_argument("--corpus", type=Path, default=None, help="text: the Rotten Tomatoes CSV (bz2 or not)")
     p.add_argument("--clients", type=positive_int, default=None, help="digits: clients (default 150)")
@@ -58,11 +68,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--adaptive", action="store_true", help="quantile-based adaptive clipping (central)")
     p.add_argument("--delta", type=float, default=None, help="δ of ε (default min(1e-5, 1/N^1.1))")
     p.add_argument("--local-lr", type=float, default=None, help="clients' SGD step (text 1.0, digits 0.1)")
-    p.add_argument("--seeds", type=positive_int, default=1, help="seeds 0..N-1 (default 1)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="keep each seed's result as JSON here; a rerun skips the seeds kept")  # fmt: skip
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
-    add_common_options(p)
 
 
 def settings_from(args: argparse.Namespace) -> Any:

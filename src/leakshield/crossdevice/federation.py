@@ -33,6 +33,7 @@ from torch.func import grad, vmap
 from torch.nn import functional as F
 
 from leakshield.crossdevice.accounting import fixed_size_epsilon, gaussian_epsilon, poisson_epsilon
+from leakshield.crossdevice.canary_clients import CanaryClients
 from leakshield.crossdevice.clipping import AdaptiveClip, clip_updates, update_noise_multiplier, update_norms
 from leakshield.crossdevice.models import Params, accuracy, bag_classifier, logits_for, mlp_classifier
 from leakshield.crossdevice.population import Population
@@ -162,6 +163,22 @@ def local_updates(params: Params, population: Population, clients: torch.Tensor,
     return {name: local[name] - params[name].unsqueeze(0) for name in params}
 
 
+def _client_updates(params: Params, population: Population, chosen: torch.Tensor,
+                    settings: CrossDeviceSettings, generator: torch.Generator,
+                    canaries: CanaryClients | None, bound: float) -> Params:  # fmt: skip
+    """Δ_k of the chosen clients in their order: real clients train (:func:`local_updates`), canaries
+    (ids ≥ N) send bound·c_i."""
+    n = population.clients
+    real = chosen[chosen < n]
+    if canaries is None or len(real) == len(chosen):
+        return local_updates(params, population, real, settings, generator)
+    fake = canaries.updates(chosen[chosen >= n] - n, bound, params)
+    if not len(real):
+        return fake
+    trained = local_updates(params, population, real, settings, generator)
+    return {k: torch.cat([trained[k], fake[k]]) for k in params}  # chosen is sorted: real ids first
+
+
 def default_delta(clients: int) -> float:
     """δ = min(10⁻⁵, 1/N^1.1). McMahan et al.'s 1/N^1.1 was set for N ≈ 760,000; at a few hundred
     clients it leaves N·δ ≈ 0.6, a guarantee that allows one client in two to be published."""
@@ -188,22 +205,41 @@ def client_epsilon(settings: CrossDeviceSettings, clients: int, participations: 
     return {adj: poisson_epsilon(z, q, t, delta, adj) for adj in ("add-remove", "replace-one")}
 
 
+def _check_canaries(settings: CrossDeviceSettings) -> None:
+    if settings.sampling != "poisson":
+        raise ConfigError("canaries: a canary's presence is add/remove adjacency, which fixed-size sampling "
+                          "does not define; use sampling: poisson")  # fmt: skip
+    if settings.dp.mode == "local":
+        raise ConfigError("canaries: under local noise the server sees who sent; audit central or none")
+
+
 def run_federation(population: Population, settings: CrossDeviceSettings, seed: int = 0, *,
                    capture: tuple[int, ...] = (), progress: Callable[[int], None] | None = None,
-                   device: str | torch.device = "cpu") -> FederationResult:  # fmt: skip
+                   device: str | torch.device = "cpu", canaries: CanaryClients | None = None,
+                   client_filter: Callable[[Params], Params] | None = None,
+                   observe: Callable[[int, Params], None] | None = None) -> FederationResult:  # fmt: skip
     """Train the federation for ``settings.rounds`` rounds from the seeded initial model; ``capture``:
     the rounds whose releases are kept (:class:`Released`, on the CPU), for the attacks. Random draws
-    come from seeded CPU generators whatever the ``device``, so a seed samples the same clients there."""
+    come from seeded CPU generators whatever the ``device``, so a seed samples the same clients there.
+
+    ``canaries``: :class:`CanaryClients` whose included ones join the population as clients N + i (Poisson
+    sampling, central or no noise); the server then divides by q·(N + m/2), the expected count of a
+    population whose m canaries are coins. ``client_filter``: applied by every client to its update
+    (a batch of updates, leading client dimension) before clipping. ``observe(round, mean)``: called with
+    every round's released aggregate Δ̄."""
     dp = settings.dp
     population = population.to(device)
     n = population.clients
+    if canaries is not None:
+        _check_canaries(settings)
     g_model = torch.Generator().manual_seed(seed)
     g_sample = torch.Generator().manual_seed(10_007 * seed + 1)
     g_noise = torch.Generator().manual_seed(10_007 * seed + 2)
     params = {k: t.to(device) for k, t in initial_model(population, settings, seed).items()}
     velocity = {name: torch.zeros_like(t) for name, t in params.items()}
+    m = canaries.count if canaries is not None else 0
     expected = (
-        settings.sample_rate * n
+        settings.sample_rate * (n + m / 2)
         if settings.sampling == "poisson"
         else max(1, round(settings.sample_rate * n))
     )
@@ -216,18 +252,22 @@ def run_federation(population: Population, settings: CrossDeviceSettings, seed: 
             dp.count_stddev if dp.count_stddev is not None else max(expected / 20, dp.noise_multiplier)
         )
         z_updates = update_noise_multiplier(dp.noise_multiplier, clip.count_stddev)
-    participations = torch.zeros(n, dtype=torch.long)
+    participations = torch.zeros(n + m, dtype=torch.long)
     history: dict[int, float] = {}
     bounds: list[float] = []
     captured: list[Released] = []
     start = time.perf_counter()
     for r in range(settings.rounds):
-        chosen = sample_clients(n, settings, g_sample)  # on the CPU
+        chosen = sample_clients(n + m, settings, g_sample)  # on the CPU
+        if canaries is not None:  # an excluded canary is no client: its draw is discarded
+            chosen = chosen[(chosen < n) | canaries.included[(chosen - n).clamp(min=0)]]
         participations[chosen] += 1
         bound = clip.bound if clip is not None else dp.clip
         bounds.append(bound)
         if len(chosen):
-            deltas = local_updates(params, population, chosen, settings, g_model)
+            deltas = _client_updates(params, population, chosen, settings, g_model, canaries, bound)
+            if client_filter is not None:
+                deltas = client_filter(deltas)
             norms = update_norms(deltas)
             if dp.mode == "none":
                 sent, sum_noise, denominator, sent_std = deltas, 0.0, len(chosen), 0.0
@@ -249,6 +289,8 @@ def run_federation(population: Population, settings: CrossDeviceSettings, seed: 
             }
         if clip is not None:  # the clipped count is released every round, an empty one too
             clip.step(norms.cpu() if len(chosen) else torch.zeros(0), expected, g_noise)
+        if observe is not None:
+            observe(r, mean)
         if r in capture:
             agg_std = math.sqrt(
                 (sum_noise / denominator) ** 2 + len(chosen) * (sent_std / max(denominator, 1)) ** 2
