@@ -110,20 +110,9 @@ class CanaryScores:
         assert self.change is not None
         return self._cosines(self.change)
 
-    def all_rounds(self) -> np.ndarray:
-        return np.max(np.stack(self.per_round), axis=0)
 
-
-def _reading(
-    observer: str,
-    scores: np.ndarray,
-    included: np.ndarray,
-    delta: float,
-    accountant: float,
-    audit: AuditSettings,
-    confidence: float,
-    seed: int,
-) -> Reading:
+def _reading(observer: str, scores: np.ndarray, included: np.ndarray, delta: float, accountant: float,
+             audit: AuditSettings, confidence: float, seed: int) -> Reading:  # fmt: skip
     x, y = scores[included], scores[~included]
     est = one_shot_estimate(x, y, delta, resamples=audit.resamples, confidence=audit.confidence, seed=seed)
     return Reading(observer, est, one_run_lower_bound(x, y, delta, confidence=confidence), accountant)
@@ -136,18 +125,35 @@ def _verdict(claimed: float, final: Reading, every: Reading) -> tuple[str, str]:
     if math.isinf(claimed):
         return "no claim", f"no finite ε is claimed; the canaries show ε ≥ {lower:.3g} (confidence {conf})"
     if lower > claimed:
-        return "refuted", (
-            f"the run is not DP at the claimed ε = {claimed:.3g}: the canaries show ε ≥ "
-            f"{lower:.3g} (confidence {conf})"
-        )
+        return "refuted", (f"the run is not DP at the claimed ε = {claimed:.3g}: the canaries show ε ≥ "
+                           f"{lower:.3g} (confidence {conf})")  # fmt: skip
     if low > claimed:
-        return "suspect", (
-            f"the estimate's interval lies above the claimed ε = {claimed:.3g} (from {low:.3g}) "
-            f"though the lower bound ({lower:.3g}) does not exceed it"
-        )
-    return "consistent", (
-        f"nothing found against ε = {claimed:.3g}: lower bound {lower:.3g}, estimate "
-        f"{max(final.estimate.epsilon, every.estimate.epsilon):.3g}"
+        return "suspect", (f"the estimate's interval lies above the claimed ε = {claimed:.3g} (from "
+                           f"{low:.3g}) though the lower bound ({lower:.3g}) does not exceed it")  # fmt: skip
+    return "consistent", (f"nothing found against ε = {claimed:.3g}: lower bound {lower:.3g}, estimate "
+                          f"{max(final.estimate.epsilon, every.estimate.epsilon):.3g}")  # fmt: skip
+
+
+def audit_scores(per_round: list[np.ndarray], final: np.ndarray, included: np.ndarray, delta: float,
+                 accountant: Callable[[int], float], claimed_epsilon: float | None, audit: AuditSettings,
+                 *, seed: int = 0, accuracy: float = math.nan,
+                 settings: dict[str, Any] | None = None) -> DPAudit:  # fmt: skip
+    """The audit of a run from its canaries' cosines: ``per_round`` (one array over the canaries per
+    round), ``final`` (with the model's whole change); ``accountant(t)``: the ε of the first t rounds
+    (∞ without noise); ``claimed_epsilon``: default the accountant's for the whole run."""
+    total = accountant(len(per_round))
+    claimed = total if claimed_epsilon is None else float(claimed_epsilon)
+    every_scores = np.max(np.stack(per_round), axis=0)
+    half = 1 - (1 - audit.confidence) / 2  # the verdict's two bounds share the significance
+    final_r = _reading("final model", final, included, delta, total, audit, half, seed)
+    every = _reading("all rounds", every_scores, included, delta, total, audit, half, seed)
+    rounds = [_reading(f"round {t}", s, included, delta, accountant(t + 1), audit, audit.confidence, seed)
+              for t, s in enumerate(per_round)]  # fmt: skip
+    verdict, reason = _verdict(claimed, final_r, every)
+    kept = {name: {"in": s[included].tolist(), "out": s[~included].tolist()}
+            for name, s in (("final model", final), ("all rounds", every_scores))}  # fmt: skip
+    return DPAudit(
+        claimed, total, delta, verdict, reason, final_r, every, rounds, kept, accuracy, settings or {}
     )
 
 
@@ -188,31 +194,7 @@ def audit_federation(
             return math.inf
         return poisson_epsilon(dp.noise_multiplier, settings.sample_rate, rounds, delta, "add-remove")
 
-    total = accountant(settings.rounds)
-    claimed = total if claimed_epsilon is None else float(claimed_epsilon)
+    info = {"federation": settings.model_dump(mode="json"), "audit": audit.model_dump(), "seed": seed}
     included = canaries.included.numpy()
-    half = 1 - (1 - audit.confidence) / 2  # the verdict's two bounds share the significance
-    final = _reading("final model", scores.final(), included, delta, total, audit, half, seed)
-    every = _reading("all rounds", scores.all_rounds(), included, delta, total, audit, half, seed)
-    rounds = [
-        _reading(f"round {t}", s, included, delta, accountant(t + 1), audit, audit.confidence, seed)
-        for t, s in enumerate(scores.per_round)
-    ]
-    verdict, reason = _verdict(claimed, final, every)
-    kept = {
-        name: {"in": s[included].tolist(), "out": s[~included].tolist()}
-        for name, s in (("final model", scores.final()), ("all rounds", scores.all_rounds()))
-    }
-    return DPAudit(
-        claimed,
-        total,
-        delta,
-        verdict,
-        reason,
-        final,
-        every,
-        rounds,
-        kept,
-        result.final_accuracy,
-        {"federation": settings.model_dump(mode="json"), "audit": audit.model_dump(), "seed": seed},
-    )
+    return audit_scores(scores.per_round, scores.final(), included, delta, accountant, claimed_epsilon, audit,
+                        seed=seed, accuracy=result.final_accuracy, settings=info)  # fmt: skip
