@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 @dataclass(frozen=True)
 class Mutant:
-    kind: str  #: attack, defense, metric, aggregator, text-attack (or dataset)
+    kind: str  #: attack, defense, metric, aggregator, text-attack, audit (or dataset)
     component: str  #: its registered name
     name: str  #: what the break does
     file: str  #: relative to src/leakshield
@@ -580,6 +580,41 @@ MUTANTS += [
            "text/imprint.py",
            "return torch.cat([states, states.mean(dim=1, keepdim=True).expand_as(states)], dim=-1)",
            "return torch.cat([states, states], dim=-1)", ("tests/test_text_imprint.py",)),
+]  # fmt: skip
+
+DP_AUDIT = "tests/test_dp_audit.py"
+CHECK_DP = "tests/test_check_dp.py"
+DP_AUDIT_FLOWER = "tests/test_dp_audit_flower.py"
+MUTANTS += [
+    Mutant("audit", "dp-audit", "held-out canaries replaced by the inserted ones", "dpaudit/audit.py",
+           "x, y = scores[included], scores[~included]", "x, y = scores[included], scores[included]",
+           (f"{DP_AUDIT}::test_a_misconfigured_dp_is_refuted_far_above_its_claim",)),
+    Mutant("audit", "dp-audit", "no canary joins the federation", "crossdevice/federation.py",
+           "chosen = chosen[(chosen < n) | canaries.included[(chosen - n).clamp(min=0)]]",
+           "chosen = chosen[chosen < n]", (DP_AUDIT,)),
+    Mutant("audit", "dp-audit", "the lower bound guesses the lowest scores", "dpaudit/lower_bound.py",
+           'order = np.argsort(-scores, kind="stable")', 'order = np.argsort(scores, kind="stable")',
+           (DP_AUDIT,)),
+    Mutant("audit", "dp-audit", "the lower bound drops Steinke et al.'s δ term", "dpaudit/lower_bound.py",
+           "return float(min(beta + 2 * canaries * delta * np.max(window / i), 1.0))",
+           "return float(min(beta, 1.0))", (f"{DP_AUDIT}::test_p_value_is_steinke_et_al_theorem",)),
+    Mutant("audit", "dp-audit", "the estimate reads one order of the Gaussian pair", "dpaudit/estimate.py",
+           "return np.maximum(_hockey_stick(e, m1, s1, m0, s0), _hockey_stick(e, m0, s0, m1, s1))",
+           "return _hockey_stick(e, m1, s1, m0, s0)", (DP_AUDIT,)),
+    Mutant("audit", "percentile-filter", "the filter keeps the smallest entries", "dpaudit/mislabelled.py",
+           "torch.where(t.abs() >= cut.view(shape)", "torch.where(t.abs() < cut.view(shape)", (DP_AUDIT,)),
+    Mutant("audit", "check-dp", "LocalDpMod's sensitivity checked the wrong way", "dpaudit/flower_check.py",
+           "    if sens < clip:", "    if sens > clip:", (CHECK_DP,)),
+    Mutant("audit", "check-dp", "a DP strategy without noise passes", "dpaudit/flower_check.py",
+           "    if z == 0:", "    if z < 0:", (CHECK_DP,)),
+    Mutant("audit", "check-dp", "one round's ε reported as the run's is not told apart",
+           "dpaudit/checker.py", "        if _close(claimed_epsilon, round_eps):", "        if False:", (CHECK_DP,)),
+    Mutant("audit", "flower-canaries", "a canary sends the opposite direction", "dpaudit/flower_canaries.py",
+           "            step = self.canaries.directions[i].double().numpy() * bound",
+           "            step = -self.canaries.directions[i].double().numpy() * bound", (DP_AUDIT_FLOWER,)),
+    Mutant("audit", "flower-canaries", "the recorder reads the run's change as the round's",
+           "dpaudit/flower_canaries.py", "self.per_round.append(self._cosines(v - self.last))",
+           "self.per_round.append(self._cosines(v - self.first))", (DP_AUDIT_FLOWER,)),
 ]  # fmt: skip
 
 #: every defense's mutants also run its case of the systematic view test (what the server sees changes as

@@ -25,6 +25,7 @@ REGISTERED = {
     "aggregator": set(AGGREGATORS.names()),
     "dataset": set(DATASETS.names()),
     "text-attack": set(TEXT_ATTACKS.names()),
+    "audit": {"dp-audit", "percentile-filter", "check-dp", "flower-canaries"},  # modules, not registries
 }
 
 
