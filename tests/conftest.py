@@ -83,6 +83,7 @@ RAY_FILES = {
     "test_flower_detectors.py",
     "test_flower_hostile.py",
     "test_flower_secagg.py",
+    "test_dp_audit_flower.py",
     "test_import_paths.py",
     "test_leakage_filter.py",
     "test_parallel.py",

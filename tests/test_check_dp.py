@@ -15,8 +15,6 @@ from leakshield.cli import main
 from leakshield.dpaudit.checker import check_cross_device, check_experiment
 from leakshield.dpaudit.flower_check import check_flower, check_flower_app
 
-pytestmark = pytest.mark.xdist_group("dp_audit")
-
 PYPROJECT = """
 [project]
 name = "{name}"
@@ -134,6 +132,59 @@ def test_noise_sized_for_more_replies_than_sampled_and_client_side_clipping_with
     assert not [f for f in fine if f.level == "error"], [f.line() for f in fine]
 
 
+def test_names_that_say_privacy_and_flowers_classes_by_inheritance():
+    from flwr.clientapp.mod import LocalDpMod
+    from flwr.serverapp.strategy import FedAvg
+
+    from leakshield.dpaudit.flower_check import named_as_privacy
+
+    for name in ("DPFedAvg", "FedAvgDP", "MyDPStrategy", "DpStrategy", "ldp_mod", "percentile_privacy_mod",
+                 "PercentilePrivacy", "DifferentiallyPrivateAvg"):  # fmt: skip
+        assert named_as_privacy(name), name
+    for name in ("FedAvg", "adaptiveclipping_mod", "SecAggPlusWorkflow", "update_step", "FedAdp", "Dropout"):
+        assert not named_as_privacy(name), name
+
+    class MyLocalDp(LocalDpMod):
+        pass
+
+    found = check_flower(None, [MyLocalDp(clipping_norm=1.0, sensitivity=1e-3, epsilon=0.5, delta=1e-5)])
+    assert [f.where for f in found if f.level == "error"] == ["LocalDpMod.sensitivity"]
+
+    class DPFedAvg(FedAvg):  # named as DP, adds no noise
+        pass
+
+    assert [f.level for f in check_flower(DPFedAvg(), []) if f.where == "DPFedAvg"] == ["error"]
+
+
+def test_the_sample_count_follows_flowers_rule():
+    """Flower samples max(int(n·fraction), min_train_nodes): 10 nodes at 0.1 with the default minimum of
+    2 sample 2, so noise sized for 2 is right."""
+    from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
+
+    right = DifferentialPrivacyServerSideFixedClipping(FedAvg(fraction_train=0.1), 1.0, 1.0, 2)
+    assert not [f for f in check_flower(right, [], nodes=10) if f.level == "error"]
+    over = DifferentialPrivacyServerSideFixedClipping(FedAvg(fraction_train=0.1), 1.0, 1.0, 3)
+    assert [f for f in check_flower(over, [], nodes=10) if f.where.endswith("num_sampled_clients")]
+    # the strategy's own fraction, not the run config's, is what Flower samples by
+    assert not [f for f in check_flower(right, [], nodes=10, fraction_train=0.05) if f.level == "error"]
+
+
+def test_an_app_whose_code_fails_is_one_line_and_apps_of_the_same_module_names_are_read_afresh(tmp_path):
+    from leakshield.errors import ConfigError
+
+    first = write_app(tmp_path / "one", "same", noise=0.0, sampled=10, mods="")
+    second = write_app(tmp_path / "two", "same", noise=1.0, sampled=10, mods="")
+    assert any(f.where.endswith("noise_multiplier") for f in check_flower_app(first))
+    assert not any(f.where.endswith("noise_multiplier") for f in check_flower_app(second))
+    broken = write_app(tmp_path / "three", "broken", noise=1.0, sampled=10, mods="")
+    (broken / "broken_app.py").write_text(
+        (broken / "broken_app.py").read_text() + "\nraise RuntimeError('boom')\n"
+    )
+    with pytest.raises(ConfigError, match="RuntimeError: boom"):
+        check_flower_app(broken)
+    assert main(["check-dp", str(first / "pyproject.toml")]) == 1  # the file names its folder
+
+
 def test_main_style_server_app_without_the_hook_is_reported_unchecked(tmp_path):
     app = write_app(tmp_path / "plain", "plain", noise=1.0, sampled=10, mods="")
     project = app / "pyproject.toml"
@@ -151,6 +202,7 @@ def test_experiment_config_findings(tmp_path):
         models: [lenet]
         defenses:
           - {name: dp-fedavg, noise_multiplier: 0.0}
+          - {stack: [{name: clipping, bound: 1.0}, {name: gaussian-noise, sigma: 0.0}], label: zero-noise}
           - {name: gaussian-noise, sigma: 0.01}
           - stack: [{name: clipping, bound: 1.0}, {name: gaussian-noise, sigma: 0.01}]
           - {name: dp-sgd}
@@ -162,7 +214,8 @@ def test_experiment_config_findings(tmp_path):
     assert ("error", "defenses[dp-fedavg]") in by
     assert ("warning", "defenses[gaussian-noise]") in by
     assert any("without a clipping bound" in f.message for f in findings)
-    assert any("after clipping" in f.message for f in findings)
+    assert any("after clipping:" in f.message and f.level == "warning" for f in findings)
+    assert any("scale 0" in f.message and f.level == "error" for f in findings)
     assert any("per example" in f.message for f in findings)
 
 

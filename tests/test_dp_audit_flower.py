@@ -25,8 +25,6 @@ from leakshield.crossdevice.population import digit_population  # noqa: E402
 from leakshield.dpaudit.audit import AuditSettings  # noqa: E402
 from leakshield.dpaudit.flower_canaries import CanaryMod, CanaryRecorder  # noqa: E402
 
-pytestmark = pytest.mark.xdist_group("dp_audit")
-
 REAL, CANARIES, ROUNDS, CLIP, DELTA = 8, 200, 3, 0.5, 1e-5
 SETTINGS = CrossDeviceSettings(local_lr=0.1, width=32, local_epochs=1, local_batch=5)
 
@@ -66,7 +64,12 @@ def federation(noise: float) -> CanaryRecorder:
 
 
 def accountant(noise: float):
-    return lambda t: gaussian_epsilon(noise, t, DELTA, "add-remove") if noise > 0 else float("inf")
+    """The Gaussian ε of t rounds of every node (no sampling: fraction 1), for a sensitivity of
+    (1 + EXCLUDED_NORM)·S: an included canary's update against an excluded one's."""
+    from leakshield.dpaudit.flower_canaries import EXCLUDED_NORM
+
+    z = noise / (1 + EXCLUDED_NORM)
+    return lambda t: gaussian_epsilon(z, t, DELTA, "add-remove") if noise > 0 else float("inf")
 
 
 def _context(node: int) -> Context:
@@ -96,7 +99,6 @@ def test_canary_mod_replies_with_its_direction_or_almost_nothing_and_lets_real_n
             assert torch.allclose(step, 2.0 * canaries.directions[i], atol=1e-6)
         else:
             assert float(step.norm()) == pytest.approx(2.0 * EXCLUDED_NORM, rel=1e-4)
-            assert abs(float(step @ canaries.directions[i])) < 2.0 * EXCLUDED_NORM
     with pytest.raises(ValueError, match="only 6 drawn"):
         mod(msg, _context(9), lambda m, c: None)
 
@@ -113,7 +115,7 @@ def test_canary_recorder_reads_round_changes_and_refuses_a_round_that_changed_no
         rec(3, ArrayRecord({"w": canaries.directions[2] + canaries.directions[3]}))
 
 
-@pytest.mark.slow  # two simulations of 208 nodes: 50 s on 2 cores
+@pytest.mark.slow  # two simulations of 208 nodes: 41–50 s on 2 cores
 def test_flower_federation_without_noise_is_refuted_and_with_noise_is_consistent(monkeypatch):
     monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "0")
     settings = AuditSettings(canaries=CANARIES, resamples=200)

@@ -319,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except (OSError, sqlite3.OperationalError) as exc:  # a full, read-only or misnamed target anywhere
         again = "rerun the same command once it is writable: it resumes"
-        resumes = args.command in ("run", "leaderboard", "fit", "membership", "cross-device")
+        resumes = args.command in ("run", "leaderboard", "fit", "membership", "cross-device", "dp-audit")
         problem = storage_error(exc, resume=again if resumes else "", verb="use")
         if problem is None:
             raise

@@ -35,6 +35,7 @@ def _epsilon(text: str) -> float:
 
 
 def add_parser(sub: Any) -> None:
+    """Register ``dp-audit`` and ``check-dp``."""
     p = sub.add_parser(
         "dp-audit",
         help="does the federation's DP do what it says? canary clients, an ε estimate and a lower bound",
@@ -48,7 +49,7 @@ def add_parser(sub: Any) -> None:
         "the run is not DP at that ε, at the stated confidence. Exit status 1 when refuted.",
         epilog="Example: leakshield dp-audit --rounds 50 --sample-rate 0.1 --noise-multiplier 3 "
         "--out runs/audit  (about 10 s on 2 CPU cores; writes audit.html and one JSON per seed). "
-        "The how-to: docs/check-my-dp.md.",
+        "The how-to: docs/howto/check-my-dp.md.",
     )
     add_federation_options(p)
     p.add_argument(
@@ -56,7 +57,7 @@ def add_parser(sub: Any) -> None:
         type=positive_int,
         default=1000,
         help="canary clients, half inserted by coin (default 1000): more raise the lower bound's "
-        "ceiling, about ln(canaries/20)",
+        "ceiling (3.86 at 1000 and 95 %%; about ln(canaries/20) while canaries·δ is small)",
     )
     p.add_argument(
         "--claimed-epsilon",
@@ -64,7 +65,9 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="the ε the deployment states (default: the accountant's for these settings)",
     )
-    p.add_argument("--confidence", type=float, default=0.95, help="of the lower bound and interval (0.95)")
+    p.add_argument("--confidence", type=float, default=0.95,
+                   help="of the verdict, over all seeds (0.95): with --seeds N each seed's bounds run at "
+                   "(1 − confidence)/N")  # fmt: skip
     p.add_argument("--resamples", type=positive_int, default=1000, help="bootstrap draws (default 1000)")
     p.add_argument("--seeds", type=positive_int, default=1, help="seeds 0..N-1 (default 1)")
     p.add_argument(
@@ -89,18 +92,25 @@ def add_parser(sub: Any) -> None:
         "leakshield check-dp --noise-multiplier 1 --rounds 300 --claimed-epsilon 2",
     )
     c.add_argument(
-        "target", nargs="?", type=Path, default=None, help="a Flower app folder or experiment YAML"
+        "target",
+        nargs="?",
+        type=Path,
+        default=None,
+        help="a Flower app folder (or its pyproject.toml) or an experiment YAML; the federation options "
+        "below apply only without it",
     )
     add_federation_options(c)
     c.add_argument("--claimed-epsilon", type=_epsilon, default=None, help="the ε the deployment states")
-    c.add_argument("--cache-dir", type=Path, default=None, help=argparse.SUPPRESS)
 
 
 def _audit_settings(args: argparse.Namespace) -> Any:
     from leakshield.dpaudit.audit import AuditSettings
 
+    # with several seeds each runs at (1 − confidence)/seeds, so that "any seed refuted" (the exit status)
+    # keeps the stated confidence (Bonferroni)
+    confidence = 1 - (1 - args.confidence) / args.seeds
     try:
-        return AuditSettings(canaries=args.canaries, confidence=args.confidence, resamples=args.resamples)
+        return AuditSettings(canaries=args.canaries, confidence=confidence, resamples=args.resamples)
     except pydantic.ValidationError as exc:
         raise ConfigError(f"dp-audit: {format_validation_error(exc)}") from None
 
@@ -115,6 +125,8 @@ def _line(r: dict[str, Any]) -> str:
 
 
 def cmd_dp_audit(args: argparse.Namespace) -> int:
+    """Audit each seed (kept seeds are read back), write the report, print the verdicts; exit 1 when a
+    seed refutes the claim."""
     from tqdm import tqdm
 
     from leakshield.dpaudit.audit import audit_federation
@@ -129,8 +141,11 @@ def cmd_dp_audit(args: argparse.Namespace) -> int:
             "dp-audit: canaries test add/remove of a client: --sampling poisson with --dp central or none"
         )
     population = population_from(args)
+    from leakshield.dpaudit import code_stamp
+
     config = {
         **data_identity(args, population),
+        "audit_code": code_stamp(),
         "settings": settings.model_dump(mode="json"),
         "audit": audit.model_dump(),
         "claimed": args.claimed_epsilon,
@@ -198,6 +213,7 @@ def _from_dict(d: dict[str, Any]) -> Any:
 
 
 def cmd_check_dp(args: argparse.Namespace) -> int:
+    """Print the findings for the target (or the federation options); exit 1 on an error."""
     from leakshield.dpaudit.checker import check_cross_device, check_experiment
     from leakshield.dpaudit.findings import has_errors
     from leakshield.dpaudit.flower_check import check_flower_app
@@ -207,7 +223,8 @@ def cmd_check_dp(args: argparse.Namespace) -> int:
         settings = settings_from(args)
         clients = 301 if args.data == "text" else (150 if args.clients is None else args.clients)
         findings = check_cross_device(settings, clients, args.claimed_epsilon)
-    elif target.is_dir():
+    elif target.name == "pyproject.toml" or target.is_dir():
+        target = target.parent if target.name == "pyproject.toml" else target
         findings = check_flower_app(target.resolve())
     elif target.is_file():
         from leakshield.experiment.config import load_config

@@ -40,6 +40,7 @@ class CanaryClients:
 
     @property
     def count(self) -> int:
+        """m, the canaries drawn (inserted and held out)."""
         return int(self.directions.shape[0])
 
     def updates(self, ids: torch.Tensor, bound: float, like: Params) -> Params:

@@ -163,6 +163,13 @@ def local_updates(params: Params, population: Population, clients: torch.Tensor,
     return {name: local[name] - params[name].unsqueeze(0) for name in params}
 
 
+def _canaries_within_bound(norms: torch.Tensor, canary: torch.Tensor, bound: float) -> torch.Tensor:
+    """A canary's update is the bound by construction: its norm, ``bound·c_i`` in float32, may round
+    either side of the bound, which would let rounding decide whether adaptive clipping counts it as
+    clipped. Canary rows are held at most at the bound (real rows unchanged)."""
+    return torch.where(canary.to(norms.device), norms.clamp(max=bound), norms)
+
+
 def _client_updates(params: Params, population: Population, chosen: torch.Tensor,
                     settings: CrossDeviceSettings, generator: torch.Generator,
                     canaries: CanaryClients | None, bound: float) -> Params:  # fmt: skip
@@ -224,8 +231,9 @@ def run_federation(population: Population, settings: CrossDeviceSettings, seed: 
 
     ``canaries``: :class:`CanaryClients` whose included ones join the population as clients N + i (Poisson
     sampling, central or no noise); the server then divides by q·(N + m/2), the expected count of a
-    population whose m canaries are coins. ``client_filter``: applied by every client to its update
-    (a batch of updates, leading client dimension) before clipping. ``observe(round, mean)``: called with
+    population whose m canaries are coins; adaptive clipping counts a canary as unclipped. ``client_filter``:
+    applied by every client to its update before clipping, on a batch of updates (leading client
+    dimension, canaries included): it must treat each row on its own. ``observe(round, mean)``: called with
     every round's released aggregate Δ̄."""
     dp = settings.dp
     population = population.to(device)
@@ -268,7 +276,7 @@ def run_federation(population: Population, settings: CrossDeviceSettings, seed: 
             deltas = _client_updates(params, population, chosen, settings, g_model, canaries, bound)
             if client_filter is not None:
                 deltas = client_filter(deltas)
-            norms = update_norms(deltas)
+            norms = _canaries_within_bound(update_norms(deltas), chosen >= n, bound)
             if dp.mode == "none":
                 sent, sum_noise, denominator, sent_std = deltas, 0.0, len(chosen), 0.0
             else:

@@ -13,8 +13,14 @@ global model).
 
 The verdict tests the claimed ε with the final-model and all-rounds lower bounds, each at half the
 significance: ``refuted`` when one exceeds the claim (the run is not (ε, δ)-DP at the claimed ε, at the
-stated confidence), ``suspect`` when only the estimate's interval lies above the claim, else
-``consistent`` (the audit found nothing, which does not prove the claim)."""
+stated confidence), ``suspect`` when the estimate's interval lies above the claim and the canaries are
+detectable (a lower bound above 0) though not enough to refute it, else ``consistent`` (the audit found
+nothing, which does not prove the claim). The estimate alone never makes a run suspect: fitted to a few
+hundred canaries a side it reads ε ≈ 0.6 where the truth is 0 (docs/dp-audit.md).
+
+The per-round readings run at the full confidence each, uncorrected across rounds: for a mechanism
+that meets its ε exactly, about one round in twenty may show a bound above that round's ε by chance.
+They are shown, not tested."""
 
 from __future__ import annotations
 
@@ -43,13 +49,14 @@ from leakshield.dpaudit.lower_bound import LowerBound, one_run_lower_bound
 
 class AuditSettings(pydantic.BaseModel):
     """canaries: m, half of them inserted by coin (more canaries: a higher ceiling for the lower bound,
-    about ln(m/20) at 95 %). confidence of the lower bound and of the estimate's interval. resamples:
-    bootstrap draws of the estimate."""
+    3.86 at 1,000 and 95 %, growing about like ln(m/20) while m·δ is small). confidence of the lower
+    bound and of the estimate's interval. resamples: bootstrap draws of a whole-run estimate (a round's:
+    at most 200; memory: resamples × m numbers)."""
 
     model_config = pydantic.ConfigDict(extra="forbid", allow_inf_nan=False)
-    canaries: int = pydantic.Field(default=1000, ge=8, le=100_000)
+    canaries: int = pydantic.Field(default=1000, ge=8, le=20_000)
     confidence: float = pydantic.Field(default=0.95, gt=0.5, lt=1)
-    resamples: int = pydantic.Field(default=1000, ge=100, le=100_000)
+    resamples: int = pydantic.Field(default=1000, ge=100, le=10_000)
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,7 @@ class DPAudit:
     settings: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field as plain JSON-ready values (∞ stays a float)."""
         return asdict(self)
 
 
@@ -107,14 +115,19 @@ class CanaryScores:
         )
 
     def final(self) -> np.ndarray:
+        """Each canary's cosine with the model's whole change θ_T − θ_0."""
         assert self.change is not None
         return self._cosines(self.change)
 
 
+#: bootstrap draws of a single round's estimate (shown, not tested): at most this many
+ROUND_RESAMPLES = 200
+
+
 def _reading(observer: str, scores: np.ndarray, included: np.ndarray, delta: float, accountant: float,
-             audit: AuditSettings, confidence: float, seed: int) -> Reading:  # fmt: skip
+             audit: AuditSettings, confidence: float, seed: int, resamples: int) -> Reading:  # fmt: skip
     x, y = scores[included], scores[~included]
-    est = one_shot_estimate(x, y, delta, resamples=audit.resamples, confidence=audit.confidence, seed=seed)
+    est = one_shot_estimate(x, y, delta, resamples=resamples, confidence=audit.confidence, seed=seed)
     return Reading(observer, est, one_run_lower_bound(x, y, delta, confidence=confidence), accountant)
 
 
@@ -127,7 +140,7 @@ def _verdict(claimed: float, final: Reading, every: Reading) -> tuple[str, str]:
     if lower > claimed:
         return "refuted", (f"the run is not DP at the claimed ε = {claimed:.3g}: the canaries show ε ≥ "
                            f"{lower:.3g} (confidence {conf})")  # fmt: skip
-    if low > claimed:
+    if low > claimed and lower > 0:
         return "suspect", (f"the estimate's interval lies above the claimed ε = {claimed:.3g} (from "
                            f"{low:.3g}) though the lower bound ({lower:.3g}) does not exceed it")  # fmt: skip
     return "consistent", (f"nothing found against ε = {claimed:.3g}: lower bound {lower:.3g}, estimate "
@@ -145,10 +158,13 @@ def audit_scores(per_round: list[np.ndarray], final: np.ndarray, included: np.nd
     claimed = total if claimed_epsilon is None else float(claimed_epsilon)
     every_scores = np.max(np.stack(per_round), axis=0)
     half = 1 - (1 - audit.confidence) / 2  # the verdict's two bounds share the significance
-    final_r = _reading("final model", final, included, delta, total, audit, half, seed)
-    every = _reading("all rounds", every_scores, included, delta, total, audit, half, seed)
-    rounds = [_reading(f"round {t}", s, included, delta, accountant(t + 1), audit, audit.confidence, seed)
-              for t, s in enumerate(per_round)]  # fmt: skip
+    final_r = _reading("final model", final, included, delta, total, audit, half, seed, audit.resamples)
+    every = _reading("all rounds", every_scores, included, delta, total, audit, half, seed, audit.resamples)
+    few = min(audit.resamples, ROUND_RESAMPLES)
+    rounds = [
+        _reading(f"round {t}", s, included, delta, accountant(t + 1), audit, audit.confidence, seed, few)
+        for t, s in enumerate(per_round)
+    ]
     verdict, reason = _verdict(claimed, final_r, every)
     kept = {name: {"in": s[included].tolist(), "out": s[~included].tolist()}
             for name, s in (("final model", final), ("all rounds", every_scores))}  # fmt: skip

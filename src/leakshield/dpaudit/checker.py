@@ -51,7 +51,8 @@ def check_cross_device(settings: Any, clients: int, claimed_epsilon: float | Non
     delta = dp.delta if dp.delta is not None else default_delta(clients)
     import torch
 
-    most = torch.tensor([max(1, round(settings.rounds * settings.sample_rate))])
+    # local noise: the worst case, a client in every round (the run's busiest client is not known here)
+    most = torch.tensor([settings.rounds])
     total = client_epsilon(settings, clients, most, delta)
     one = client_epsilon(settings.model_copy(update={"rounds": 1}), clients, torch.tensor([1]), delta)
     relation = "replace-one" if total.get("add-remove") is None else "add-remove"
@@ -106,7 +107,9 @@ def check_cross_device(settings: Any, clients: int, claimed_epsilon: float | Non
                 "the rounds it took part in, without amplification (the server knows who sent)",
             )
         )
-    if settings.sampling == "fixed":
+    if dp.mode == "local":
+        pass  # no amplification by sampling: the note on sampling does not apply
+    elif settings.sampling == "fixed":
         out.append(
             Finding(
                 "info",
@@ -201,12 +204,15 @@ def check_experiment(config: Any) -> list[Finding]:
                         )
                     )
                 else:
+                    zero = scale == 0
                     out.append(
                         Finding(
-                            "warning",
+                            "error" if zero else "warning",
                             where,
-                            f"{d.name} after clipping: a DP mechanism in form, but "
-                            "no accountant reports its ε here",
+                            f"{d.name} after clipping with scale 0: no noise, so no ε"
+                            if zero
+                            else f"{d.name} after clipping: a DP mechanism in form, but no accountant "
+                            "reports its ε here",
                             "use dp-fedavg, which accounts it",
                         )
                     )

@@ -84,11 +84,13 @@ def gaussian_pair_epsilon(
 ) -> np.ndarray:
     """The smallest ε with δ(ε) ≤ ``delta`` for the pair (bisection; δ(ε) decreases in ε), capped at
     :data:`EPS_CAP`."""
+    if not (np.all(np.asarray(sd_in) > 0) and np.all(np.asarray(sd_out) > 0)):
+        raise ValueError("gaussian_pair_epsilon: the standard deviations must be > 0")
     m1, s1, m0, s0 = np.broadcast_arrays(
         *(np.asarray(v, dtype=np.float64) for v in (mu_in, sd_in, mu_out, sd_out))
     )
     lo, hi = np.zeros(m1.shape), np.full(m1.shape, EPS_CAP)
-    for _ in range(60):
+    for _ in range(40):  # [0, 200] to 2e-10
         mid = (lo + hi) / 2
         above = gaussian_pair_delta(mid, m1, s1, m0, s0) > delta
         lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
@@ -125,6 +127,8 @@ def one_shot_estimate(
     """Andrew et al.'s ε from the inserted canaries' scores (``in_scores``) and the held-out ones'
     (``out_scores``), at ``delta``, with a percentile-bootstrap interval of ``confidence``."""
     x, y = np.asarray(in_scores, dtype=np.float64), np.asarray(out_scores, dtype=np.float64)
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError("one_shot_estimate: a score is not finite (the run diverged?)")
     if len(x) < 2 or len(y) < 2:
         raise ValueError(
             f"one_shot_estimate: {len(x)} inserted and {len(y)} held-out scores; at least 2 each"

@@ -19,9 +19,11 @@ class Finding:
     fix: str = ""
 
     def line(self) -> str:
+        """``level: where: message — fix: …`` on one line."""
         fix = f" — fix: {self.fix}" if self.fix else ""
         return f"{self.level}: {self.where}: {self.message}{fix}"
 
 
 def has_errors(findings: list[Finding]) -> bool:
+    """Whether any finding is an error (the checker's exit status)."""
     return any(f.level == "error" for f in findings)

@@ -18,11 +18,13 @@ strategy; one that builds it in ``@app.main()`` names the function that does (ca
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import re
 import sys
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,11 +32,32 @@ from typing import Any
 from leakshield.dpaudit.findings import Finding
 from leakshield.errors import ConfigError
 
-_PRIVACY_NAME = re.compile(r"(privacy|private|differential|(^|[^a-z])dp([^a-z]|$))", re.IGNORECASE)
+#: words that name a component as a privacy mechanism (CamelCase and snake_case split into words)
+PRIVACY_WORDS = frozenset(
+    {"dp", "ldp", "cdp", "privacy", "private", "privately", "differential", "differentially"}
+    | {"privatize", "privatized", "privatise", "privatised"}
+)
 
 
 def _name(obj: Any) -> str:
     return getattr(obj, "__name__", None) or type(obj).__name__
+
+
+def named_as_privacy(name: str) -> bool:
+    """Whether a class or function name says privacy: ``DPFedAvg``, ``ldp_mod``, ``PercentilePrivacy``."""
+    words = re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+", name)
+    return any(w.lower() in PRIVACY_WORDS for w in words)
+
+
+def _kind_of(obj: Any, name: str) -> bool:
+    """Whether ``obj`` is ``name`` or an instance of a class so named or derived from one."""
+    if _name(obj) == name:
+        return True
+    return any(c.__name__ == name for c in type(obj).__mro__)
+
+
+def _flower_dp_strategy(obj: Any) -> bool:
+    return any(c.__name__.startswith("DifferentialPrivacy") for c in type(obj).__mro__)
 
 
 def _strategies(strategy: Any) -> list[Any]:
@@ -73,17 +96,19 @@ def _local_dp(mod: Any, rounds: int | None) -> list[Finding]:
                 f"{sens:g} while updates are clipped at {clip:g}: the "
                 f"noise is sized for updates {clip / max(sens, 1e-300):.3g}× smaller than the ones "
                 "sent, so the stated ε does not hold",
-                f"sensitivity = clipping_norm = {clip:g}",
+                f"sensitivity = clipping_norm = {clip:g} (an update against none), or {2 * clip:g} "
+                "(against any other update)",
             )
         )
-    if eps == 0 or delta == 0:
+    if eps == 0 or not 0 < delta < 1:
         return [
             *out,
             Finding(
                 "error",
                 where,
-                f"epsilon {eps:g}, delta {delta:g}: the noise is infinite or undefined",
-                "0 < epsilon < 1, 0 < delta",
+                f"epsilon {eps:g}, delta {delta:g}: the noise is infinite or undefined, or δ "
+                "guarantees nothing",
+                "0 < epsilon < 1, 0 < delta ≪ 1",
             ),
         ]
     if eps >= 1:
@@ -104,8 +129,8 @@ def _local_dp(mod: Any, rounds: int | None) -> list[Finding]:
                 "warning",
                 f"{where}.epsilon",
                 f"{eps:g} is spent by every round a client takes part "
-                f"in: over {rounds} rounds up to {total:.3g} (exact Gaussian composition, zero-out "
-                "adjacency)",
+                f"in: over {rounds} rounds up to {total:.3g} (exact Gaussian composition, an update "
+                "against none; more against any other update)",
                 f"report ε = {total:.3g} for the run",
             )
         )
@@ -125,7 +150,7 @@ def _dp_strategy(s: Any, mods: list[Any], sampled: int | None) -> list[Finding]:
             )
         )
     if "ClientSide" in name and not any(
-        _name(m) in ("fixedclipping_mod", "adaptiveclipping_mod") for m in mods
+        _kind_of(m, "fixedclipping_mod") or _kind_of(m, "adaptiveclipping_mod") for m in mods
     ):
         out.append(
             Finding(
@@ -148,29 +173,33 @@ def _dp_strategy(s: Any, mods: list[Any], sampled: int | None) -> list[Finding]:
                 f"num_sampled_clients = {sampled}",
             )
         )
-    accountant = getattr(s, "accountant", None)
-    method = getattr(getattr(getattr(accountant, "config", None), "sampling_method", None), "value", None)
-    if accountant is None:
+    if getattr(s, "accountant", None) is None:  # the adaptive wrappers take none at all
+        takes = hasattr(s, "accountant")
         out.append(
             Finding(
                 "warning",
                 name,
-                "no accountant: the strategy adds noise but computes no ε; Flower "
-                "samples a fixed number of nodes without replacement, so a Poisson ε does not apply",
-                "account replace-one for fixed-size sampling (leakshield cross-device "
-                "--sampling fixed), or pass an accountant",
-            )
-        )
-    elif method == "poisson":
-        out.append(
-            Finding(
-                "warning",
-                f"{name}.accountant",
-                "assumes Poisson sampling; the strategy samples a fixed number of nodes without replacement",
-                "sampling_method='without-replacement'",
+                "computes no ε: the strategy adds noise but reports no ε; it samples a fixed number of "
+                "nodes without replacement, so a Poisson ε does not apply",
+                ("pass accountant= (Flower's fixed-clipping accounting, no amplification), or " * takes)
+                + "account replace-one for fixed-size sampling (leakshield cross-device --sampling fixed)",
             )
         )
     return out
+
+
+def _sampled(chain: list[Any], nodes: int | None, fraction_train: float | None) -> int | None:
+    """Nodes a round samples, as Flower does: max(int(nodes·fraction), the minimum), at most all; the
+    strategy's own fraction before the run config's."""
+    frac, least = None, 2
+    for s in chain:
+        if frac is None:
+            frac = getattr(s, "fraction_train", getattr(s, "fraction_fit", None))
+            least = int(getattr(s, "min_train_nodes", getattr(s, "min_fit_clients", 2)))
+    frac = frac if frac is not None else fraction_train
+    if not nodes or frac is None:
+        return None
+    return min(nodes, max(int(nodes * float(frac)), least))
 
 
 def check_flower(
@@ -184,18 +213,15 @@ def check_flower(
     """Findings for a Flower strategy (with its wrappers) and a ClientApp's mods."""
     mods = list(mods)
     out: list[Finding] = []
-    frac = fraction_train
     chain = _strategies(strategy)
-    for s in chain:
-        frac = frac if frac is not None else getattr(s, "fraction_train", getattr(s, "fraction_fit", None))
-    sampled = max(int(nodes * frac), 1) if nodes and frac else None
+    sampled = _sampled(chain, nodes, fraction_train)
     noised = False
     for s in chain:
         name = type(s).__name__
-        if name.startswith("DifferentialPrivacy"):
+        if _flower_dp_strategy(s):
             noised = noised or float(getattr(s, "noise_multiplier", 0)) > 0
             out += _dp_strategy(s, mods, sampled)
-        elif _PRIVACY_NAME.search(name):
+        elif named_as_privacy(name):
             out.append(
                 Finding(
                     "error",
@@ -208,12 +234,12 @@ def check_flower(
             )
     for mod in mods:
         name = _name(mod)
-        if name == "LocalDpMod":
+        if _kind_of(mod, "LocalDpMod"):
             noised = True
             out += _local_dp(mod, rounds)
-        elif name in ("fixedclipping_mod", "adaptiveclipping_mod"):
+        elif _kind_of(mod, "fixedclipping_mod") or _kind_of(mod, "adaptiveclipping_mod"):
             continue
-        elif _PRIVACY_NAME.search(name):
+        elif named_as_privacy(name):
             out.append(
                 Finding(
                     "error",
@@ -228,19 +254,13 @@ def check_flower(
     return out
 
 
-def _import(target: str, base: Path) -> Any:
+def _import(target: str) -> Any:
     module, _, attr = target.partition(":")
     if not attr:
         raise ConfigError(f"{target}: expected 'module:attribute'")
-    sys.path.insert(0, str(base))
-    try:
-        obj: Any = importlib.import_module(module)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"{target}: cannot import from {base} ({exc})") from None
-    finally:
-        sys.path.remove(str(base))
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
     return obj
 
 
@@ -250,8 +270,45 @@ def _context(run_config: dict[str, Any]) -> Any:
     return Context(run_id=0, node_id=0, node_config={}, state=RecordDict(), run_config=dict(run_config))
 
 
+@contextlib.contextmanager
+def _app_code(folder: Path) -> Iterator[None]:
+    """The app's folder importable first; its modules forgotten afterwards (a second app with the same
+    module names is read afresh); any error of the app's code one ConfigError."""
+    before = set(sys.modules)
+    sys.path.insert(0, str(folder))
+    try:
+        yield
+    except ConfigError:
+        raise
+    except Exception as exc:  # the app's own code: any error it raises is the app's
+        raise ConfigError(f"{folder}: the app's code failed: {type(exc).__name__}: {exc}") from None
+    finally:
+        sys.path.remove(str(folder))
+        for name in set(sys.modules) - before:
+            file = getattr(sys.modules[name], "__file__", None) or ""
+            if file.startswith(str(folder)):
+                del sys.modules[name]
+
+
+def _run_config(flwr: dict[str, Any]) -> dict[str, Any]:
+    """``[tool.flwr.app.config]`` with nested tables flattened to dotted keys, as Flower does."""
+
+    def flat(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in table.items():
+            if isinstance(value, dict):
+                out.update(flat(value, f"{prefix}{key}."))
+            else:
+                out[f"{prefix}{key}"] = value
+        return out
+
+    return flat(flwr.get("app", {}).get("config", {}))
+
+
 def load_flower_app(folder: Path) -> FlowerApp:
-    """Read a Flower app folder's strategy, mods and run settings (see the module docstring)."""
+    """Read a Flower app folder's strategy, mods and run settings (see the module docstring). The app's
+    modules are imported and its strategy is built (its ``server_fn`` or the named function is called),
+    as ``flwr run`` would; nothing trains."""
     project = folder / "pyproject.toml"
     if not project.is_file():
         raise ConfigError(f"{folder}: no pyproject.toml (a Flower app folder has one)")
@@ -261,7 +318,7 @@ def load_flower_app(folder: Path) -> FlowerApp:
         raise ConfigError(f"{project}: {exc}") from None
     flwr = toml.get("tool", {}).get("flwr", {})
     components = flwr.get("app", {}).get("components", {})
-    run_config = dict(flwr.get("app", {}).get("config", {}))
+    run_config = _run_config(flwr)
     app = FlowerApp()
     for key in ("num-server-rounds", "num-rounds"):
         if key in run_config:
@@ -274,28 +331,27 @@ def load_flower_app(folder: Path) -> FlowerApp:
         if isinstance(fed, dict) and "num-supernodes" in fed.get("options", {}):
             app.nodes = int(fed["options"]["num-supernodes"])
             break
-    if "clientapp" in components:
-        client = _import(components["clientapp"], folder)
-        app.mods = list(getattr(client, "_mods", []))
     hook = toml.get("tool", {}).get("leakshield", {}).get("check-dp", {}).get("strategy")
-    if hook:
-        app.strategy = _import(hook, folder)(_context(run_config))
-    elif "serverapp" in components:
-        server = _import(components["serverapp"], folder)
-        server_fn = getattr(server, "_server_fn", None)
-        if server_fn is not None:
-            app.strategy = server_fn(_context(run_config)).strategy
-        else:
-            app.notes.append(
-                Finding(
-                    "warning",
-                    "serverapp",
-                    "builds its strategy in @app.main(), which the "
-                    "checker cannot read without running it: server-side DP is unchecked",
-                    "name the function that builds the strategy in [tool.leakshield.check-dp] "
-                    'strategy = "module:function"',
+    with _app_code(folder):
+        if "clientapp" in components:
+            app.mods = list(getattr(_import(components["clientapp"]), "_mods", []))
+        if hook:
+            app.strategy = _import(hook)(_context(run_config))
+        elif "serverapp" in components:
+            server_fn = getattr(_import(components["serverapp"]), "_server_fn", None)
+            if server_fn is not None:
+                app.strategy = server_fn(_context(run_config)).strategy
+            else:
+                app.notes.append(
+                    Finding(
+                        "warning",
+                        "serverapp",
+                        "builds its strategy in @app.main(), which the "
+                        "checker cannot read without running it: server-side DP is unchecked",
+                        "name the function that builds the strategy in [tool.leakshield.check-dp] "
+                        'strategy = "module:function"',
+                    )
                 )
-            )
     return app
 
 

@@ -75,6 +75,8 @@ def one_run_lower_bound(
     """ε lower bound from the scores of the included (``in_scores``) and excluded canaries; guesses are
     the r highest scores."""
     x, y = np.asarray(in_scores, dtype=np.float64), np.asarray(out_scores, dtype=np.float64)
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError("one_run_lower_bound: a score is not finite (the run diverged?)")
     m = len(x) + len(y)
     scores = np.concatenate([y, x])
     truth = np.concatenate([np.zeros(len(y), bool), np.ones(len(x), bool)])

@@ -66,7 +66,8 @@ accuracy {audit.accuracy:.3f}.</p>
 <p>Estimate: Andrew et al. 2024 (Gaussian fits: inserted μ {conf.mu_in:.3g} σ {conf.sd_in:.3g}, held out
 μ {conf.mu_out:.3g} σ {conf.sd_out:.3g} for the final model), bootstrap interval. Lower bound: Steinke et
 al. 2023, one run, confidence {audit.final.lower_bound.confidence:.3g} for each whole-run row,
-{audit.rounds[0].lower_bound.confidence:.3g} for a round's.</p>
+{audit.rounds[0].lower_bound.confidence:.3g} for a round's (uncorrected across rounds: about one round in
+twenty of a mechanism that meets its ε exactly may exceed it by chance).</p>
 <img alt="cosines of inserted and held-out canaries" src="data:image/png;base64,{png}">
 {f"<p>Reproduce: <code>{html.escape(command)}</code></p>" if command else ""}
 </section>"""
