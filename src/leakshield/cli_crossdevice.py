@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -147,26 +148,35 @@ def cmd_cross_device(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     population = population_from(args)
     config = {**data_identity(args, population), "settings": settings.model_dump(mode="json")}
-    results = []
-    for seed in range(args.seeds):
-        path = args.out / f"seed{seed}.json" if args.out is not None else None
-        if path is not None and path.is_file():
-            kept = _restored(json.loads(path.read_text()))
-            if kept.get("config") == config:
-                results.append(kept["result"])
-                continue
-        result = run_seed(population, settings, seed, device, args.quiet)
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(_finite({"config": config, "result": result})))
-            tmp.replace(path)
-        results.append(result)
+    results = per_seed(args.out, args.seeds, config, "result",
+                       lambda seed: run_seed(population, settings, seed, device, args.quiet))  # fmt: skip
     if args.json:  # ∞ as the string "inf": JSON has no infinity
         print(json.dumps(_finite({"config": config, "results": results}), indent=1))
         return 0
     print(summary(args, population, results))
     return 0
+
+
+def per_seed(out: Path | None, seeds: int, config: dict[str, Any], key: str,
+             run: Callable[[int], dict[str, Any]]) -> list[dict[str, Any]]:  # fmt: skip
+    """Each seed's result: read back from OUT/seedN.json when kept there under the same ``config``
+    (as ``{"config": …, key: result}``), else ``run(seed)``, kept atomically (a killed run resumes)."""
+    results = []
+    for seed in range(seeds):
+        path = out / f"seed{seed}.json" if out is not None else None
+        if path is not None and path.is_file():
+            kept = _restored(json.loads(path.read_text()))
+            if kept.get("config") == config:
+                results.append(kept[key])
+                continue
+        result = run(seed)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(_finite({"config": config, key: result})))
+            tmp.replace(path)
+        results.append(result)
+    return results
 
 
 def _finite(value: Any) -> Any:

@@ -17,9 +17,9 @@ import pydantic
 from leakshield.cli_common import add_common_options, positive_int, set_threads
 from leakshield.cli_crossdevice import (
     _finite,
-    _restored,
     add_federation_options,
     data_identity,
+    per_seed,
     population_from,
     settings_from,
 )
@@ -150,33 +150,16 @@ def cmd_dp_audit(args: argparse.Namespace) -> int:
         "audit": audit.model_dump(),
         "claimed": args.claimed_epsilon,
     }
-    audits, kept = [], []
-    for seed in range(args.seeds):
-        path = args.out / f"seed{seed}.json" if args.out is not None else None
-        if path is not None and path.is_file():
-            old = _restored(json.loads(path.read_text()))
-            if old.get("config") == config:
-                kept.append(old["audit"])
-                audits.append(_from_dict(old["audit"]))
-                continue
+
+    def run(seed: int) -> dict[str, Any]:
         bar = tqdm(total=settings.rounds, desc=f"seed {seed}", disable=args.quiet, leave=False)
-        a = audit_federation(
-            population,
-            settings,
-            seed,
-            audit=audit,
-            claimed_epsilon=args.claimed_epsilon,
-            progress=lambda _r, bar=bar: bar.update(1),
-            device=device,
-        )
+        a = audit_federation(population, settings, seed, audit=audit, claimed_epsilon=args.claimed_epsilon,
+                             progress=lambda _r: bar.update(1), device=device)  # fmt: skip
         bar.close()
-        audits.append(a)
-        kept.append(a.to_dict())
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(_finite({"config": config, "audit": a.to_dict()})))
-            tmp.replace(path)
+        return a.to_dict()
+
+    kept = per_seed(args.out, args.seeds, config, "audit", run)
+    audits = [_from_dict(a) for a in kept]
     command = "leakshield " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["dp-audit"] else ""
     if args.out is not None:
         (args.out / "audit.html").write_text(audit_page(audits, command))
