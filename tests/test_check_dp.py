@@ -286,3 +286,5 @@ def test_check_dp_command_on_cross_device_options_and_bad_targets(tmp_path, caps
     capsys.readouterr()
     assert main(["check-dp", str(tmp_path / "missing")]) != 0
     assert "no such file or folder" in capsys.readouterr().err
+    assert main(["check-dp", str(tmp_path), "--claimed-epsilon", "1"]) != 0
+    assert "--claimed-epsilon" in capsys.readouterr().err

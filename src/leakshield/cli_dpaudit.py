@@ -202,6 +202,9 @@ def cmd_check_dp(args: argparse.Namespace) -> int:
     from leakshield.dpaudit.flower_check import check_flower_app
 
     target: Path | None = args.target
+    if target is not None and args.claimed_epsilon is not None:
+        raise ConfigError("check-dp: --claimed-epsilon is checked against the cross-device options; with a "
+                          "TARGET the settings are read from it (drop one of the two)")  # fmt: skip
     if target is None:
         settings = settings_from(args)
         clients = 301 if args.data == "text" else (150 if args.clients is None else args.clients)
