@@ -624,8 +624,8 @@ MUTANTS += [
            "            step = self.canaries.directions[i].double().numpy() * bound",
            "            step = -self.canaries.directions[i].double().numpy() * bound", (DP_AUDIT_FLOWER,)),
     Mutant("audit", "flower-canaries", "the recorder reads the run's change as the round's",
-           "dpaudit/flower_canaries.py", "self.per_round.append(self._cosines(v - self.last))",
-           "self.per_round.append(self._cosines(v - self.first))", (DP_AUDIT_FLOWER,)),
+           "dpaudit/flower_canaries.py", "self.per_round.append(self.canaries.cosines(v - self.last))",
+           "self.per_round.append(self.canaries.cosines(v - self.first))", (DP_AUDIT_FLOWER,)),
 ]  # fmt: skip
 
 #: every defense's mutants also run its case of the systematic view test (what the server sees changes as

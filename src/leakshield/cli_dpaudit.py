@@ -129,6 +129,7 @@ def cmd_dp_audit(args: argparse.Namespace) -> int:
     seed refutes the claim."""
     from tqdm import tqdm
 
+    from leakshield.crossdevice.federation import check_canaries
     from leakshield.dpaudit.audit import audit_federation
     from leakshield.dpaudit.report import audit_page
     from leakshield.experiment.world import resolve_device
@@ -136,10 +137,7 @@ def cmd_dp_audit(args: argparse.Namespace) -> int:
     set_threads(args.threads, args.matmul_precision)
     device = str(resolve_device(args.device))
     settings, audit = settings_from(args), _audit_settings(args)
-    if settings.sampling != "poisson" or settings.dp.mode == "local":
-        raise ConfigError(
-            "dp-audit: canaries test add/remove of a client: --sampling poisson with --dp central or none"
-        )
+    check_canaries(settings)  # before the population is built
     population = population_from(args)
     from leakshield.dpaudit import code_stamp
 

@@ -8,8 +8,10 @@ excluded half are the held-out canaries the inserted half is compared with."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from leakshield.crossdevice.models import Params
@@ -42,6 +44,15 @@ class CanaryClients:
     def count(self) -> int:
         """m, the canaries drawn (inserted and held out)."""
         return int(self.directions.shape[0])
+
+    @functools.cached_property
+    def _directions64(self) -> np.ndarray:
+        return self.directions.double().numpy()
+
+    def cosines(self, vector: np.ndarray) -> np.ndarray:
+        """The cosine of ``vector`` (entries in the order of :func:`flat`) with every canary direction."""
+        v = np.asarray(vector, dtype=np.float64)
+        return self._directions64 @ v / max(float(np.linalg.norm(v)), 1e-300)
 
     def updates(self, ids: torch.Tensor, bound: float, like: Params) -> Params:
         """The updates canaries ``ids`` (0-based canary indices) send: bound·c_i, shaped like ``like``

@@ -212,7 +212,8 @@ def client_epsilon(settings: CrossDeviceSettings, clients: int, participations: 
     return {adj: poisson_epsilon(z, q, t, delta, adj) for adj in ("add-remove", "replace-one")}
 
 
-def _check_canaries(settings: CrossDeviceSettings) -> None:
+def check_canaries(settings: CrossDeviceSettings) -> None:
+    """Refuse settings a canary audit cannot test (one line each)."""
     if settings.sampling != "poisson":
         raise ConfigError("canaries: a canary's presence is add/remove adjacency, which fixed-size sampling "
                           "does not define; use sampling: poisson")  # fmt: skip
@@ -239,7 +240,7 @@ def run_federation(population: Population, settings: CrossDeviceSettings, seed: 
     population = population.to(device)
     n = population.clients
     if canaries is not None:
-        _check_canaries(settings)
+        check_canaries(settings)
     g_model = torch.Generator().manual_seed(seed)
     g_sample = torch.Generator().manual_seed(10_007 * seed + 1)
     g_noise = torch.Generator().manual_seed(10_007 * seed + 2)

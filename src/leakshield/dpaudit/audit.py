@@ -96,19 +96,15 @@ class CanaryScores:
     so far with every canary direction (what :func:`run_federation` ``observe`` calls)."""
 
     def __init__(self, canaries: CanaryClients, settings: CrossDeviceSettings) -> None:
-        self.directions = canaries.directions.double()
+        self.canaries = canaries
         self.momentum, self.lr = settings.server_momentum, settings.server_lr
         self.per_round: list[np.ndarray] = []
         self.velocity: torch.Tensor | None = None
         self.change: torch.Tensor | None = None
 
-    def _cosines(self, vector: torch.Tensor) -> np.ndarray:
-        norm = float(vector.norm())
-        return (self.directions @ vector / max(norm, 1e-300)).numpy()
-
     def __call__(self, round_: int, mean: Params) -> None:
         v = flat(mean).detach().double().cpu()
-        self.per_round.append(self._cosines(v))
+        self.per_round.append(self.canaries.cosines(v.numpy()))
         self.velocity = v if self.velocity is None else self.momentum * self.velocity + v
         self.change = (
             self.lr * self.velocity if self.change is None else self.change + self.lr * self.velocity
@@ -117,7 +113,7 @@ class CanaryScores:
     def final(self) -> np.ndarray:
         """Each canary's cosine with the model's whole change θ_T − θ_0."""
         assert self.change is not None
-        return self._cosines(self.change)
+        return self.canaries.cosines(self.change.numpy())
 
 
 #: bootstrap draws of a single round's estimate (shown, not tested): at most this many

@@ -84,13 +84,9 @@ class CanaryRecorder:
 
     def __init__(self, canaries: CanaryClients) -> None:
         self.canaries = canaries
-        self.directions = canaries.directions.double().numpy()
         self.per_round: list[np.ndarray] = []
         self.first: np.ndarray | None = None
         self.last: np.ndarray | None = None
-
-    def _cosines(self, v: np.ndarray) -> np.ndarray:
-        return self.directions @ v / max(float(np.linalg.norm(v)), 1e-300)
 
     def __call__(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
         v = _vector(arrays)
@@ -103,7 +99,7 @@ class CanaryRecorder:
                     f"CanaryRecorder: round {server_round} left the global model unchanged: no "
                     "reply was aggregated (see the ClientApps' errors); nothing to audit"
                 )
-            self.per_round.append(self._cosines(v - self.last))
+            self.per_round.append(self.canaries.cosines(v - self.last))
         self.last = v
         return None
 
@@ -113,6 +109,6 @@ class CanaryRecorder:
         if not self.per_round or self.first is None or self.last is None:
             raise ValueError("CanaryRecorder: no round recorded; pass it as the strategy's evaluate_fn")
         audit = settings or AuditSettings(canaries=self.canaries.count)
-        return audit_scores(self.per_round, self._cosines(self.last - self.first),
+        return audit_scores(self.per_round, self.canaries.cosines(self.last - self.first),
                             self.canaries.included.numpy(), delta, accountant, claimed_epsilon, audit,
                             accuracy=math.nan, settings=info)  # fmt: skip
