@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 import pydantic
 
-from leakshield.errors import ConfigError, UnknownNameError
+from leakshield.errors import ConfigError, LeakshieldError, UnknownNameError
 
 T = TypeVar("T")
 
@@ -137,6 +137,14 @@ class Registry(Generic[T]):
         self.requires_threat = requires_threat
         self._entries: dict[str, Entry[T]] = {}
         self._aliases: dict[str, tuple[str, dict[str, Any]]] = {}
+        #: functions that build an entry for a name no registration holds (None: not theirs), e.g. the
+        #: model registry's ``import:my_pkg.nets:make_net``
+        self._resolvers: list[Callable[[str], Entry[T] | None]] = []
+
+    def add_resolver(self, resolver: Callable[[str], Entry[T] | None]) -> None:
+        """Consult ``resolver`` for names that are not registered (it returns None for names not its
+        own, or raises :class:`ConfigError` with the reason a name of its own cannot be built)."""
+        self._resolvers.append(resolver)
 
     def register(
         self,
@@ -180,7 +188,12 @@ class Registry(Generic[T]):
         return sorted(self._entries)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries or name in self._aliases
+        if name in self._entries or name in self._aliases:
+            return True
+        try:
+            return isinstance(name, str) and any(r(name) is not None for r in self._resolvers)
+        except LeakshieldError:  # a resolver's own name that cannot be built: not a component
+            return False
 
     def __iter__(self) -> Iterator[Entry[T]]:
         return iter(self._entries[n] for n in self.names())
@@ -192,6 +205,10 @@ class Registry(Generic[T]):
         if name in self._aliases:
             target, implied = self._aliases[name]
             return self._entries[target], implied
+        for resolver in self._resolvers:
+            found = resolver(name)
+            if found is not None:
+                return found, {}
         allowed = sorted([*self._entries, *self._aliases])
         close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]!r}?)" if close else ""

@@ -34,6 +34,9 @@ class NpzParams(DatasetParams):
         default=None, ge=2, description="classes (None: the names' count, else the largest label + 1)"
     )
     classes: str | None = pydantic.Field(default=None, description=f"names: one of {sorted(CLASS_NAMES)}")
+    test_file: str | None = pydantic.Field(
+        default=None, min_length=1, description="a second .npz, same keys, as the test split (None: drawn)"
+    )
 
     @pydantic.field_validator("classes")
     @classmethod
@@ -97,14 +100,14 @@ def read_npz_images(path: Path, images_key: str = "images", labels_key: str = "l
     params=NpzParams,
 )
 def load_npz(params: NpzParams, root: Path | None = None) -> RawDataset:
-    path = Path(params.file).expanduser()
-    if not path.is_absolute():
-        if root is None:
-            raise DataFileMissingError(
-                f"npz: no data root given (--data-root or dataset.root) for the relative file {params.file}"
-            )
-        path = root / path
+    path = _located(params.file, root)
     data = read_npz_images(path, params.images_key, params.labels_key)
+    test = None
+    if params.test_file is not None:
+        test = read_npz_images(_located(params.test_file, root), params.images_key, params.labels_key)
+        if test.x.shape[1:] != data.x.shape[1:]:
+            raise DataFileMissingError(f"{params.test_file}: images of shape {tuple(test.x.shape[1:])}; the "
+                                       f"training file's are {tuple(data.x.shape[1:])}")  # fmt: skip
     if len(data.y) < 2:
         raise DataFileMissingError(f"{path}: {len(data.y)} images; a dataset needs at least two")
     names = CLASS_NAMES[params.classes] if params.classes else ()
@@ -115,4 +118,19 @@ def load_npz(params: NpzParams, root: Path | None = None) -> RawDataset:
         )
     if names and len(names) != num_classes:
         raise DataFileMissingError(f"{path}: {num_classes} classes but {params.classes} names {len(names)}")
-    return RawDataset(train=data, test=None, num_classes=num_classes, class_names=names)
+    if test is not None and int(test.y.max()) >= num_classes:
+        raise DataFileMissingError(f"{params.test_file}: label {int(test.y.max())} beyond the {num_classes} "
+                                   "classes of the training file")  # fmt: skip
+    return RawDataset(train=data, test=test, num_classes=num_classes, class_names=names)
+
+
+def _located(file: str, root: Path | None) -> Path:
+    """``file`` as an absolute path (relative ones under ``root``)."""
+    path = Path(file).expanduser()
+    if not path.is_absolute():
+        if root is None:
+            raise DataFileMissingError(
+                f"npz: no data root given (--data-root or dataset.root) for the relative file {file}"
+            )
+        path = root / path
+    return path

@@ -34,6 +34,7 @@ from leakshield.experiment.sections import (
 from leakshield.experiment.yaml_files import file_name, read_yaml
 from leakshield.fl.config import FLConfig, LocalTraining
 from leakshield.models import MODELS
+from leakshield.models.imported import model_entry
 from leakshield.registry import Registry, component_entry, format_validation_error
 from leakshield.threats import Adversary
 
@@ -156,7 +157,7 @@ class ExperimentConfig(Section):
     @pydantic.field_validator("models", "attacks", mode="before")
     @classmethod
     def _names_to_components(cls, value: Any) -> Any:
-        return [component_entry(v) for v in value] if isinstance(value, list) else value
+        return [model_entry(component_entry(v)) for v in value] if isinstance(value, list) else value
 
     @pydantic.model_validator(mode="after")
     def _sensitive_victims_need_a_rule(self) -> ExperimentConfig:

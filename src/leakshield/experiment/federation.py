@@ -23,6 +23,7 @@ from leakshield.experiment.config import Component, ExperimentConfig
 from leakshield.experiment.fitting import ArtifactUse, FitSetting, fit_defenses
 from leakshield.fl import HonestClient
 from leakshield.models import create_model
+from leakshield.models.imported import identity
 
 #: ``fits_for`` value: fit no client's artifacts (a server never sees a client's data)
 NO_CLIENT = -1
@@ -69,7 +70,7 @@ def fitted_model(
         clients=clients,
         fl=config.fl,
         model=net,
-        model_id={"name": spec.name, **spec.params},
+        model_id=identity(spec.name, spec.params),
         seed=seed,
         device=device,
         progress=progress,

@@ -17,6 +17,7 @@ from leakshield.experiment.fitting import FitSetting, fit_attack
 from leakshield.experiment.protocols import CellOutput, register_protocol
 from leakshield.experiment.world import ExperimentContext
 from leakshield.fl import HonestClient, Observation, ServerKnowledge, ThreatModel, observe_victim
+from leakshield.models.imported import identity
 from leakshield.seeds import victim_attack_seed, victim_round_generator
 
 
@@ -36,7 +37,7 @@ def attack_fit_setting(world: ExperimentContext, cell: Cell) -> FitSetting:
     """What an attack's public-split fit for ``cell`` sees: the cell's fresh model, its identity, seed."""
     assert cell.model and cell.defense and cell.seed is not None
     net, _ = world.models.fresh(cell.model, cell.defense, cell.seed)
-    model_id = {"name": cell.model.name, **cell.model.params}
+    model_id = identity(cell.model.name, cell.model.params)
     return FitSetting(world.info, world.data.public, world.models.clients, world.config.fl, net, model_id,
                       cell.seed, world.device, world.progress)  # fmt: skip
 

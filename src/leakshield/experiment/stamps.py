@@ -26,6 +26,7 @@ from leakshield.experiment.cells import Cell
 from leakshield.experiment.config import ExperimentConfig
 from leakshield.experiment.store import ResultStore
 from leakshield.models import MODELS
+from leakshield.models.imported import identity
 from leakshield.old_import_paths import new_path
 from leakshield.registry import Registry
 
@@ -98,7 +99,7 @@ class Stamper:
         if cell.model is not None:
             model = cell.model
             found["model"] = self._component(
-                "model", model.display, home_modules(MODELS, model.name), {"name": model.name, **model.params}
+                "model", model.display, home_modules(MODELS, model.name), identity(model.name, model.params)
             )
         if cell.defense is not None:
             defense = cell.defense

@@ -18,6 +18,7 @@ import torch
 
 from leakshield.membership.config import MembershipConfig, MembershipRow
 from leakshield.membership.run import Guarantee, SeedRun
+from leakshield.models.imported import code_hash, is_user_model
 
 #: the game's module, and the packages whose registries a config names components from: every module
 #: under them is a root (a package's registering imports are not followed by the code graph)
@@ -43,6 +44,8 @@ def code_digest() -> str:
 def run_key(config: MembershipConfig, row: MembershipRow, seed: int, device: str = "cpu") -> str:
     """The digest a kept (row, seed) must carry to be reused."""
     setting = config.model_dump(mode="json", exclude={"rows", "seeds", "fpr"})
+    if is_user_model(config.model.name):  # a user's network: its source is part of the key
+        setting["model_code"] = code_hash(config.model.name)
     text = json.dumps([setting, row.model_dump(mode="json"), seed, code_digest(), torch.__version__,
                        torch.device(device).type], sort_keys=True)  # fmt: skip
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -22,6 +22,7 @@ from leakshield.membership.config import MembershipConfig, MembershipRow
 from leakshield.membership.signals import SignalObserver
 from leakshield.metrics.utility import accuracy
 from leakshield.models import create_model
+from leakshield.models.imported import identity
 from leakshield.seeds import seeded_generator
 
 #: the stream of the pool and coin draw
@@ -138,7 +139,7 @@ def run_seed(
     net = pipeline.model_hook(net, seed=seed).to(device)
     cache = cache or ArtifactCache()
     setting = FitSetting(info=info, public=public, clients=clients, fl=fl, model=net,
-                         model_id={"name": config.model.name, **config.model.params}, seed=seed,
+                         model_id=identity(config.model.name, config.model.params), seed=seed,
                          device=torch.device(device), progress=progress)  # fmt: skip
     pipeline, _ = fit_defenses(pipeline, setting, cache)
     index, owner, member, stage = candidate_layout(members, outside, config.clients)

@@ -13,6 +13,15 @@ from leakshield.registry import Registry
 MODELS: Registry[nn.Module] = Registry("model")
 
 
+def _user_models(name: str):
+    from leakshield.models.imported import imported_entry
+
+    return imported_entry(name)
+
+
+MODELS.add_resolver(_user_models)
+
+
 def create_model(
     name: str,
     params: Mapping[str, Any] | None = None,
