@@ -133,6 +133,12 @@ MEMBERSHIP = (
     b"clients: 4\nrecords_per_client: 8\nrounds: 2\nseeds: [0, 1]\nmodel: {name: mlp, width: 16}\nrows:\n"
     b"  - {label: none}\n  - {label: noise, stack: [{name: gaussian-noise, sigma: 0.1}]}\n"
 )
+AUDIT = (
+    b"name: a\nmodel: {name: mlp, width: 16}\ndata: {name: digits, size: 16, channels: 1}\nrounds: 2\n"
+    b"federation: {clients: 2, local: {algorithm: fedavg, batch_size: 2}}\nseeds: [0, 1]\nvictims: 1\n"
+    b"fresh_victims: 1\nbudget: 0.02\ndefenses: [{name: gaussian-noise, sigma: 0.01}]\n"
+    b"membership: {clients: 4, records_per_client: 8}\n"
+)
 COMMANDS = {
     "run": (RUN, lambda path, tmp: ["run", str(path), "--dry-run", "--out", str(tmp / "run"), *ARGS]),
     "fit": (RUN, lambda path, tmp: ["fit", str(path), "--cache-dir", str(tmp / "cache"), *ARGS]),
@@ -140,6 +146,8 @@ COMMANDS = {
     "leaderboard": (BOARD, lambda path, tmp: ["leaderboard", "--config", str(path), "--preset", "quick",
                                               "--dry-run", "--out", str(tmp / "lb"), *ARGS]),
     "membership": (MEMBERSHIP, lambda path, tmp: ["membership", str(path), "--print-config"]),
+    "audit": (AUDIT, lambda path, tmp: ["audit", str(path), "--plan", "--no-estimate", "--out", str(tmp / "a"),
+                                        *ARGS]),
 }  # fmt: skip
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from leakshield import (
     __version__,
     cli_ats,
+    cli_audit,
     cli_crossdevice,
     cli_dpaudit,
     cli_fetch,
@@ -184,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_crossdevice.add_parser(sub)
     cli_dpaudit.add_parser(sub)
     cli_fetch.add_parser(sub)
+    cli_audit.add_parser(sub)
     return parser
 
 
@@ -284,6 +286,9 @@ def cmd_ats(args: argparse.Namespace) -> int:
     return cli_ats.cmd_ats(args)
 
 
+#: the commands a rerun resumes
+RESUMING = ("run", "leaderboard", "fit", "membership", "cross-device", "dp-audit", "audit")
+
 COMMANDS = {
     "run": cmd_run,
     "fit": cmd_fit,
@@ -297,6 +302,7 @@ COMMANDS = {
     "cross-device": cli_crossdevice.cmd_cross_device,
     "dp-audit": cli_dpaudit.cmd_dp_audit,
     "check-dp": cli_dpaudit.cmd_check_dp,
+    "audit": cli_audit.cmd_audit,
 }
 
 
@@ -319,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except (OSError, sqlite3.OperationalError) as exc:  # a full, read-only or misnamed target anywhere
         again = "rerun the same command once it is writable: it resumes"
-        resumes = args.command in ("run", "leaderboard", "fit", "membership", "cross-device", "dp-audit")
+        resumes = args.command in RESUMING
         problem = storage_error(exc, resume=again if resumes else "", verb="use")
         if problem is None:
             raise

@@ -1,0 +1,376 @@
+"""The audit's report: per threat model the worst measured leakage of the federation as it runs (its
+strongest attack on fresh victims per seed, with intervals over seeds, and the worst attack after each
+attacked round), what each candidate defense buys at the strength that fits the accuracy budget (ranked
+by the leaderboard's rule), the DP settings check, the reconstructions beside the originals, the
+attacks left out and why, and the commands that reproduce every number. HTML, and PDF through headless
+Chromium's print-to-PDF."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+from leakshield import __version__
+from leakshield.dpaudit.checker import check_experiment
+from leakshield.dpaudit.findings import Finding
+from leakshield.experiment.config import DefenseSetting
+from leakshield.experiment.store import CellRecord, atomic_write_bytes
+from leakshield.leaderboard.budgets import BudgetChoice, accuracy_costs, within_budget
+from leakshield.leaderboard.margin import bounded_mean
+from leakshield.leaderboard.ranking import AttackScore, Standing, standings, threats
+from leakshield.membership.section import Standing as MembershipStanding
+from leakshield.model_audit.config import AuditConfig
+from leakshield.model_audit.facts import ModelFacts
+from leakshield.model_audit.pdf import html_to_pdf
+from leakshield.model_audit.plan import YOURS, PlannedAttack
+from leakshield.model_audit.tables import escape as _e
+from leakshield.model_audit.tables import membership_html
+from leakshield.model_audit.tables import table as _table
+
+STYLE = (
+    "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222;line-height:1.4}"
+    "table{border-collapse:collapse;margin:0.6em 0 1.2em}td,th{border:1px solid #bbb;padding:4px 8px;"
+    "text-align:right;vertical-align:top}td:first-child,th:first-child{text-align:left}"
+    ".box{background:#f4f4f4;padding:0.6em 1em}.leak{color:#a00;font-weight:bold}"
+    "figure{margin:0 0 1em}figcaption{font-size:90%}img{image-rendering:pixelated;max-width:100%}"
+    "code{background:#f0f0f0;padding:0 3px}h2{border-bottom:1px solid #ccc;margin-top:1.6em}"
+    "h2,h3{page-break-after:avoid}table,figure,li{page-break-inside:avoid}</style>"
+)
+#: where the reconstruction grid's rows are explained
+GRID_CAPTION = (
+    "top row: the victims' images; bottom row: the attack's reconstructions (a middle row, when "
+    "present: the images as the defense changed them)"
+)
+
+
+@dataclass(frozen=True)
+class ThreatFinding:
+    """One threat model's answer: the federation's own row (``yours``, or no defense when it runs
+    none), the worst attack after each attacked round, every row, the budget's ranking and the strongest
+    cell's image (PNG of its first seed)."""
+
+    threat: str
+    own: Standing
+    by_round: list[tuple[int, AttackScore]]
+    rows: list[Standing]
+    budget: BudgetChoice
+    image: bytes | None = None
+
+    @property
+    def leaks(self) -> bool:
+        return self.own.strongest is not None and self.own.strongest.measurable
+
+
+@dataclass
+class AuditReport:
+    """The audit's findings (:func:`build_report`); ``to_html`` and ``to_pdf`` render them."""
+
+    config: AuditConfig
+    facts: ModelFacts
+    attacks: list[PlannedAttack]
+    findings: list[ThreatFinding]
+    dp: list[Finding]
+    out: Path
+    cells: int
+    #: defense → its accuracy cost below no defense in words (mean, one-sided bound, seeds)
+    costs: dict[str, str] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
+    #: what the run computed: ``{computed, stored, failed, reruns}`` (empty for a report rebuilt alone)
+    counts: dict[str, int] = field(default_factory=dict)
+    #: the files :meth:`write` wrote
+    files: list[Path] = field(default_factory=list)
+    #: the membership game's ranked tables per threat (None: left out)
+    membership: dict[str, tuple[list[MembershipStanding], bool]] | None = None
+
+    def finding(self, threat: str) -> ThreatFinding | None:
+        """The finding of the threat model whose words start with ``threat`` (None: not audited)."""
+        return next((f for f in self.findings if f.threat.startswith(threat)), None)
+
+    def to_html(self) -> str:
+        return render_html(self)
+
+    def write(self, pdf: bool = False) -> list[Path]:
+        """Write ``audit.html`` (and ``audit.pdf``) into the run folder; the paths written."""
+        page = self.out / "audit.html"
+        atomic_write_bytes(page, self.to_html().encode())
+        written = [page]
+        if pdf:
+            written.append(self.to_pdf(self.out / "audit.pdf"))
+        return written
+
+    def to_pdf(self, path: str | Path) -> Path:
+        """Print the HTML report to ``path`` with headless Chromium (one line when it is not installed)."""
+        return html_to_pdf(self.to_html(), Path(path))
+
+
+def own_row(rows: list[Standing]) -> Standing | None:
+    """The federation's own row: ``yours``, else no defense."""
+    return next((r for r in rows if r.defense == YOURS), None) or next(
+        (r for r in rows if r.defense == "none"), None
+    )
+
+
+def worst_by_round(row: Standing) -> list[tuple[int, AttackScore]]:
+    """Per attacked round, the attack cell of ``row`` with the highest mean SSIM over the seeds."""
+    found: dict[int, AttackScore] = {}
+    for score in row.scores:
+        if score.metric == "ssim" and (score.round not in found or score.ssim > found[score.round].ssim):
+            found[score.round] = score
+    return sorted(found.items())
+
+
+def strongest_image(records: list[CellRecord], row: Standing) -> bytes | None:
+    """The image grid of ``row``'s strongest cell in its first seed (stage 2's when it ran)."""
+    best = row.strongest
+    if best is None:
+        return None
+    stage = 2 if row.stage_two else 1
+    cells = [
+        r
+        for r in records
+        if r.kind == "attack"
+        and r.status == "ok"
+        and r.defense == row.defense
+        and r.attack == best.attack
+        and int(r.round or 0) == best.round
+        and r.stage == stage
+        and r.image_png
+    ]
+    return min(cells, key=lambda r: int(r.seed or 0)).image_png if cells else None
+
+
+def build_report(
+    config: AuditConfig,
+    facts: ModelFacts,
+    attacks: list[PlannedAttack],
+    records: list[CellRecord],
+    out: Path,
+    membership: dict[str, tuple[list[MembershipStanding], bool]] | None = None,
+) -> AuditReport:
+    """The report of an audit's stored cells (grid and stage 2)."""
+    costs = accuracy_costs(records)
+    findings = []
+    for threat in threats(records):
+        rows = standings(records, threat)
+        own = own_row(rows)
+        if own is None:
+            continue
+        budget = within_budget(rows, costs, config.budget_points)
+        findings.append(
+            ThreatFinding(threat, own, worst_by_round(own), rows, budget, strongest_image(records, own))
+        )
+    stack = [{"name": e["name"], **e["params"]} for d in config.defenses for e in d.entries]
+    yours = [DefenseSetting.model_validate({"label": YOURS, "stack": stack})] if stack else []
+    dp = check_experiment(SimpleNamespace(defenses=yours))
+    failed = sorted(
+        {
+            f"{r.kind} {r.defense or ''} {r.attack or ''}@{r.round}: {r.error}"
+            for r in records
+            if r.status != "ok"
+        }
+    )
+    words = {defense: cost.text() for (_, defense), cost in costs.items()}
+    return AuditReport(
+        config, facts, attacks, findings, dp, out, len(records), words, failed, membership=membership
+    )
+
+
+def score_text(score: AttackScore) -> str:
+    """The mean SSIM over seeds with its 95 % interval inside [0, 1] (``0.412 [0.332, 0.492]``)."""
+    if not score.outcomes:
+        return f"{score.ssim:.3f}"
+    return bounded_mean([o.score for o in score.outcomes]).text()
+
+
+def leak_text(score: AttackScore) -> str:
+    """Leaked victims of all victims, the rate and its interval."""
+    leak = score.leak
+    return (
+        f"{sum(leak.leaked)} of {sum(leak.victims)} ({leak.rate:.2f} [{leak.low:.2f}, {leak.high:.2f}])"
+        if score.outcomes
+        else "n/a"
+    )
+
+
+def _sentence(f: ThreatFinding, config: AuditConfig) -> str:
+    best = f.own.strongest
+    who = "your federation" if f.own.defense == YOURS else "your federation (no defense)"
+    if best is None:
+        return f"{f.threat}: no attack cell succeeded against {who}; see the failed cells."
+    reference = (
+        f" against a no-information level of {best.reference:.3f}" if best.reference is not None else ""
+    )
+    verdict = "leaks" if best.measurable else "shows no measurable leakage"
+    return (
+        f"{f.threat}: {who} {verdict} — the strongest attack, {best.where}, reaches SSIM "
+        f"{score_text(best)}{reference}; leaked victims (SSIM ≥ 0.6 and above the guess): "
+        f"{leak_text(best)} at batch size {config.federation.local.batch_size}."
+    )
+
+
+def shown_width(png: bytes, most: int = 1000) -> int:
+    """The width a reconstruction grid is shown at: twice its own, at most ``most`` pixels."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as image:
+        return min(2 * image.width, most)
+
+
+def versus_text(row: Standing) -> str:
+    """The row's difference from no defense, or why it has none."""
+    if row.versus_none is not None:
+        return row.versus_none.text()
+    if row.defense == "none":
+        return "reference"
+    return "not compared: does not train" if not row.trains else "not compared"
+
+
+def _rows_table(f: ThreatFinding) -> str:
+    body = []
+    for r in f.rows:
+        best = r.strongest
+        body.append(
+            [
+                _e(r.defense) + ("" if r.trains else " (does not train)"),
+                _e(best.where if best else "none succeeded"),
+                _e(score_text(best)) if best else "",
+                _e(leak_text(best)) if best else "",
+                _e(versus_text(r)),
+                _e(r.letters),
+                _e(r.accuracy_interval.text()) if r.accuracy_interval is not None else "n/a",
+            ]
+        )
+    return _table(
+        [
+            "defense",
+            "strongest attack",
+            "SSIM (95 %)",
+            "leaked victims",
+            "margin − no defense",
+            "letters",
+            "accuracy (95 %)",
+        ],
+        body,
+    )
+
+
+def _budget_table(f: ThreatFinding, config: AuditConfig, costs_text: dict[str, str]) -> str:
+    choice = f.budget
+    if not choice.rows:
+        return "<p>No defense row could be ranked at this budget (no accuracy measured, or none trains).</p>"
+    body = [
+        [
+            _e(r.defense),
+            _e(costs_text.get(r.defense, "n/a")),
+            _e(versus_text(r)),
+            _e(r.letters),
+        ]
+        for r in choice.rows
+    ]
+    notes = []
+    if choice.none_fit:
+        notes.append(f"no rung fits {config.budget_points:g} points: {', '.join(choice.none_fit)}")
+    if choice.uncertain:
+        notes.append(f"mean cost fits but its upper bound does not: {', '.join(choice.uncertain)}")
+    if choice.outside:
+        notes.append(
+            f"not comparable (no accuracy, no attack score or no rung that trains): "
+            f"{', '.join(choice.outside)}"
+        )
+    extra = "".join(f"<li>{_e(n)}</li>" for n in notes)
+    return _table(
+        [
+            "defense at the rung that spends the budget",
+            "accuracy cost",
+            "margin − no defense (* leaks less)",
+            "letters",
+        ],
+        body,
+    ) + (f"<ul>{extra}</ul>" if extra else "")
+
+
+def render_html(report: AuditReport) -> str:
+    """The report as one self-contained HTML page."""
+    config, facts = report.config, report.facts
+    costs = report.costs
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>leakshield audit: {_e(config.name)}"
+        f"</title>{STYLE}</head><body><h1>Privacy audit: {_e(config.name)}</h1>",
+        "<div class='box'>"
+        + "<br>".join(_e(line) for line in facts.lines())
+        + f"<br>leakshield {_e(__version__)} · {report.cells} stored cells · run folder "
+        + f"{_e(report.out)}</div>",
+        "<h2>Summary</h2><ul>",
+    ]
+    for f in report.findings:
+        cls = " class='leak'" if f.leaks else ""
+        parts.append(f"<li{cls}>{_e(_sentence(f, config))}</li>")
+    parts.append(
+        "</ul><p>Margins are each victim's SSIM above what the attacker could guess without the update "
+        "(the public mean image, or a prior's draw); intervals are 95 % over the seeds, the unit of "
+        "repetition. '*' marks a defense shown to leak less than no defense (one-sided paired test, "
+        "Holm-corrected); rows sharing a letter were not shown different.</p>"
+    )
+    for f in report.findings:
+        parts.append(f"<section><h2>{_e(f.threat)}</h2>")
+        rounds = [[str(r), _e(s.where), _e(score_text(s)), _e(leak_text(s))] for r, s in f.by_round]
+        parts.append(f"<h3>Worst leakage of {_e(f.own.defense)} by attacked round</h3>")
+        parts.append(_table(["after round", "worst attack", "SSIM (95 %)", "leaked victims"], rounds))
+        if f.image:
+            parts.append(
+                f"<figure><img alt='reconstructions' style='width:{shown_width(f.image)}px' "
+                "src='data:image/png;base64,"
+                f"{base64.b64encode(f.image).decode()}'><figcaption>{_e(f.own.defense)}, "
+                f"{_e(f.own.strongest.where if f.own.strongest else '')}, first seed: "
+                f"{_e(GRID_CAPTION)}</figcaption></figure>"
+            )
+        parts.append(f"<h3>Within your budget ({config.budget_points:g} accuracy points)</h3>")
+        parts.append(_budget_table(f, config, costs))
+        parts.append("<h3>Every row</h3>" + _rows_table(f) + "</section>")
+    parts.append(membership_html(report.membership))
+    parts.append("<h2>DP settings check</h2>")
+    parts.append(
+        "<ul>" + "".join(f"<li>{_e(d.line())}</li>" for d in report.dp) + "</ul>"
+        if report.dp
+        else "<p>No finding: "
+        + ("your defenses claim no DP." if config.defenses else "you run no defense.")
+        + " The empirical canary audit (<code>leakshield dp-audit</code>) audits leakshield's "
+        "cross-device federation; it is not run on your model here.</p>"
+    )
+    parts.append("<h2>Attacks planned and left out</h2><ul>")
+    parts += [
+        f"<li>{_e(a.threat)}: <b>{_e(a.name)}</b> — "
+        + ("run" if a.planned else f"left out: {_e(a.reason)}")
+        + "</li>"
+        for a in report.attacks
+    ]
+    parts.append("</ul>")
+    if report.failed:
+        parts.append(
+            "<h2>Failed cells</h2><ul>" + "".join(f"<li>{_e(x)}</li>" for x in report.failed) + "</ul>"
+        )
+    parts.append(reproduce_html(report))
+    return "\n".join(parts)
+
+
+def reproduce_html(report: AuditReport) -> str:
+    """The commands that recompute every number of the report."""
+    out, grid = report.out, report.out / "grid"
+    rerun = (
+        f"<code>leakshield audit {_e(out / 'audit.yaml')} --out {_e(out)}</code> (computes only what is "
+        "missing, then rewrites this page)"
+    )
+    if report.config.model.name.startswith("local:"):
+        rerun = (
+            "rerun the same Python call (the model was defined inside a function, so the command line "
+            "cannot import it: define it at module level to rerun it with <code>leakshield audit</code>)"
+        )
+    return (
+        f"<h2>Reproduce</h2><p>Every number above: {rerun}. Per-cell table and figures: <code>leakshield "
+        f"report {_e(grid)}</code>. One stage-2 rerun: <code>leakshield run {_e(grid)}/stage2/&lt;name&gt;"
+        f"/config.yaml --out {_e(grid)}/stage2/&lt;name&gt;</code>.</p></body></html>"
+    )

@@ -1,0 +1,230 @@
+"""Running an audit: load the user's data, check their model, plan the battery, print the plan and its
+time estimate, then run the grid and stage 2 into one run folder — every cell stored as it finishes,
+so a killed audit rerun with the same command computes only what is missing."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from leakshield.data import load_dataset, partition_indices
+from leakshield.data.types import DatasetSplits
+from leakshield.errors import ConfigError, RunDirectoryError
+from leakshield.experiment import ExperimentRunner
+from leakshield.experiment.compatibility import check_attacks_fit_models, check_defenses_fit_clients
+from leakshield.experiment.config import ExperimentConfig, parse_config
+from leakshield.experiment.rundir import STORE_FILE
+from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
+from leakshield.leaderboard.stage_two import FOLDER, chosen_cells, load_stage_two, rerun_config, write_index
+from leakshield.leaderboard.tables import ranked_records
+from leakshield.membership.config import MembershipConfig
+from leakshield.model_audit.config import AuditConfig
+from leakshield.model_audit.facts import ModelFacts, inspect_model
+from leakshield.model_audit.membership_risk import membership_config
+from leakshield.model_audit.plan import (
+    PlannedAttack,
+    defense_rows,
+    experiment_config,
+    leaderboard_document,
+    plan_attacks,
+    plan_lines,
+)
+from leakshield.workers import init_single_threaded_worker, stop_workers
+
+#: the audit's own record in its folder (the audit config and the plan, as run)
+AUDIT_FILE = "audit.json"
+#: the audit config as run, in its folder (what ``leakshield audit`` reruns)
+CONFIG_FILE = "audit.yaml"
+#: where the Python API writes data given as arrays, inside the audit's folder
+DATA = "data"
+#: the grid's run directory inside the audit's folder (stage 2 in its ``stage2``)
+GRID = "grid"
+
+
+def check_audit_folder(out: Path) -> None:
+    """Refuse an ``out`` that holds something else than an audit (touching nothing)."""
+    if out.exists() and not out.is_dir():
+        raise RunDirectoryError(f"{out} is a file, not an audit's folder; choose another --out")
+    others = [p for p in out.iterdir() if p.name != DATA] if out.is_dir() else []
+    if others and not (out / CONFIG_FILE).is_file():
+        raise RunDirectoryError(
+            f"{out} exists, is not empty and holds no {CONFIG_FILE}: not an audit's folder; "
+            "choose another --out"
+        )
+
+
+@dataclass(frozen=True)
+class AuditPlan:
+    """An audit ready to run: its config, the model's facts, the battery (left-out attacks with their
+    reasons) and the grid."""
+
+    config: AuditConfig
+    facts: ModelFacts
+    attacks: list[PlannedAttack]
+    grid: ExperimentConfig
+    #: the membership game (None: left out)
+    membership: MembershipConfig | None = None
+
+    def lines(self) -> list[str]:
+        """The plan as printed before any work."""
+        grid = self.grid
+        rows = [d.display for d in grid.defenses]
+        fl = grid.fl
+        local = fl.local
+        steps = "one gradient" if local.algorithm == "fedsgd" else f"{local.local_epochs} local epoch(s)"
+        return [
+            *self.facts.lines(),
+            f"federation: {fl.clients} clients, {local.algorithm} ({steps} on batches of "
+            f"{local.batch_size}), "
+            f"secure aggregation {'on' if fl.secure_aggregation else 'off'}; accuracy after "
+            f"{self.config.rounds} rounds; victims attacked after rounds {grid.attack.rounds}",
+            f"defense rows ({len(rows)}): {', '.join(rows)}",
+            f"seeds {list(grid.seeds)}: {grid.victims.count} batch(es) per seed choose each row's strongest "
+            f"attack, {self.config.fresh_victims} fresh batch(es) per seed measure it; budget "
+            f"{self.config.budget_points:g} accuracy points",
+            *plan_lines(self.attacks),
+            "membership: "
+            + (
+                f"the game on {self.membership.clients} clients of {self.membership.records_per_client} "
+                f"records (half members), rows {[r.label for r in self.membership.rows]}"
+                if self.membership is not None
+                else "left out (membership.run: false)"
+            ),
+        ]
+
+
+def load_data(config: AuditConfig) -> DatasetSplits:
+    """The audit's data (one line when it cannot be read)."""
+    ds = config.data
+    root = Path(ds.root).expanduser() if ds.root else None
+    return load_dataset(ds.name, ds.params, root=root)
+
+
+def make_plan(config: AuditConfig) -> AuditPlan:
+    """Check the model on the data and plan the battery (nothing computed yet but one forward pass)."""
+    data = load_data(config)
+    facts = inspect_model(config.model, data)
+    fl = config.federation
+    parts = partition_indices(data.train.y, fl.clients, fl.partition, 0)
+    clients = [data.train.subset(p) for p in parts]
+    needed = (config.victims + config.fresh_victims) * fl.local.batch_size
+    if len(clients[0]) < needed:
+        raise ConfigError(
+            f"victims: client 0 holds {len(clients[0])} training images; the audit attacks "
+            f"{config.victims} + {config.fresh_victims} (fresh_victims) batches of "
+            f"{fl.local.batch_size} = {needed} per seed: fewer victims, or fewer clients"
+        )
+    document = leaderboard_document()
+    rows = defense_rows(config, document)
+    attacks = plan_attacks(config, facts, data, clients, rows, document)
+    grid = experiment_config(config, attacks, rows)
+    grid.check_data(data.info.shape, data.info.num_classes)
+    check_attacks_fit_models(grid, data.info)
+    check_defenses_fit_clients(grid, clients)
+    return AuditPlan(config, facts, attacks, grid, membership_config(config, len(data.train)))
+
+
+def write_record(plan: AuditPlan, out: Path) -> None:
+    """Keep the audit config and the plan beside the cells (the report reads them back)."""
+    payload = {
+        "audit": plan.config.model_dump(mode="json"),
+        "facts": plan.facts.__dict__,
+        "attacks": [a.__dict__ for a in plan.attacks],
+    }
+    atomic_write_bytes(out / AUDIT_FILE, json.dumps(payload, indent=1, default=list).encode())
+
+
+def run_plan(
+    plan: AuditPlan,
+    out: Path,
+    *,
+    workers: int = 1,
+    device: str = "auto",
+    progress: bool = True,
+    cache_dir: str | Path | None = None,
+    retry_failed: bool = False,
+) -> dict[str, Any]:
+    """Run the grid, then each row's chosen cell on fresh victims per seed (stage 2); returns the
+    counts ``{computed, stored, failed, reruns}``."""
+    if workers > 1 and plan.config.model.name.startswith("local:"):
+        raise ConfigError(
+            f"workers {workers}: the model {plan.config.model.display} was defined inside a "
+            "function, which worker processes cannot import; define it at module level or "
+            "use one worker"
+        )
+    grid_dir = out / GRID
+    runner = ExperimentRunner(plan.grid, grid_dir, device=device, progress=progress, cache_dir=cache_dir)
+    summary = runner.run(workers=workers, retry_failed=retry_failed)
+    write_record(plan, out)
+    counts = {"computed": summary.computed, "stored": summary.skipped, "failed": summary.failed, "reruns": 0}
+    records = ResultStore(grid_dir / STORE_FILE).records()
+    reruns = (
+        chosen_cells(records, [], {None: plan.grid}, plan.config.fresh_victims)
+        if plan.config.fresh_victims
+        else []
+    )
+    write_index(grid_dir, reruns)
+    cache = None if cache_dir is None else str(cache_dir)
+    jobs = [
+        (
+            json.dumps(rerun_config(plan.grid, r).model_dump(mode="json")),
+            str(grid_dir / FOLDER / r.name),
+            device,
+            cache,
+            retry_failed,
+        )
+        for r in reruns
+    ]
+    for computed, stored, failed in stage_two(jobs, workers, progress):
+        counts["computed"] += computed
+        counts["stored"] += stored
+        counts["failed"] += failed
+    counts["reruns"] = len(reruns)
+    return counts
+
+
+def stage_two(jobs: list[tuple], workers: int, progress: bool) -> list[tuple[int, int, int]]:
+    """Each stage-2 rerun (:func:`rerun_job`'s arguments): in this process, or with ``workers`` > 1 that
+    many reruns at a time in single-threaded processes that stay up between them."""
+    bar = tqdm(total=len(jobs), desc="stage 2", unit="rerun", disable=not progress or not jobs)
+    results = []
+    if workers > 1 and len(jobs) > 1:
+        pool = ProcessPoolExecutor(
+            max_workers=workers, mp_context=get_context("spawn"), initializer=init_single_threaded_worker
+        )
+        try:
+            for future in as_completed([pool.submit(rerun_job, *job) for job in jobs]):
+                results.append(future.result())
+                bar.update(1)
+        except KeyboardInterrupt:
+            stop_workers(pool)
+            raise
+        pool.shutdown()
+    else:
+        for job in jobs:
+            results.append(rerun_job(*job))
+            bar.update(1)
+    bar.close()
+    return results
+
+
+def rerun_job(config_json: str, where: str, device: str, cache_dir: str | None, retry_failed: bool) -> tuple:
+    """One stage-2 rerun (resumable): (cells computed, already stored, failed)."""
+    grid = parse_config(json.loads(config_json), source="stage 2")
+    done = ExperimentRunner(grid, where, device=device, progress=False, cache_dir=cache_dir).run(
+        retry_failed=retry_failed
+    )
+    return done.computed, done.skipped, done.failed
+
+
+def audit_records(out: Path) -> list[CellRecord]:
+    """The cells an audit's report reads: the grid's and stage 2's."""
+    records = ResultStore(out / GRID / STORE_FILE).records()
+    second = [r for _, cells in load_stage_two(out / GRID) for r in cells]
+    return ranked_records(records, second)

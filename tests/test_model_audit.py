@@ -1,0 +1,324 @@
+"""``leakshield audit`` and ``leakshield.audit``: a user's own network (imported, or defined in a function)
+and image folder; the plan leaves out the attacks whose preconditions fail, with the reason; bad input
+is one line; a killed audit resumes; the report holds its sections."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from sklearn.datasets import load_digits
+from torch import nn
+
+import leakshield
+from leakshield.cli import main
+from leakshield.errors import ConfigError, LeakshieldError
+from leakshield.experiment import ExperimentRunner
+from leakshield.experiment.config import parse_config
+from leakshield.experiment.stamps import Stamper
+from leakshield.model_audit.config import parse_audit_config
+from leakshield.model_audit.run import make_plan
+from leakshield.models import create_model
+
+NETS = '''
+from torch import nn
+
+
+class SmallNet(nn.Module):
+    """A fully connected first layer, then ReLU; optionally BatchNorm."""
+
+    def __init__(self, num_classes, in_shape, width=16, batchnorm=False):
+        super().__init__()
+        c, h, w = in_shape
+        norm = [nn.BatchNorm1d(width)] if batchnorm else []
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(c * h * w, width), *norm, nn.ReLU(),
+                                  nn.Linear(width, num_classes))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+class ConvNet(nn.Module):
+    """A convolution first: nothing fully connected reads the image."""
+
+    def __init__(self, num_classes):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.head = nn.Linear(4 * 16 * 16, num_classes)
+
+    def forward(self, x):
+        return self.head(self.conv(x).relu().flatten(1))
+
+
+def seven_outputs(**kwargs):
+    return nn.Sequential(nn.Flatten(), nn.Linear(256, 7))
+
+
+def broken(**kwargs):
+    raise RuntimeError("boom")
+'''
+
+
+@pytest.fixture
+def user_package(tmp_path, monkeypatch):
+    """A working directory holding the user's module ``user_nets`` (forgotten afterwards)."""
+    (tmp_path / "user_nets.py").write_text(NETS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield tmp_path
+    sys.modules.pop("user_nets", None)
+
+
+def write_image_folder(root, per_class=24, size=16):
+    """Digits as PNG files in ``root/<class>/``: the user's image folder."""
+    digits = load_digits()
+    for label in range(10):
+        folder = root / f"class{label}"
+        folder.mkdir(parents=True)
+        for i, image in enumerate(digits.images[digits.target == label][:per_class]):
+            pixels = (image / 16 * 255).astype(np.uint8)
+            Image.fromarray(pixels).resize((size, size), Image.BILINEAR).save(folder / f"{i}.png")
+    return root
+
+
+def config(**changes):
+    data = {
+        "name": "t",
+        "model": {"import": "user_nets:SmallNet"},
+        "data": {"name": "digits", "channels": 1, "size": 16},
+        "federation": {"clients": 2, "local": {"algorithm": "fedsgd", "batch_size": 2}},
+        "rounds": 2,
+        "attack_rounds": [0],
+        "seeds": [0, 1],
+        "victims": 1,
+        "fresh_victims": 2,
+        "candidates": ["gaussian-noise"],
+        "rungs": 1,
+        "threats": ["honest-server", "malicious-server"],
+        "leave_out": ["ggl", "ggl-adaptive", "spear", "fedavg-leakage"],
+    }
+    return parse_audit_config({**data, **changes})
+
+
+def test_an_imported_model_is_built_like_a_registered_one(user_package):
+    net = create_model(
+        "import:user_nets:SmallNet", {"width": 5}, in_shape=(1, 16, 16), num_classes=10, seed=3
+    )
+    again = create_model(
+        "import:user_nets:SmallNet", {"width": 5}, in_shape=(1, 16, 16), num_classes=10, seed=3
+    )
+    assert net.body[1].out_features == 5 and net.body[-1].out_features == 10  # num_classes given to it
+    assert all(torch.equal(a, b) for a, b in zip(net.parameters(), again.parameters(), strict=True))
+    grid = parse_config(
+        {
+            "dataset": {"name": "digits"},
+            "models": [{"import": "user_nets:SmallNet", "width": 5}],
+            "attacks": ["idlg"],
+        }
+    )
+    assert grid.models[0].name == "import:user_nets:SmallNet" and grid.models[0].display == "SmallNet"
+
+
+def test_editing_the_users_network_stales_the_cells_it_computed(user_package):
+    grid = parse_config(
+        {"dataset": {"name": "digits"}, "models": [{"import": "user_nets:SmallNet"}], "attacks": ["idlg"]}
+    )
+    cell = next(c for c in ExperimentRunner(grid, user_package / "run").cells() if c.kind == "attack")
+    before = Stamper(grid).stamps(cell)["model"]
+    (user_package / "user_nets.py").write_text(NETS.replace("nn.ReLU()", "nn.Tanh()"))
+    assert Stamper(grid).stamps(cell)["model"] != before
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"model": {"import": "no_such_pkg.nets:Net"}}, "no module 'no_such_pkg'"),
+        (
+            {"model": {"import": "user_nets:Missing"}},
+            "user_nets has no 'Missing'; it defines ConvNet, SmallNet",
+        ),
+        ({"model": {"import": "user_nets"}}, "expected 'module:name'"),
+        (
+            {"model": {"import": "user_nets:broken"}},
+            "broken(num_classes=10, in_shape=(1, 16, 16)) raised RuntimeError: boom",
+        ),
+        (
+            {"model": {"import": "user_nets:seven_outputs"}},
+            "output (1, 7) on one image; the data has 10 classes",
+        ),
+        ({"budget": 1.5}, "budget: Input should be less than or equal to 1"),
+        ({"budget": -0.1}, "budget: Input should be greater than or equal to 0"),
+        ({"leave_out": ["igg"]}, "unknown attack 'igg' (did you mean 'ig'?)"),
+        ({"membership": {"clients": 100, "records_per_client": 90}}, "membership: 100 clients × 90 records"),
+    ],
+)
+def test_bad_input_is_one_line(user_package, capsys, changes, expected):
+    import yaml
+
+    data = {
+        "model": {"import": "user_nets:SmallNet"},
+        "data": {"name": "digits", "channels": 1, "size": 16},
+        "federation": {"clients": 2, "local": {"batch_size": 2}},
+        **changes,
+    }
+    (user_package / "audit.yaml").write_text(yaml.safe_dump(data))
+    assert main(["audit", "audit.yaml", "--plan", "--no-estimate"]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1, err
+
+
+def test_the_plan_leaves_out_each_attack_whose_precondition_fails(user_package):
+    conv = make_plan(
+        config(
+            model={"import": "user_nets:ConvNet"}, threats=["honest-server", "malicious-server"], leave_out=[]
+        )
+    )
+    why = {a.name: a.reason for a in conv.attacks}
+    assert "no fully connected layer of this model reads the image" in why["analytic"]
+    assert why["trap-weights"] and why["spear"] and why["april"]
+    assert "no BatchNorm layer" in why["gradinversion"]
+    assert "FedSGD" in why["fedavg-leakage"]
+    assert why["ig"] is None and why["imprint"] is None and why["noise-aware"] is None  # adaptive: noise rows
+    assert not conv.facts.first_linear and conv.facts.first_layer.startswith("Conv2d")
+    normed = make_plan(config(model={"import": "user_nets:SmallNet", "batchnorm": True}, leave_out=[]))
+    planned = {a.name for a in normed.attacks if a.planned}
+    assert {"analytic", "gradinversion", "trap-weights"} <= planned and normed.facts.batchnorm
+    assert [a.name for a in normed.grid.attacks] == [a.name for a in normed.attacks if a.planned]
+    lines = "\n".join(conv.lines())
+    assert "left out: analytic:" in lines and "left out: gradinversion: the model has no BatchNorm" in lines
+    defended = make_plan(config(defenses=[{"name": "gaussian-noise", "sigma": 0.01}]))
+    assert [d.display for d in defended.grid.defenses] == [
+        "none",
+        "yours",
+        "gaussian-noise",
+        "gaussian-noise@sigma=1",
+    ]
+
+
+class KilledError(Exception):
+    """Stands for the kill: raised by the n-th cell."""
+
+
+def test_a_users_class_on_an_image_folder_is_audited_and_a_killed_audit_resumes(tmp_path, monkeypatch):
+    class FolderNet(nn.Module):  # defined here: not registered, not importable
+        def __init__(self, num_classes, in_shape):
+            super().__init__()
+            self.fc = nn.Linear(in_shape[0] * in_shape[1] * in_shape[2], 32)
+            self.out = nn.Linear(32, num_classes)
+
+        def forward(self, x):
+            return self.out(self.fc(x.flatten(1)).relu())
+
+    images = write_image_folder(tmp_path / "images")
+    settings = {
+        "seeds": [0, 1],
+        "victims": 1,
+        "fresh_victims": 2,
+        "rounds": 2,
+        "attack_rounds": [0],
+        "candidates": ["gaussian-noise"],
+        "rungs": 1,
+        "threats": ["honest-server", "malicious-server"],
+        "leave_out": ["ggl", "ggl-adaptive", "spear", "fedavg-leakage"],
+        "membership": {"clients": 4, "records_per_client": 16},
+    }
+    federation = {"clients": 2, "local": {"algorithm": "fedsgd", "batch_size": 2}}
+    out = tmp_path / "audit"
+    computed = 0
+    original = ExperimentRunner.compute_cell
+
+    def killed_after_six(self, context, cell):
+        nonlocal computed
+        computed += 1
+        if computed > 6:
+            raise KilledError
+        return original(self, context, cell)
+
+    monkeypatch.setattr(ExperimentRunner, "compute_cell", killed_after_six)
+    with pytest.raises(KilledError):
+        leakshield.audit(
+            FolderNet, train=images, federation=federation, budget=0.05, out=out, progress=False, **settings
+        )
+    monkeypatch.setattr(ExperimentRunner, "compute_cell", original)
+    report = leakshield.audit(
+        FolderNet, train=images, federation=federation, budget=0.05, out=out, progress=False, **settings
+    )
+    assert report.counts["stored"] == 6 and report.counts["failed"] == 0, report.counts
+    assert report.counts["reruns"] >= 2  # stage 2: each row's strongest cell on fresh victims
+    again = leakshield.audit(
+        FolderNet, train=images, federation=federation, budget=0.05, out=out, progress=False, **settings
+    )
+    assert again.counts["computed"] == 0  # everything stored: nothing recomputed
+    assert report.config.model.name.startswith("local:")
+    honest, malicious = report.finding("honest-but-curious"), report.finding("malicious server")
+    assert honest is not None and malicious is not None
+    assert honest.own.defense == "none" and honest.own.stage_two  # no defense of its own: none is its row
+    assert honest.leaks and honest.image is not None  # analytic inverts a fully connected first layer
+    assert {score.round for _, score in honest.by_round} == {0}
+    page = report.to_html()
+    for section in (
+        "Summary",
+        "honest-but-curious server",
+        "malicious server",
+        "Within your budget (5",
+        "Every row",
+        "DP settings check",
+        "Attacks planned and left out",
+        "Reproduce",
+        "data:image/png;base64",
+        "Membership inference",
+        "TPR @ 1 % FPR",
+        "left out: left out by the config",
+    ):
+        assert section in page, section
+    assert (out / "audit.html").read_text() == page
+    assert "gradinversion" in page and "no BatchNorm layer" in page
+
+
+def test_the_pdf_needs_chromium_and_says_so(tmp_path, monkeypatch):
+    from leakshield.model_audit import pdf
+
+    monkeypatch.setattr(pdf.shutil, "which", lambda name: None)
+    with pytest.raises(LeakshieldError, match="headless Chromium, which is not installed"):
+        pdf.html_to_pdf("<p>x</p>", tmp_path / "a.pdf")
+
+
+def test_a_model_instance_or_a_folder_of_something_else_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="not an instance"):
+        leakshield.audit(nn.Linear(2, 2), train=tmp_path, out=tmp_path / "a")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "notes.txt").write_text("mine")
+    with pytest.raises(LeakshieldError, match=r"holds no audit\.yaml: not an audit's folder"):
+        leakshield.audit("lenet", train=tmp_path, out=tmp_path / "b")
+
+
+def test_arrays_are_written_as_npz_with_their_test_split(tmp_path):
+    from leakshield.model_audit.api import data_section
+    from leakshield.model_audit.run import load_data
+
+    x = torch.rand(60, 1, 12, 12)
+    y = torch.arange(60) % 3
+    section = data_section((x, y), (x[:9], y[:9]), tmp_path / "data")
+    assert section == {
+        "name": "npz",
+        "root": str(tmp_path / "data"),
+        "file": "train.npz",
+        "test_file": "test.npz",
+    }
+    data = load_data(config(data=section))
+    assert len(data.test) == 9 and data.info.num_classes == 3
+
+
+def test_the_audit_stays_out_of_every_cells_code():
+    """``leakshield.audit`` is reached from the package root by name: the code every cell is stamped
+    with (its closure from the pipeline) must not grow by everything the audit imports, or each edit of
+    the report would recompute every stored cell."""
+    from leakshield.code_graph import installed_graph
+    from leakshield.experiment.stamps import CORE_ROOTS
+
+    closure = installed_graph().closure(list(CORE_ROOTS))
+    assert not [m for m in closure if m.startswith(("leakshield.model_audit", "leakshield.leaderboard"))]
+    assert "leakshield.models.imported" in closure  # building a user's model is part of every cell
