@@ -19,6 +19,8 @@ from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.experiment import ExperimentRunner
 from leakshield.experiment.config import parse_config
 from leakshield.experiment.stamps import Stamper
+from leakshield.leaderboard.budgets import within_budget
+from leakshield.model_audit import report as report_module
 from leakshield.model_audit.config import parse_audit_config
 from leakshield.model_audit.run import make_plan
 from leakshield.models import create_model
@@ -186,6 +188,7 @@ def test_the_plan_leaves_out_each_attack_whose_precondition_fails(user_package):
     normed = make_plan(config(model={"import": "user_nets:SmallNet", "batchnorm": True}, leave_out=[]))
     planned = {a.name for a in normed.attacks if a.planned}
     assert {"analytic", "gradinversion", "trap-weights"} <= planned and normed.facts.batchnorm
+    assert normed.facts.first_linear and normed.facts.first_layer == "Linear (256 → 16)"
     assert [a.name for a in normed.grid.attacks] == [a.name for a in normed.attacks if a.planned]
     lines = "\n".join(conv.lines())
     assert "left out: analytic:" in lines and "left out: gradinversion: the model has no BatchNorm" in lines
@@ -218,13 +221,20 @@ def test_a_users_class_on_an_image_folder_is_audited_and_a_killed_audit_resumes(
         "victims": 1,
         "fresh_victims": 2,
         "rounds": 2,
-        "attack_rounds": [0],
+        "attack_rounds": [0, 1],
+        "defenses": [{"name": "gaussian-noise", "sigma": 1e-3}],
         "candidates": ["gaussian-noise"],
         "rungs": 1,
         "threats": ["honest-server", "malicious-server"],
         "leave_out": ["ggl", "ggl-adaptive", "spear", "fedavg-leakage"],
         "membership": {"clients": 4, "records_per_client": 16},
     }
+    budgets = []
+    monkeypatch.setattr(
+        report_module,
+        "within_budget",
+        lambda rows, costs, points: budgets.append(points) or within_budget(rows, costs, points),
+    )
     federation = {"clients": 2, "local": {"algorithm": "fedsgd", "batch_size": 2}}
     out = tmp_path / "audit"
     computed = 0
@@ -255,9 +265,11 @@ def test_a_users_class_on_an_image_folder_is_audited_and_a_killed_audit_resumes(
     assert report.config.model.name.startswith("local:")
     honest, malicious = report.finding("honest-but-curious"), report.finding("malicious server")
     assert honest is not None and malicious is not None
-    assert honest.own.defense == "none" and honest.own.stage_two  # no defense of its own: none is its row
-    assert honest.leaks and honest.image is not None  # analytic inverts a fully connected first layer
-    assert {score.round for _, score in honest.by_round} == {0}
+    assert honest.own.defense == "yours" and honest.own.stage_two  # its own defenses, on fresh victims
+    assert honest.leaks and honest.image is not None  # noise at 1e-3: the analytic attack still inverts
+    assert {score.round for _, score in honest.by_round} == {0, 1}
+    assert set(budgets) == {5.0}  # the leaderboard's budgets are in accuracy points
+    assert {r.row for r in report.membership["server"][0]} == {"none", "yours"}
     page = report.to_html()
     for section in (
         "Summary",
@@ -276,6 +288,7 @@ def test_a_users_class_on_an_image_folder_is_audited_and_a_killed_audit_resumes(
         assert section in page, section
     assert (out / "audit.html").read_text() == page
     assert "gradinversion" in page and "no BatchNorm layer" in page
+    assert "warning: defenses[yours]: gaussian-noise (scale 0.001) without a clipping bound" in page
 
 
 def test_the_pdf_needs_chromium_and_says_so(tmp_path, monkeypatch):
@@ -322,3 +335,16 @@ def test_the_audit_stays_out_of_every_cells_code():
     closure = installed_graph().closure(list(CORE_ROOTS))
     assert not [m for m in closure if m.startswith(("leakshield.model_audit", "leakshield.leaderboard"))]
     assert "leakshield.models.imported" in closure  # building a user's model is part of every cell
+
+
+def test_a_class_importable_from_a_module_is_named_by_its_path():
+    from leakshield.model_audit.api import model_spec
+
+    assert model_spec(nn.Linear) == {"import": "torch.nn.modules.linear:Linear"}
+    assert model_spec("user_nets:SmallNet") == {"import": "user_nets:SmallNet"}
+    assert model_spec("lenet") == {"name": "lenet"}
+
+    def factory(num_classes):
+        return nn.Linear(4, num_classes)
+
+    assert model_spec(factory)["name"].startswith("local:") and model_spec(factory)["label"] == "factory"
