@@ -146,8 +146,8 @@ COMMANDS = {
     "leaderboard": (BOARD, lambda path, tmp: ["leaderboard", "--config", str(path), "--preset", "quick",
                                               "--dry-run", "--out", str(tmp / "lb"), *ARGS]),
     "membership": (MEMBERSHIP, lambda path, tmp: ["membership", str(path), "--print-config"]),
-    "audit": (AUDIT, lambda path, tmp: ["audit", str(path), "--plan", "--no-estimate", "--out", str(tmp / "a"),
-                                        *ARGS]),
+    "audit": (AUDIT, lambda path, tmp: ["audit", str(path), "--plan", "--no-estimate", "--out",
+                                        str(tmp / "a"), *ARGS]),
 }  # fmt: skip
 
 

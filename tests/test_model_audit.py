@@ -261,13 +261,17 @@ def test_a_users_class_on_an_image_folder_is_audited_and_a_killed_audit_resumes(
     again = leakshield.audit(
         FolderNet, train=images, federation=federation, budget=0.05, out=out, progress=False, **settings
     )
-    assert again.counts["computed"] == 0  # everything stored: nothing recomputed
+    assert again.counts["computed"] == 0  # everything stored (grid and stage 2): nothing recomputed
+    assert report.counts["membership_computed"] == 4 and again.counts["membership_computed"] == 0
     assert report.config.model.name.startswith("local:")
     honest, malicious = report.finding("honest-but-curious"), report.finding("malicious server")
     assert honest is not None and malicious is not None
     assert honest.own.defense == "yours" and honest.own.stage_two  # its own defenses, on fresh victims
     assert honest.leaks and honest.image is not None  # noise at 1e-3: the analytic attack still inverts
     assert {score.round for _, score in honest.by_round} == {0, 1}
+    for r, score in honest.by_round:  # each round's strongest by the leaderboard's rule: leak rate first
+        assert score.leak.rate == max(s.leak.rate for s in honest.own.scores if s.round == r)
+        assert len({s.attack for s in honest.own.scores if s.round == r}) > 1  # a choice was made
     assert set(budgets) == {5.0}  # the leaderboard's budgets are in accuracy points
     assert {r.row for r in report.membership["server"][0]} == {"none", "yours"}
     page = report.to_html()
@@ -278,7 +282,7 @@ def test_a_users_class_on_an_image_folder_is_audited_and_a_killed_audit_resumes(
         "Within your budget (5",
         "Every row",
         "DP settings check",
-        "Attacks planned and left out",
+        "Attacks and defenses planned and left out",
         "Reproduce",
         "data:image/png;base64",
         "Membership inference",
@@ -315,14 +319,62 @@ def test_arrays_are_written_as_npz_with_their_test_split(tmp_path):
     x = torch.rand(60, 1, 12, 12)
     y = torch.arange(60) % 3
     section = data_section((x, y), (x[:9], y[:9]), tmp_path / "data")
-    assert section == {
-        "name": "npz",
-        "root": str(tmp_path / "data"),
-        "file": "train.npz",
-        "test_file": "test.npz",
-    }
+    assert section["name"] == "npz" and section["root"] == str(tmp_path / "data")
+    assert section["file"].startswith("train-") and section["test_file"].startswith("test-")
     data = load_data(config(data=section))
     assert len(data.test) == 9 and data.info.num_classes == 3
+    assert data_section((x, y), None, tmp_path / "data")["file"] == section["file"]  # same arrays, same file
+    other = data_section((x.flip(0), y), None, tmp_path / "data")["file"]
+    assert other != section["file"]  # other arrays: another file, so another audit key
+    with pytest.raises(ConfigError, match="one class index"):
+        data_section((x, y.float() + 0.5), None, tmp_path / "data")
+    with pytest.raises(ConfigError, match="names its own test split"):
+        data_section(tmp_path / "images", (x, y), tmp_path / "data")
+    with pytest.raises(ConfigError, match=r"as an \.npz file too"):
+        data_section(tmp_path / "a.npz", (x, y), tmp_path / "data")
+
+
+def test_an_audit_folder_of_other_settings_is_refused_before_anything_is_written(user_package):
+    from leakshield.experiment.rundir import prepare_run_dir
+    from leakshield.model_audit.run import GRID, check_resumable
+
+    first = make_plan(config())
+    out = user_package / "audit"
+    prepare_run_dir(first.grid, out / GRID)
+    (out / "audit.yaml").write_text("name: t\n")
+    check_resumable(first, out)  # the same settings: resumes
+    with pytest.raises(LeakshieldError, match="holds an audit of other settings"):
+        check_resumable(make_plan(config(rounds=3)), out)
+
+
+def test_one_gradient_attacks_and_defenses_the_model_cannot_take_are_left_out(user_package):
+    fedavg = {"clients": 2, "local": {"algorithm": "fedavg", "batch_size": 2, "local_epochs": 3}}
+    plan = make_plan(config(federation=fedavg, leave_out=[], candidates=["soteria", "gaussian-noise"]))
+    why = {a.name: a.reason for a in plan.attacks}
+    assert "each update is 3 local steps" in why["analytic"] and "3 local steps" in why["spear"]
+    assert why["fedavg-leakage"] is None  # several local steps: what it is built for
+    assert plan.left_out == []  # SmallNet has Linear layers: Soteria can defend one
+    (user_package / "conv_only.py").write_text(
+        "from torch import nn\n\n\ndef make(num_classes):\n"
+        "    return nn.Sequential(nn.Conv2d(1, num_classes, 16), nn.Flatten())\n"
+    )
+    conv = make_plan(config(model={"import": "conv_only:make"}, candidates=["soteria", "gaussian-noise"]))
+    assert [label for label, _ in conv.left_out] == ["soteria"]
+    assert "no nn.Linear layer" in conv.left_out[0][1]
+    assert "soteria" not in [d.display for d in conv.grid.defenses]
+    sys.modules.pop("conv_only", None)
+
+
+def test_a_class_without_a_source_file_is_keyed_by_its_compiled_code():
+    from leakshield.models.imported import compiled
+
+    def make(body):
+        namespace = {}
+        exec(f"class Net:\n    def forward(self, x):\n        return {body}\n", namespace)
+        return namespace["Net"]
+
+    assert compiled(make("x")) == compiled(make("x"))
+    assert compiled(make("x")) != compiled(make("x * 2"))
 
 
 def test_the_audit_stays_out_of_every_cells_code():

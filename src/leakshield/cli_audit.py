@@ -57,7 +57,8 @@ def add_parser(sub: Any) -> None:
 def cmd_audit(args: argparse.Namespace) -> int:
     from leakshield.errors import LeakshieldError
     from leakshield.model_audit.config import load_audit_config
-    from leakshield.model_audit.run import make_plan
+    from leakshield.model_audit.pdf import find_chromium
+    from leakshield.model_audit.run import check_resumable, make_plan, print_estimate
 
     if args.workers < 1:
         raise LeakshieldError(f"--workers {args.workers}: must be at least 1")
@@ -66,42 +67,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
     set_threads(args.threads, args.matmul_precision)
     plan = make_plan(config)
     print("\n".join(plan.lines()))
+    check_resumable(plan, out)  # an --out of other settings is refused before the probes
+    if args.pdf:
+        find_chromium()  # so is a missing browser, not after the run
     if not args.no_estimate:
-        print_audit_estimate(plan, out, args)
+        print_estimate(plan, out, workers=args.workers, device=args.device, cache_dir=args.cache_dir)
     if args.plan:
         return 0
     return run_and_report(plan, out, args)
-
-
-def print_audit_estimate(plan: Any, out: Path, args: argparse.Namespace) -> float:
-    """Print the grid's probed estimate, stage 2's bound and the membership game's probe; the total
-    seconds (worker start-up and the data's loading come on top, seconds each)."""
-    from leakshield.experiment import ExperimentRunner
-    from leakshield.experiment.estimate import print_estimate
-    from leakshield.leaderboard.dry_run import stage_two_bound
-    from leakshield.model_audit.run import GRID
-
-    runner = ExperimentRunner(
-        plan.grid, out / GRID, device=args.device, progress=False, cache_dir=args.cache_dir
-    )
-    found = print_estimate(runner, workers=args.workers)
-    fresh = plan.config.fresh_victims
-    reruns, rerun_seconds = stage_two_bound(plan.grid, found.attack_seconds, fresh) if fresh else (0, 0.0)
-    total = found.seconds(args.workers) + rerun_seconds / args.workers
-    print(
-        f"stage 2: at most {reruns} rerun(s) of a row's strongest attack on {fresh} fresh batch(es) per "
-        "seed, "
-        f"≤ {rerun_seconds / args.workers / 60:.1f} min"
-    )
-    if plan.membership is not None:
-        from leakshield.experiment.world import resolve_device
-        from leakshield.membership.grid import estimate_seconds
-
-        seconds = estimate_seconds(plan.membership, device=str(resolve_device(args.device)))
-        print(f"membership game: about {seconds / 60:.1f} min (probed on its first seed)")
-        total += seconds
-    print(f"audit total: about {total / 60:.1f} min with {args.workers} worker(s), before worker start-up")
-    return total
 
 
 def run_and_report(plan: Any, out: Path, args: argparse.Namespace) -> int:

@@ -18,8 +18,10 @@ from leakshield.membership.run import SeedRun, run_seed
 def run_grid(
     config: MembershipConfig, out: Path, *, device: str = "cpu", progress: bool = True,
     say: Callable[[str], None] = print, cache: ArtifactCache | None = None,
+    counts: dict[str, int] | None = None,
 ) -> dict[str, list[SeedRun]]:  # fmt: skip
-    """Run (or reuse from ``out/runs``) every row on every seed; returns each row's runs by seed."""
+    """Run (or reuse from ``out/runs``) every row on every seed; returns each row's runs by seed
+    (``counts``, when given, receives ``runs`` and ``reused``)."""
     folder = Path(out) / "runs"
     found: dict[str, list[SeedRun]] = {}
     jobs = [(row, seed) for row in config.rows for seed in config.seeds]
@@ -34,6 +36,8 @@ def run_grid(
         reused += kept
         found.setdefault(row.label, []).append(run)
     seconds = time.perf_counter() - started
+    if counts is not None:
+        counts.update(runs=len(jobs), reused=reused)
     say(f"membership: {len(jobs)} runs ({reused} reused from {folder}) in {seconds:.0f} s")
     return found
 

@@ -7,7 +7,9 @@ data held in memory, a folder or a file.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import io
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,6 +26,7 @@ from leakshield.experiment.store import atomic_write_bytes
 from leakshield.fl.config import FLConfig
 from leakshield.model_audit.config import AuditConfig, parse_audit_config, with_absolute_root
 from leakshield.model_audit.membership_risk import run_membership
+from leakshield.model_audit.pdf import find_chromium
 from leakshield.model_audit.report import AuditReport, build_report
 from leakshield.model_audit.run import (
     CONFIG_FILE,
@@ -31,7 +34,9 @@ from leakshield.model_audit.run import (
     AuditPlan,
     audit_records,
     check_audit_folder,
+    check_resumable,
     make_plan,
+    print_estimate,
     run_plan,
 )
 from leakshield.models.imported import IMPORT_PREFIX, register_local
@@ -81,29 +86,41 @@ def _importable(module: str, qualname: str, model: Callable[..., Any]) -> bool:
 
 
 def data_section(train: Data, test: Data | None, folder: Path) -> dict[str, Any]:
-    """The config's ``data`` for ``train`` (and ``test``): arrays are written to ``folder`` as .npz."""
+    """The config's ``data`` for ``train`` (and ``test``): a mapping as it is, a folder (``imagefolder``,
+    its own test split), an ``.npz`` file (``test``: another one), or arrays written to ``folder`` as
+    ``.npz`` files named by their content (other arrays, another file: the audit's key changes)."""
+    if isinstance(train, dict | str | Path) and test is not None and not _is_npz(train):
+        raise ConfigError(
+            "test: a data mapping or a folder names its own test split (a folder's test/ or "
+            "the held-out share); give test with arrays or with an .npz file"
+        )
     if isinstance(train, dict):
-        if test is not None:
-            raise ConfigError("test: a data mapping names its own test split; give test only with arrays")
         return dict(train)
     if isinstance(train, str | Path):
         path = Path(train).expanduser().resolve()
-        if path.suffix == ".npz":
-            out = {"name": "npz", "root": str(path.parent), "file": path.name}
-            if test is not None:
-                out["test_file"] = str(Path(str(test)).expanduser().resolve())
-            return out
-        return {"name": "imagefolder", "root": str(path)}
-    folder.mkdir(parents=True, exist_ok=True)
-    out = {"name": "npz", "root": str(folder), "file": "train.npz"}
-    _write_npz(train, folder / "train.npz", "train")
+        if not _is_npz(train):
+            return {"name": "imagefolder", "root": str(path)}
+        out = {"name": "npz", "root": str(path.parent), "file": path.name}
+        if test is not None:
+            if not _is_npz(test):
+                raise ConfigError(
+                    "test: with an .npz file for train, give the test split as an .npz file too"
+                )
+            out["test_file"] = str(Path(str(test)).expanduser().resolve())
+        return out
+    out = {"name": "npz", "root": str(folder), "file": _write_npz(train, folder, "train")}
     if test is not None:
-        _write_npz(test, folder / "test.npz", "test")
-        out["test_file"] = "test.npz"
+        out["test_file"] = _write_npz(test, folder, "test")
     return out
 
 
-def _write_npz(data: Data, path: Path, where: str) -> None:
+def _is_npz(data: Any) -> bool:
+    return isinstance(data, str | Path) and Path(data).suffix == ".npz"
+
+
+def _write_npz(data: Data, folder: Path, where: str) -> str:
+    """Write ``data`` (an ImageSet or an (images, labels) pair) to ``folder/<where>-<digest>.npz``; the
+    file's name."""
     if isinstance(data, ImageSet):
         x, y = data.x, data.y
     elif isinstance(data, tuple) and len(data) == 2:
@@ -115,11 +132,23 @@ def _write_npz(data: Data, path: Path, where: str) -> None:
         )
     images = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
     labels = y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
-    import io
-
-    buffer = io.BytesIO()
-    np.savez(buffer, images=images, labels=labels.astype(np.int64))
-    atomic_write_bytes(path, buffer.getvalue())
+    whole = labels.size and np.issubdtype(labels.dtype, np.number) and np.all(np.mod(labels, 1) == 0)
+    if labels.ndim != 1 or not whole or labels.min() < 0:
+        raise ConfigError(
+            f"{where}: labels of shape {labels.shape} and type {labels.dtype}; expected one "
+            "class index (0, 1, …) per image"
+        )
+    labels = labels.astype(np.int64)
+    digest = hashlib.sha256(repr((images.shape, images.dtype.str)).encode())
+    digest.update(np.ascontiguousarray(images).tobytes())
+    digest.update(labels.tobytes())
+    name = f"{where}-{digest.hexdigest()[:12]}.npz"
+    if not (folder / name).is_file():
+        buffer = io.BytesIO()
+        np.savez(buffer, images=images, labels=labels)
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(folder / name, buffer.getvalue())
+    return name
 
 
 def audit(
@@ -137,6 +166,8 @@ def audit(
     device: str = "auto",
     progress: bool = True,
     cache_dir: str | Path | None = None,
+    estimate: bool = False,
+    pdf: bool = False,
     **settings: Any,
 ) -> AuditReport:
     """Audit ``model`` (a class or factory; see :func:`model_spec`) trained on ``train`` and measured on
@@ -144,8 +175,9 @@ def audit(
     ``threats`` (default all: ``honest-server``, ``malicious-server``, ``malicious-client``) with an
     accuracy ``budget`` in [0, 1]; ``defenses``: what the federation runs now. ``settings``: any other
     field of the audit config (``rounds``, ``seeds``, ``candidates``, ``victims``, ``effort``…). Runs into
-    ``out`` (default ``runs/<name>``; a rerun resumes), writes ``audit.html`` and the config as
-    ``audit.yaml`` (what ``leakshield audit`` reruns), and returns the report."""
+    ``out`` (default ``runs/<name>``; a rerun resumes), writes ``audit.html`` (and ``audit.pdf`` with
+    ``pdf``) and the config as ``audit.yaml`` (what ``leakshield audit`` reruns), and returns the report.
+    ``estimate``: print the time estimate first (its probes take seconds to a minute)."""
     folder = Path(out) if out is not None else Path("runs") / name
     check_audit_folder(folder)  # before the data is written into it
     data: dict[str, Any] = {
@@ -166,13 +198,20 @@ def audit(
     plan = make_plan(config)
     if progress:
         sys.stdout.write("\n".join(plan.lines()) + "\n")
-    return run_audit(plan, folder, workers=workers, device=device, progress=progress, cache_dir=cache_dir)
+    if estimate:
+        check_resumable(plan, folder)
+        print_estimate(plan, folder, workers=workers, device=device, cache_dir=cache_dir)
+    return run_audit(
+        plan, folder, pdf=pdf, workers=workers, device=device, progress=progress, cache_dir=cache_dir
+    )
 
 
 def run_audit(plan: AuditPlan, out: Path, *, pdf: bool = False, **options: Any) -> AuditReport:
     """Run ``plan`` into ``out`` (resuming; ``options``: those of :func:`run_plan`), write its report
     (``audit.html``; ``audit.pdf`` too with ``pdf``) and return it."""
-    check_audit_folder(out)
+    check_resumable(plan, out)
+    if pdf:
+        find_chromium()  # a missing browser is said now, not after the run
     out.mkdir(parents=True, exist_ok=True)
     config: AuditConfig = plan.config
     atomic_write_bytes(
@@ -181,10 +220,12 @@ def run_audit(plan: AuditPlan, out: Path, *, pdf: bool = False, **options: Any) 
     counts = run_plan(plan, out, **options)
     membership = None
     if plan.membership is not None:
-        membership = run_membership(
+        membership, computed, kept = run_membership(
             plan.membership, out, device=options.get("device", "auto"), progress=options.get("progress", True)
         )
-    report = build_report(config, plan.facts, plan.attacks, audit_records(out), out, membership)
+        counts = {**counts, "membership_computed": computed, "membership_stored": kept}
+    records = audit_records(out, config)
+    report = build_report(config, plan.facts, plan.attacks, records, out, membership, plan.left_out)
     report.counts = counts
     report.files = report.write(pdf=pdf)
     return report

@@ -109,6 +109,10 @@ class AuditConfig(pydantic.BaseModel):
             raise ValueError(f"defenses: the labels {reserved} are the audit's own rows (no defense, yours)")
         return self
 
+    def own_stack(self) -> list[dict[str, Any]]:
+        """The federation's own defenses as one stack of config entries, in order (empty: none)."""
+        return [{"name": e["name"], **e["params"]} for d in self.defenses for e in d.entries]
+
     @property
     def budget_points(self) -> float:
         """The budget in accuracy points (the leaderboard's unit)."""

@@ -9,20 +9,20 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from leakshield.data.types import DatasetSplits
 from leakshield.errors import ConfigError
 from leakshield.experiment.config import Component
 from leakshield.models import create_model
 
-_BATCHNORM = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
-
 
 @dataclass(frozen=True)
 class ModelFacts:
     """label, parameters (trainable), the first layer with parameters the image reaches (its class and
-    shape in words), whether it is fully connected, whether the model holds BatchNorm, its output shape
-    on one image and the data's image shape and classes."""
+    shape in words), whether it is fully connected, whether the model holds BatchNorm that tracks
+    running statistics (what GradInversion's prior matches), its output shape on one image and the
+    data's image shape and classes."""
 
     label: str
     parameters: int
@@ -104,13 +104,15 @@ def inspect_model(spec: Component, data: DatasetSplits) -> ModelFacts:
             f"{info.num_classes} classes, so (1, {info.num_classes}) (a factory that takes "
             "num_classes receives it)"
         )
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ConfigError(f"model {spec.display}: no trainable parameters, so no update to share or attack")
     first = order[0] if order else None
     return ModelFacts(
         label=spec.display,
         parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
         first_layer=_describe(first) if first is not None else "none (no parameters)",
         first_linear=isinstance(first, nn.Linear),
-        batchnorm=any(isinstance(m, _BATCHNORM) for m in model.modules()),
+        batchnorm=any(isinstance(m, _BatchNorm) and m.running_mean is not None for m in model.modules()),
         output=tuple(output.shape),
         image=info.shape,
         classes=info.num_classes,

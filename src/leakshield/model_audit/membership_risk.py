@@ -47,7 +47,7 @@ def membership_config(audit: Any, train_size: int) -> MembershipConfig | None:
             "or membership: {run: false}"
         )
     rows = [MembershipRow(label="none")]
-    stack = [{"name": e["name"], **e["params"]} for d in audit.defenses for e in d.entries]
+    stack = audit.own_stack()
     if stack:
         rows.append(MembershipRow.model_validate({"label": "yours", "stack": stack}))
     data = audit.data
@@ -69,14 +69,15 @@ def membership_config(audit: Any, train_size: int) -> MembershipConfig | None:
 
 def run_membership(
     config: MembershipConfig, out: Path, *, device: str, progress: bool
-) -> dict[str, tuple[list[Standing], bool]]:
+) -> tuple[dict[str, tuple[list[Standing], bool]], int, int]:
     """Play (or reuse, kept per row and seed) the game into ``out/membership``, write its own pages
-    there and return its ranked tables per threat."""
+    there; its ranked tables per threat, and the (row, seed) runs computed and reused."""
     folder = out / FOLDER
     from leakshield.experiment.world import resolve_device
 
     where = str(resolve_device(device))
-    runs = run_grid(config, folder, device=where, progress=progress, say=lambda _: None)
+    counts: dict[str, int] = {}
+    runs = run_grid(config, folder, device=where, progress=progress, say=lambda _: None, counts=counts)
     command = f"leakshield audit {out / 'audit.yaml'} --out {out}"
     write(config, runs, folder, command)
-    return tables(config, runs)
+    return tables(config, runs), counts["runs"] - counts["reused"], counts["reused"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -10,6 +11,9 @@ from pathlib import Path
 
 from leakshield.errors import LeakshieldError
 from leakshield.experiment.store import atomic_write_bytes
+
+#: seconds Chromium may take to print the page
+TIMEOUT = 300
 
 
 def find_chromium() -> str:
@@ -31,16 +35,22 @@ def html_to_pdf(page: str, path: Path) -> Path:
         source = Path(folder) / "audit.html"
         source.write_text(page, encoding="utf-8")
         target = Path(folder) / "audit.pdf"
+        sandbox = ["--no-sandbox"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []  # root has none
         command = [
             browser,
             "--headless",
-            "--no-sandbox",
+            *sandbox,
             "--disable-gpu",
             "--no-pdf-header-footer",
             f"--print-to-pdf={target}",
             source.as_uri(),
         ]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+        except subprocess.TimeoutExpired:
+            raise LeakshieldError(
+                f"Chromium printed no PDF within {TIMEOUT} s; the HTML report is written"
+            ) from None
         if not target.is_file():
             tail = " ".join((done.stderr or "").split())[-200:]
             raise LeakshieldError(f"Chromium printed no PDF (exit {done.returncode}): {tail}")

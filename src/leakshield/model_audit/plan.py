@@ -14,13 +14,13 @@ from torch import nn
 from leakshield.attacks import ATTACKS, create_attack
 from leakshield.data.types import DatasetSplits, ImageSet
 from leakshield.defenses import DEFENSES
-from leakshield.errors import ConfigError
+from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.experiment.config import DefenseSetting, ExperimentConfig, parse_config
 from leakshield.experiment.yaml_files import parse_yaml
 from leakshield.leaderboard.presets import default_leaderboard_text
 from leakshield.leaderboard.strengths import with_rung_targets, with_rungs
 from leakshield.model_audit.config import AuditConfig
-from leakshield.model_audit.facts import ModelFacts, build_checked
+from leakshield.model_audit.facts import ModelFacts
 from leakshield.threats import Adversary
 
 #: the label of the federation's own defenses (a stack of them)
@@ -31,6 +31,8 @@ BATTERY: dict[str, tuple[str, ...]] = {
     "malicious-server": ("imprint", "trap-weights"),
     "malicious-client": ("hitaj",),
 }
+#: attacks that read the structure of one gradient (several local steps blend it)
+ONE_GRADIENT = ("analytic", "spear", "april")
 #: threat key → the adversaries of its attacks (an adaptive attack joins the key of its adversary)
 ADVERSARIES = {
     "honest-server": (Adversary.OBSERVING_SERVER,),
@@ -64,12 +66,22 @@ def leaderboard_document() -> dict[str, Any]:
     return parse_yaml(default_leaderboard_text(), "configs/leaderboard.yaml")
 
 
-def defense_rows(config: AuditConfig, document: dict[str, Any]) -> list[Any]:
-    """no defense, the federation's own (``yours``), then each candidate with its ladder's rungs."""
+def defense_rows(
+    config: AuditConfig, document: dict[str, Any], model: nn.Module, facts: ModelFacts
+) -> tuple[list[Any], list[tuple[str, str]]]:
+    """no defense, the federation's own (``yours``), then each candidate that can work on the model with
+    its ladder's rungs; and (label, reason) of each candidate left out."""
     rows: list[Any] = ["none"]
-    if config.defenses:
-        rows.append({"label": YOURS, "stack": [_entry(d) for d in config.defenses]})
-    candidates = [_entry(d) for d in config.candidates]
+    stack = config.own_stack()
+    if stack:
+        rows.append({"label": YOURS, "stack": stack})
+    candidates, left_out = [], []
+    for setting in config.candidates:
+        reason = defense_reason(setting, model, facts)
+        if reason is None:
+            candidates.append(_entry(setting))
+        else:
+            left_out.append((setting.display, reason))
     rows += with_rungs(
         candidates,
         document,
@@ -77,7 +89,22 @@ def defense_rows(config: AuditConfig, document: dict[str, Any]) -> list[Any]:
         source="the strength ladders (configs/leaderboard.yaml)",
         preset="audit",
     )
-    return rows
+    return rows, left_out
+
+
+def defense_reason(setting: DefenseSetting, model: nn.Module, facts: ModelFacts) -> str | None:
+    """Why a candidate defense cannot work on this model and data (None: it can)."""
+    from leakshield.defenses.soteria import defended_linear
+
+    for entry in setting.entries:
+        try:
+            params = DEFENSES.validate(entry["name"], entry["params"])
+            params.check_data(facts.image, facts.classes)
+            if DEFENSES.get(entry["name"]).name == "soteria":
+                defended_linear(model, entry["params"].get("layer"))
+        except (ValueError, LeakshieldError) as exc:
+            return " ".join(str(exc).split())
+    return None
 
 
 def _entry(setting: DefenseSetting) -> dict[str, Any]:
@@ -103,12 +130,18 @@ def precondition(
     if name in config.leave_out:
         return "left out by the config (leave_out)"
     attack = create_attack(name, {})
-    if hasattr(attack, "check_model"):
-        try:
+    try:
+        ATTACKS.validate(name, {}).check_data(facts.image, facts.classes)
+        if hasattr(attack, "check_model"):
             attack.check_model(model, facts.image)
-        except ValueError as exc:
-            return " ".join(str(exc).split())
+    except Exception as exc:  # the attack's own reason; a user's model may fail it in any way
+        return " ".join(str(exc).split()) or type(exc).__name__
     local = config.federation.local
+    if name in ONE_GRADIENT and local.algorithm == "fedavg" and local.local_epochs > 1:
+        return (
+            f"it reads one gradient, and each update is {local.local_epochs} local steps (FedSGD, or "
+            "FedAvg of one local step)"
+        )
     if name == "gradinversion" and not facts.batchnorm:
         return "the model has no BatchNorm layer, whose statistics its prior matches"
     if name == "fedavg-leakage" and local.algorithm != "fedavg":
@@ -131,6 +164,7 @@ def attacker_lacks_a_class(data: DatasetSplits, clients: list[ImageSet]) -> bool
 def plan_attacks(
     config: AuditConfig,
     facts: ModelFacts,
+    model: nn.Module,
     data: DatasetSplits,
     clients: list[ImageSet],
     rows: list[Any],
@@ -138,8 +172,6 @@ def plan_attacks(
 ) -> list[PlannedAttack]:
     """Every attack of the chosen threats, planned or left out with the reason; adaptive attacks of the
     defenses in ``rows`` join their adversary's threat."""
-    spec = config.model
-    model = build_checked(spec, data)
     budgets = ((document.get("presets") or {}).get(config.effort) or {}).get("params") or {}
     lacks = attacker_lacks_a_class(data, clients)
     names = defense_names(rows)

@@ -18,15 +18,14 @@ from leakshield.dpaudit.findings import Finding
 from leakshield.experiment.config import DefenseSetting
 from leakshield.experiment.store import CellRecord, atomic_write_bytes
 from leakshield.leaderboard.budgets import BudgetChoice, accuracy_costs, within_budget
-from leakshield.leaderboard.margin import bounded_mean
-from leakshield.leaderboard.ranking import AttackScore, Standing, standings, threats
+from leakshield.leaderboard.ranking import AttackScore, Standing, standings, strongest, threats
 from leakshield.membership.section import Standing as MembershipStanding
 from leakshield.model_audit.config import AuditConfig
 from leakshield.model_audit.facts import ModelFacts
 from leakshield.model_audit.pdf import html_to_pdf
 from leakshield.model_audit.plan import YOURS, PlannedAttack
+from leakshield.model_audit.tables import budget_table, leak_text, membership_html, rows_table, score_text
 from leakshield.model_audit.tables import escape as _e
-from leakshield.model_audit.tables import membership_html
 from leakshield.model_audit.tables import table as _table
 
 STYLE = (
@@ -60,7 +59,13 @@ class ThreatFinding:
 
     @property
     def leaks(self) -> bool:
+        """Whether the strongest attack leaked a victim measurably on the fresh victims (stage 2)."""
         return self.own.strongest is not None and self.own.strongest.measurable
+
+    @property
+    def leaked_in_selection(self) -> bool:
+        """Whether some stage-1 cell leaked a victim (the cells that chose the attack)."""
+        return any(s.measurable for s in self.own.scores)
 
 
 @dataclass
@@ -83,6 +88,8 @@ class AuditReport:
     files: list[Path] = field(default_factory=list)
     #: the membership game's ranked tables per threat (None: left out)
     membership: dict[str, tuple[list[MembershipStanding], bool]] | None = None
+    #: (label, reason) of each candidate defense that cannot work on the model
+    left_out: list[tuple[str, str]] = field(default_factory=list)
 
     def finding(self, threat: str) -> ThreatFinding | None:
         """The finding of the threat model whose words start with ``threat`` (None: not audited)."""
@@ -113,12 +120,11 @@ def own_row(rows: list[Standing]) -> Standing | None:
 
 
 def worst_by_round(row: Standing) -> list[tuple[int, AttackScore]]:
-    """Per attacked round, the attack cell of ``row`` with the highest mean SSIM over the seeds."""
-    found: dict[int, AttackScore] = {}
-    for score in row.scores:
-        if score.metric == "ssim" and (score.round not in found or score.ssim > found[score.round].ssim):
-            found[score.round] = score
-    return sorted(found.items())
+    """Per attacked round, the strongest of ``row``'s stage-1 cells by the leaderboard's rule (leak rate
+    over all seeds, then mean margin, then name: :func:`~leakshield.leaderboard.ranking.strongest`)."""
+    rounds = sorted({s.round for s in row.scores})
+    found = [(r, strongest([s for s in row.scores if s.round == r])[0]) for r in rounds]
+    return [(r, s) for r, s in found if s is not None]
 
 
 def strongest_image(records: list[CellRecord], row: Standing) -> bytes | None:
@@ -148,6 +154,7 @@ def build_report(
     records: list[CellRecord],
     out: Path,
     membership: dict[str, tuple[list[MembershipStanding], bool]] | None = None,
+    left_out: list[tuple[str, str]] | None = None,
 ) -> AuditReport:
     """The report of an audit's stored cells (grid and stage 2)."""
     costs = accuracy_costs(records)
@@ -161,7 +168,7 @@ def build_report(
         findings.append(
             ThreatFinding(threat, own, worst_by_round(own), rows, budget, strongest_image(records, own))
         )
-    stack = [{"name": e["name"], **e["params"]} for d in config.defenses for e in d.entries]
+    stack = config.own_stack()
     yours = [DefenseSetting.model_validate({"label": YOURS, "stack": stack})] if stack else []
     dp = check_experiment(SimpleNamespace(defenses=yours))
     failed = sorted(
@@ -173,28 +180,25 @@ def build_report(
     )
     words = {defense: cost.text() for (_, defense), cost in costs.items()}
     return AuditReport(
-        config, facts, attacks, findings, dp, out, len(records), words, failed, membership=membership
+        config,
+        facts,
+        attacks,
+        findings,
+        dp,
+        out,
+        len(records),
+        words,
+        failed,
+        membership=membership,
+        left_out=list(left_out or []),
     )
 
 
-def score_text(score: AttackScore) -> str:
-    """The mean SSIM over seeds with its 95 % interval inside [0, 1] (``0.412 [0.332, 0.492]``)."""
-    if not score.outcomes:
-        return f"{score.ssim:.3f}"
-    return bounded_mean([o.score for o in score.outcomes]).text()
+#: metric → how a sentence names it
+METRIC_WORDS = {"ssim": "SSIM", "class_ssim": "class-level SSIM (a class's template, not one image)"}
 
 
-def leak_text(score: AttackScore) -> str:
-    """Leaked victims of all victims, the rate and its interval."""
-    leak = score.leak
-    return (
-        f"{sum(leak.leaked)} of {sum(leak.victims)} ({leak.rate:.2f} [{leak.low:.2f}, {leak.high:.2f}])"
-        if score.outcomes
-        else "n/a"
-    )
-
-
-def _sentence(f: ThreatFinding, config: AuditConfig) -> str:
+def _sentence(f: ThreatFinding) -> str:
     best = f.own.strongest
     who = "your federation" if f.own.defense == YOURS else "your federation (no defense)"
     if best is None:
@@ -202,11 +206,34 @@ def _sentence(f: ThreatFinding, config: AuditConfig) -> str:
     reference = (
         f" against a no-information level of {best.reference:.3f}" if best.reference is not None else ""
     )
-    verdict = "leaks" if best.measurable else "shows no measurable leakage"
+    if f.leaks:
+        verdict = "leaks"
+    elif f.leaked_in_selection:
+        verdict = "leaked only in the cells that chose the attack, not measurably on fresh victims"
+    else:
+        verdict = "shows no measurable leakage"
+    words = METRIC_WORDS.get(best.metric, best.metric)
+    victims = f"; leaked victims (SSIM ≥ 0.6 and above the guess): {leak_text(best)}" if best.outcomes else ""
+    stage = "on fresh victims" if f.own.stage_two else "on the victims that chose it"
     return (
-        f"{f.threat}: {who} {verdict} — the strongest attack, {best.where}, reaches SSIM "
-        f"{score_text(best)}{reference}; leaked victims (SSIM ≥ 0.6 and above the guess): "
-        f"{leak_text(best)} at batch size {config.federation.local.batch_size}."
+        f"{f.threat}: {who} {verdict} — the strongest attack, {best.where}, reaches {words} "
+        f"{score_text(best)}{reference} {stage}{victims}."
+    )
+
+
+def measured_text(config: AuditConfig) -> str:
+    """What one attacked update is, in words (the audit measures that, not a client's whole round)."""
+    local = config.federation.local
+    steps = (
+        "one gradient of it (FedSGD)"
+        if local.algorithm == "fedsgd"
+        else f"{local.local_epochs} local step(s) of {local.optimizer.upper()} on it (FedAvg, one step "
+        "per epoch)"
+    )
+    return (
+        f"Each attacked update is a victim's batch of {local.batch_size} image(s) and {steps}; a client "
+        "whose round covers more data or more steps blends more images into one update (the realism "
+        "scenarios of the leaderboard measure how that changes leakage)."
     )
 
 
@@ -218,79 +245,6 @@ def shown_width(png: bytes, most: int = 1000) -> int:
 
     with Image.open(io.BytesIO(png)) as image:
         return min(2 * image.width, most)
-
-
-def versus_text(row: Standing) -> str:
-    """The row's difference from no defense, or why it has none."""
-    if row.versus_none is not None:
-        return row.versus_none.text()
-    if row.defense == "none":
-        return "reference"
-    return "not compared: does not train" if not row.trains else "not compared"
-
-
-def _rows_table(f: ThreatFinding) -> str:
-    body = []
-    for r in f.rows:
-        best = r.strongest
-        body.append(
-            [
-                _e(r.defense) + ("" if r.trains else " (does not train)"),
-                _e(best.where if best else "none succeeded"),
-                _e(score_text(best)) if best else "",
-                _e(leak_text(best)) if best else "",
-                _e(versus_text(r)),
-                _e(r.letters),
-                _e(r.accuracy_interval.text()) if r.accuracy_interval is not None else "n/a",
-            ]
-        )
-    return _table(
-        [
-            "defense",
-            "strongest attack",
-            "SSIM (95 %)",
-            "leaked victims",
-            "margin − no defense",
-            "letters",
-            "accuracy (95 %)",
-        ],
-        body,
-    )
-
-
-def _budget_table(f: ThreatFinding, config: AuditConfig, costs_text: dict[str, str]) -> str:
-    choice = f.budget
-    if not choice.rows:
-        return "<p>No defense row could be ranked at this budget (no accuracy measured, or none trains).</p>"
-    body = [
-        [
-            _e(r.defense),
-            _e(costs_text.get(r.defense, "n/a")),
-            _e(versus_text(r)),
-            _e(r.letters),
-        ]
-        for r in choice.rows
-    ]
-    notes = []
-    if choice.none_fit:
-        notes.append(f"no rung fits {config.budget_points:g} points: {', '.join(choice.none_fit)}")
-    if choice.uncertain:
-        notes.append(f"mean cost fits but its upper bound does not: {', '.join(choice.uncertain)}")
-    if choice.outside:
-        notes.append(
-            f"not comparable (no accuracy, no attack score or no rung that trains): "
-            f"{', '.join(choice.outside)}"
-        )
-    extra = "".join(f"<li>{_e(n)}</li>" for n in notes)
-    return _table(
-        [
-            "defense at the rung that spends the budget",
-            "accuracy cost",
-            "margin − no defense (* leaks less)",
-            "letters",
-        ],
-        body,
-    ) + (f"<ul>{extra}</ul>" if extra else "")
 
 
 def render_html(report: AuditReport) -> str:
@@ -308,9 +262,10 @@ def render_html(report: AuditReport) -> str:
     ]
     for f in report.findings:
         cls = " class='leak'" if f.leaks else ""
-        parts.append(f"<li{cls}>{_e(_sentence(f, config))}</li>")
+        parts.append(f"<li{cls}>{_e(_sentence(f))}</li>")
     parts.append(
-        "</ul><p>Margins are each victim's SSIM above what the attacker could guess without the update "
+        f"</ul><p>{_e(measured_text(config))} Margins are each victim's SSIM above what the attacker "
+        "could guess without the update "
         "(the public mean image, or a prior's draw); intervals are 95 % over the seeds, the unit of "
         "repetition. '*' marks a defense shown to leak less than no defense (one-sided paired test, "
         "Holm-corrected); rows sharing a letter were not shown different.</p>"
@@ -319,7 +274,12 @@ def render_html(report: AuditReport) -> str:
         parts.append(f"<section><h2>{_e(f.threat)}</h2>")
         rounds = [[str(r), _e(s.where), _e(score_text(s)), _e(leak_text(s))] for r, s in f.by_round]
         parts.append(f"<h3>Worst leakage of {_e(f.own.defense)} by attacked round</h3>")
-        parts.append(_table(["after round", "worst attack", "SSIM (95 %)", "leaked victims"], rounds))
+        parts.append(
+            "<p>The strongest attack after each round, on the victims that chose it (stage 1: the choice "
+            "of the best of several attacks biases these upward; the summary's numbers are fresh victims'"
+            ").</p>"
+        )
+        parts.append(_table(["after round", "strongest attack", "score (95 %)", "leaked victims"], rounds))
         if f.image:
             parts.append(
                 f"<figure><img alt='reconstructions' style='width:{shown_width(f.image)}px' "
@@ -329,8 +289,8 @@ def render_html(report: AuditReport) -> str:
                 f"{_e(GRID_CAPTION)}</figcaption></figure>"
             )
         parts.append(f"<h3>Within your budget ({config.budget_points:g} accuracy points)</h3>")
-        parts.append(_budget_table(f, config, costs))
-        parts.append("<h3>Every row</h3>" + _rows_table(f) + "</section>")
+        parts.append(budget_table(f.budget, config.budget_points, costs))
+        parts.append("<h3>Every row</h3>" + rows_table(f.rows) + "</section>")
     parts.append(membership_html(report.membership))
     parts.append("<h2>DP settings check</h2>")
     parts.append(
@@ -341,12 +301,16 @@ def render_html(report: AuditReport) -> str:
         + " The empirical canary audit (<code>leakshield dp-audit</code>) audits leakshield's "
         "cross-device federation; it is not run on your model here.</p>"
     )
-    parts.append("<h2>Attacks planned and left out</h2><ul>")
+    parts.append("<h2>Attacks and defenses planned and left out</h2><ul>")
     parts += [
         f"<li>{_e(a.threat)}: <b>{_e(a.name)}</b> — "
         + ("run" if a.planned else f"left out: {_e(a.reason)}")
         + "</li>"
         for a in report.attacks
+    ]
+    parts += [
+        f"<li>candidate defense <b>{_e(label)}</b> — left out: {_e(why)}</li>"
+        for label, why in report.left_out
     ]
     parts.append("</ul>")
     if report.failed:
@@ -360,17 +324,19 @@ def render_html(report: AuditReport) -> str:
 def reproduce_html(report: AuditReport) -> str:
     """The commands that recompute every number of the report."""
     out, grid = report.out, report.out / "grid"
+    second = grid / f"fresh-{report.config.fresh_victims}" / "stage2"
     rerun = (
-        f"<code>leakshield audit {_e(out / 'audit.yaml')} --out {_e(out)}</code> (computes only what is "
-        "missing, then rewrites this page)"
+        f"<code>leakshield audit {_e(out / 'audit.yaml')} --out {_e(out)}</code>, from the folder your "
+        "model's module is imported from (it computes only what is missing, then rewrites this page)"
     )
     if report.config.model.name.startswith("local:"):
         rerun = (
-            "rerun the same Python call (the model was defined inside a function, so the command line "
-            "cannot import it: define it at module level to rerun it with <code>leakshield audit</code>)"
+            "rerun the same Python call (the model was defined in __main__ or inside a function, which "
+            "the command line cannot import: put it in a module to rerun it with <code>leakshield "
+            "audit</code>)"
         )
     return (
         f"<h2>Reproduce</h2><p>Every number above: {rerun}. Per-cell table and figures: <code>leakshield "
-        f"report {_e(grid)}</code>. One stage-2 rerun: <code>leakshield run {_e(grid)}/stage2/&lt;name&gt;"
-        f"/config.yaml --out {_e(grid)}/stage2/&lt;name&gt;</code>.</p></body></html>"
+        f"report {_e(grid)}</code>. One stage-2 rerun: <code>leakshield run {_e(second)}/&lt;name&gt;"
+        f"/config.yaml --out {_e(second)}/&lt;name&gt;</code>.</p></body></html>"
     )

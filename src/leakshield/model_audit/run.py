@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -19,13 +19,13 @@ from leakshield.errors import ConfigError, RunDirectoryError
 from leakshield.experiment import ExperimentRunner
 from leakshield.experiment.compatibility import check_attacks_fit_models, check_defenses_fit_clients
 from leakshield.experiment.config import ExperimentConfig, parse_config
-from leakshield.experiment.rundir import STORE_FILE
-from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
+from leakshield.experiment.rundir import STORE_FILE, check_run_dir
+from leakshield.experiment.store import CellRecord, ResultStore
 from leakshield.leaderboard.stage_two import FOLDER, chosen_cells, load_stage_two, rerun_config, write_index
 from leakshield.leaderboard.tables import ranked_records
 from leakshield.membership.config import MembershipConfig
 from leakshield.model_audit.config import AuditConfig
-from leakshield.model_audit.facts import ModelFacts, inspect_model
+from leakshield.model_audit.facts import ModelFacts, build_checked, inspect_model
 from leakshield.model_audit.membership_risk import membership_config
 from leakshield.model_audit.plan import (
     PlannedAttack,
@@ -37,8 +37,6 @@ from leakshield.model_audit.plan import (
 )
 from leakshield.workers import init_single_threaded_worker, stop_workers
 
-#: the audit's own record in its folder (the audit config and the plan, as run)
-AUDIT_FILE = "audit.json"
 #: the audit config as run, in its folder (what ``leakshield audit`` reruns)
 CONFIG_FILE = "audit.yaml"
 #: where the Python API writes data given as arrays, inside the audit's folder
@@ -70,6 +68,8 @@ class AuditPlan:
     grid: ExperimentConfig
     #: the membership game (None: left out)
     membership: MembershipConfig | None = None
+    #: (label, reason) of each candidate defense that cannot work on the model
+    left_out: list[tuple[str, str]] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         """The plan as printed before any work."""
@@ -88,6 +88,7 @@ class AuditPlan:
             f"seeds {list(grid.seeds)}: {grid.victims.count} batch(es) per seed choose each row's strongest "
             f"attack, {self.config.fresh_victims} fresh batch(es) per seed measure it; budget "
             f"{self.config.budget_points:g} accuracy points",
+            *(f"candidate left out: {label}: {reason}" for label, reason in self.left_out),
             *plan_lines(self.attacks),
             "membership: "
             + (
@@ -121,23 +122,14 @@ def make_plan(config: AuditConfig) -> AuditPlan:
             f"{fl.local.batch_size} = {needed} per seed: fewer victims, or fewer clients"
         )
     document = leaderboard_document()
-    rows = defense_rows(config, document)
-    attacks = plan_attacks(config, facts, data, clients, rows, document)
+    model = build_checked(config.model, data)
+    rows, left_out = defense_rows(config, document, model, facts)
+    attacks = plan_attacks(config, facts, model, data, clients, rows, document)
     grid = experiment_config(config, attacks, rows)
     grid.check_data(data.info.shape, data.info.num_classes)
     check_attacks_fit_models(grid, data.info)
     check_defenses_fit_clients(grid, clients)
-    return AuditPlan(config, facts, attacks, grid, membership_config(config, len(data.train)))
-
-
-def write_record(plan: AuditPlan, out: Path) -> None:
-    """Keep the audit config and the plan beside the cells (the report reads them back)."""
-    payload = {
-        "audit": plan.config.model_dump(mode="json"),
-        "facts": plan.facts.__dict__,
-        "attacks": [a.__dict__ for a in plan.attacks],
-    }
-    atomic_write_bytes(out / AUDIT_FILE, json.dumps(payload, indent=1, default=list).encode())
+    return AuditPlan(config, facts, attacks, grid, membership_config(config, len(data.train)), left_out)
 
 
 def run_plan(
@@ -154,14 +146,13 @@ def run_plan(
     counts ``{computed, stored, failed, reruns}``."""
     if workers > 1 and plan.config.model.name.startswith("local:"):
         raise ConfigError(
-            f"workers {workers}: the model {plan.config.model.display} was defined inside a "
-            "function, which worker processes cannot import; define it at module level or "
-            "use one worker"
+            f"workers {workers}: the model {plan.config.model.display} was defined in __main__ (a script, a "
+            "notebook) or inside a function, which worker processes cannot import; put it in a module and "
+            "pass it from there, or use one worker"
         )
     grid_dir = out / GRID
     runner = ExperimentRunner(plan.grid, grid_dir, device=device, progress=progress, cache_dir=cache_dir)
     summary = runner.run(workers=workers, retry_failed=retry_failed)
-    write_record(plan, out)
     counts = {"computed": summary.computed, "stored": summary.skipped, "failed": summary.failed, "reruns": 0}
     records = ResultStore(grid_dir / STORE_FILE).records()
     reruns = (
@@ -169,12 +160,13 @@ def run_plan(
         if plan.config.fresh_victims
         else []
     )
-    write_index(grid_dir, reruns)
+    second = stage_dir(out, plan.config)
+    write_index(second, reruns)
     cache = None if cache_dir is None else str(cache_dir)
     jobs = [
         (
             json.dumps(rerun_config(plan.grid, r).model_dump(mode="json")),
-            str(grid_dir / FOLDER / r.name),
+            str(second / FOLDER / r.name),
             device,
             cache,
             retry_failed,
@@ -223,8 +215,54 @@ def rerun_job(config_json: str, where: str, device: str, cache_dir: str | None, 
     return done.computed, done.skipped, done.failed
 
 
-def audit_records(out: Path) -> list[CellRecord]:
+def stage_dir(out: Path, config: AuditConfig) -> Path:
+    """Where stage 2 runs: one folder per count of fresh victims (another count, other reruns)."""
+    return out / GRID / f"fresh-{config.fresh_victims}"
+
+
+def check_resumable(plan: AuditPlan, out: Path) -> None:
+    """Refuse, before anything is written, an ``out`` that holds something else, or an audit of other
+    settings (whose cells would not be this one's)."""
+    check_audit_folder(out)
+    if (out / GRID / "config.json").is_file():
+        try:
+            check_run_dir(plan.grid, out / GRID)
+        except RunDirectoryError:
+            raise RunDirectoryError(
+                f"{out} holds an audit of other settings (its {CONFIG_FILE} says which); "
+                "choose another folder, or delete it to start over"
+            ) from None
+
+
+def audit_records(out: Path, config: AuditConfig) -> list[CellRecord]:
     """The cells an audit's report reads: the grid's and stage 2's."""
     records = ResultStore(out / GRID / STORE_FILE).records()
-    second = [r for _, cells in load_stage_two(out / GRID) for r in cells]
+    second = [r for _, cells in load_stage_two(stage_dir(out, config)) for r in cells]
     return ranked_records(records, second)
+
+
+def print_estimate(
+    plan: AuditPlan, out: Path, *, workers: int = 1, device: str = "auto", cache_dir: str | Path | None = None
+) -> float:
+    """Print the grid's probed estimate, stage 2's bound and the membership game's probe; the total
+    seconds (worker start-up and the data's loading come on top, seconds each)."""
+    from leakshield.experiment.estimate import print_estimate as print_grid_estimate
+    from leakshield.experiment.world import resolve_device
+    from leakshield.leaderboard.dry_run import stage_two_bound
+    from leakshield.membership.grid import estimate_seconds
+
+    runner = ExperimentRunner(plan.grid, out / GRID, device=device, progress=False, cache_dir=cache_dir)
+    found = print_grid_estimate(runner, workers=workers)
+    fresh = plan.config.fresh_victims
+    reruns, rerun_seconds = stage_two_bound(plan.grid, found.attack_seconds, fresh) if fresh else (0, 0.0)
+    total = found.seconds(workers) + rerun_seconds / workers
+    print(
+        f"stage 2: at most {reruns} rerun(s) of a row's strongest attack on {fresh} fresh batch(es) per "
+        f"seed, ≤ {rerun_seconds / workers / 60:.1f} min"
+    )
+    if plan.membership is not None:
+        seconds = estimate_seconds(plan.membership, device=str(resolve_device(device)))
+        print(f"membership game: about {seconds / 60:.1f} min (probed on its first seed)")
+        total += seconds
+    print(f"audit total: about {total / 60:.1f} min with {workers} worker(s), before worker start-up")
+    return total

@@ -1,10 +1,15 @@
-"""HTML pieces of the audit's report: escaped text, a table, the membership section."""
+"""HTML pieces of the audit's report: escaped text, tables (a threat's rows, the budget's ranking, the
+membership section) and the words of a score."""
 
 from __future__ import annotations
 
 import html
 
-from leakshield.membership.section import THREATS, Standing, table_rows
+from leakshield.leaderboard.budgets import BudgetChoice
+from leakshield.leaderboard.margin import bounded_mean
+from leakshield.leaderboard.ranking import AttackScore, Standing
+from leakshield.membership.section import THREATS, table_rows
+from leakshield.membership.section import Standing as MembershipStanding
 
 
 def escape(text: object) -> str:
@@ -18,7 +23,7 @@ def table(header: list[str], body: list[list[str]]) -> str:
     return f"<table><tr>{head}</tr>{rows}</table>"
 
 
-def membership_html(found: dict[str, tuple[list[Standing], bool]] | None, fpr: float = 0.01) -> str:
+def membership_html(found: dict[str, tuple[list[MembershipStanding], bool]] | None, fpr: float = 0.01) -> str:
     """The membership section: per threat, each row's strongest attack and its TPR at ``fpr`` over seeds
     (``found``: the game's ranked tables; None: left out)."""
     if found is None:
@@ -35,3 +40,100 @@ def membership_html(found: dict[str, tuple[list[Standing], bool]] | None, fpr: f
         parts.append(f"<h3>{escape(THREATS[threat][0])}</h3>")
         parts.append(table(head, [[escape(c) for c in row] for row in cells]))
     return "".join(parts)
+
+
+def score_text(score: AttackScore) -> str:
+    """The mean SSIM over seeds with its 95 % interval inside [0, 1] (``0.412 [0.332, 0.492]``)."""
+    if not score.outcomes:
+        return f"{score.ssim:.3f}"
+    return bounded_mean([o.score for o in score.outcomes]).text()
+
+
+def leak_text(score: AttackScore) -> str:
+    """Leaked victims of all victims, the rate and its interval."""
+    leak = score.leak
+    return (
+        f"{sum(leak.leaked)} of {sum(leak.victims)} ({leak.rate:.2f} [{leak.low:.2f}, {leak.high:.2f}])"
+        if score.outcomes
+        else "n/a"
+    )
+
+
+def versus_text(row: Standing) -> str:
+    """The row's difference from no defense, or why it has none."""
+    if row.versus_none is not None:
+        return row.versus_none.text()
+    if row.defense == "none":
+        return "reference"
+    return "not compared: does not train" if not row.trains else "not compared"
+
+
+def rows_table(rows: list[Standing]) -> str:
+    """Every row of a threat table: strongest attack, score, leaks, difference, letters, accuracy."""
+    body = []
+    for r in rows:
+        best = r.strongest
+        body.append(
+            [
+                escape(r.defense) + ("" if r.trains else " (does not train)"),
+                escape(best.where if best else "none succeeded"),
+                escape(score_text(best)) if best else "",
+                escape(leak_text(best)) if best else "",
+                escape(versus_text(r)),
+                escape(r.letters),
+                escape(r.accuracy_interval.text()) if r.accuracy_interval is not None else "n/a",
+            ]
+        )
+    return table(
+        [
+            "defense",
+            "strongest attack",
+            "SSIM (95 %)",
+            "leaked victims",
+            "margin − no defense",
+            "letters",
+            "accuracy (95 %)",
+        ],
+        body,
+    )
+
+
+def budget_table(choice: BudgetChoice, points: float, costs_text: dict[str, str]) -> str:
+    """The defenses at the rung that spends ``points`` of accuracy, ranked (``costs_text``: defense →
+    its cost in words)."""
+    if choice.unranked_models:
+        return (
+            "<p>Not ranked: the positive control failed — with no defense the strongest attack does not "
+            "leak measurably above the no-information guess, so no defense can be shown to leak less.</p>"
+        )
+    if not choice.rows:
+        return "<p>No defense row could be ranked at this budget (no accuracy measured, or none trains).</p>"
+    body = [
+        [
+            escape(r.defense),
+            escape(costs_text.get(r.defense, "n/a")),
+            escape(versus_text(r)),
+            escape(r.letters),
+        ]
+        for r in choice.rows
+    ]
+    notes = []
+    if choice.none_fit:
+        notes.append(f"no rung fits {points:g} points: {', '.join(choice.none_fit)}")
+    if choice.uncertain:
+        notes.append(f"mean cost fits but its upper bound does not: {', '.join(choice.uncertain)}")
+    if choice.outside:
+        notes.append(
+            f"not comparable (no accuracy, no attack score or no rung that trains): "
+            f"{', '.join(choice.outside)}"
+        )
+    extra = "".join(f"<li>{escape(n)}</li>" for n in notes)
+    return table(
+        [
+            "defense at the rung that spends the budget",
+            "accuracy cost",
+            "margin − no defense (* leaks less)",
+            "letters",
+        ],
+        body,
+    ) + (f"<ul>{extra}</ul>" if extra else "")

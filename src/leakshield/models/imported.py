@@ -16,6 +16,7 @@ deleting the run folder)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import inspect
@@ -87,7 +88,7 @@ def load_factory(name: str) -> Callable[..., nn.Module]:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name is not None and module_name.startswith(exc.name):
+        if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise ConfigError(
                 f"model.import {path!r}: no module {exc.name!r} in the installed packages or "
                 f"the working directory {here}"
@@ -141,22 +142,42 @@ def build(name: str, params: dict[str, Any], in_shape: tuple[int, int, int], num
 
 
 def code_hash(name: str) -> str:
-    """16 hex digits over the source of the factory of ``name`` (the files that define it and, for a
-    factory that is a class defined elsewhere, the class); its qualified name when no source is found."""
+    """16 hex digits over the code of the factory of ``name``: the source file that defines it (and,
+    for a ``functools.partial``, its function and arguments); where there is no file — a class typed in
+    ``__main__``, a notebook — its compiled code, every method's bytecode and constants."""
     factory = load_factory(name)
     digest = hashlib.sha256(name.encode())
-    objects = [
-        factory,
-        *([type(factory)] if not inspect.isclass(factory) and not inspect.isfunction(factory) else []),
-    ]
-    for obj in objects:
-        try:
-            path = inspect.getsourcefile(obj)
-            text = Path(path).read_bytes() if path else inspect.getsource(obj).encode()
-        except (OSError, TypeError):
-            continue
-        digest.update(text)
+    while isinstance(factory, functools.partial):
+        digest.update(repr((factory.args, sorted(factory.keywords.items()))).encode())
+        factory = factory.func
+    try:
+        path = inspect.getsourcefile(factory)
+        digest.update(Path(path).read_bytes() if path else b"")
+        found = bool(path)
+    except (OSError, TypeError):
+        found = False
+    if not found:
+        digest.update(compiled(factory))
     return digest.hexdigest()[:16]
+
+
+def compiled(obj: Any, depth: int = 0) -> bytes:
+    """The compiled code of a function, or of every function and nested class of a class: bytecode,
+    constants (nested code objects opened) and names."""
+    if depth > 8:
+        return b""
+    if inspect.isclass(obj):
+        members = sorted(vars(obj).items(), key=lambda item: item[0])
+        return b"".join(compiled(value, depth + 1) for _, value in members)
+    code = getattr(getattr(obj, "__func__", obj), "__code__", None)
+    return b"" if code is None else _code_bytes(code)
+
+
+def _code_bytes(code: Any) -> bytes:
+    parts = [code.co_code, repr(code.co_names).encode()]
+    for const in code.co_consts:
+        parts.append(_code_bytes(const) if inspect.iscode(const) else repr(const).encode())
+    return b"".join(parts)
 
 
 def _line(exc: BaseException) -> str:
