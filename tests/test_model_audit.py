@@ -20,6 +20,8 @@ from leakshield.experiment import ExperimentRunner
 from leakshield.experiment.config import parse_config
 from leakshield.experiment.stamps import Stamper
 from leakshield.leaderboard.budgets import within_budget
+from leakshield.membership.config import MembershipConfig, MembershipRow
+from leakshield.membership.kept import run_key
 from leakshield.model_audit import report as report_module
 from leakshield.model_audit.config import parse_audit_config
 from leakshield.model_audit.run import make_plan
@@ -130,8 +132,11 @@ def test_editing_the_users_network_stales_the_cells_it_computed(user_package):
     )
     cell = next(c for c in ExperimentRunner(grid, user_package / "run").cells() if c.kind == "attack")
     before = Stamper(grid).stamps(cell)["model"]
+    game = MembershipConfig(model={"name": "import:user_nets:SmallNet"}, rows=[MembershipRow(label="none")])
+    kept = run_key(game, game.rows[0], 0)
     (user_package / "user_nets.py").write_text(NETS.replace("nn.ReLU()", "nn.Tanh()"))
     assert Stamper(grid).stamps(cell)["model"] != before
+    assert run_key(game, game.rows[0], 0) != kept  # a kept membership run of the old network is not reused
 
 
 @pytest.mark.parametrize(
