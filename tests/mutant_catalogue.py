@@ -19,6 +19,7 @@ class Mutant:
     tests: tuple[str, ...]
 
 
+MODEL_AUDIT = "tests/test_model_audit.py"
 ANTIGAN = "tests/test_antigan.py"
 CONDENSATION = "tests/test_condensation.py"
 LODA = "tests/test_loda.py"
@@ -626,6 +627,27 @@ MUTANTS += [
     Mutant("audit", "flower-canaries", "the recorder reads the run's change as the round's",
            "dpaudit/flower_canaries.py", "self.per_round.append(self.canaries.cosines(v - self.last))",
            "self.per_round.append(self.canaries.cosines(v - self.first))", (DP_AUDIT_FLOWER,)),
+    Mutant("audit", "model-audit", "a user's factory gets no num_classes", "models/imported.py",
+           "if key not in kwargs and (key in signature.parameters or takes_any):", "if False:", (MODEL_AUDIT,)),
+    Mutant("audit", "model-audit", "editing the user's network keeps its stamp", "models/imported.py",
+           "        digest.update(Path(path).read_bytes() if path else b\"\")", "        pass", (MODEL_AUDIT,)),
+    Mutant("audit", "model-audit", "an attack whose precondition fails is planned", "model_audit/plan.py",
+           '        return " ".join(str(exc).split()) or type(exc).__name__', "        pass",
+           (MODEL_AUDIT,)),
+    Mutant("audit", "model-audit", "one-gradient attacks planned for several local steps", "model_audit/plan.py",
+           'if name in ONE_GRADIENT and local.algorithm == "fedavg" and local.local_epochs > 1:', "if False:",
+           (MODEL_AUDIT,)),
+    Mutant("audit", "model-audit", "the report reads no defense as the federation's own row",
+           "model_audit/report.py", "return next((r for r in rows if r.defense == YOURS), None) or",
+           "return None or", (MODEL_AUDIT,)),
+    Mutant("audit", "model-audit", "the budget passed as a fraction to a rule in points", "model_audit/report.py",
+           "budget = within_budget(rows, costs, config.budget_points)",
+           "budget = within_budget(rows, costs, config.budget)", (MODEL_AUDIT,)),
+    Mutant("audit", "model-audit", "the report ignores stage 2's fresh victims", "model_audit/run.py",
+           "    second = [r for _, cells in load_stage_two(stage_dir(out, config)) for r in cells]",
+           "    second = []", (MODEL_AUDIT,)),
+    Mutant("audit", "model-audit", "an out folder of other settings is reused", "model_audit/run.py",
+           "            check_run_dir(plan.grid, out / GRID)", "            pass", (MODEL_AUDIT,)),
 ]  # fmt: skip
 
 #: every defense's mutants also run its case of the systematic view test (what the server sees changes as

@@ -25,7 +25,8 @@ REGISTERED = {
     "aggregator": set(AGGREGATORS.names()),
     "dataset": set(DATASETS.names()),
     "text-attack": set(TEXT_ATTACKS.names()),
-    "audit": {"dp-audit", "percentile-filter", "check-dp", "flower-canaries"},  # modules, not registries
+    "audit": {"dp-audit", "percentile-filter", "check-dp", "flower-canaries",
+              "model-audit"},  # modules, not registries
 }
 
 
