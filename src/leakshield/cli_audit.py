@@ -35,8 +35,8 @@ def add_parser(sub: Any) -> None:
         "with the reason), prints the plan with a time estimate, runs it (every cell kept as it finishes: "
         "rerun the same command to resume) and writes OUT/audit.html — per threat model the worst leakage "
         "of your federation with its interval over seeds and the worst attack after each attacked round, "
-        "the defenses ranked at the strength that fits your budget, the DP settings check, reconstructions "
-        "beside your images and the commands that reproduce every number.",
+        "the defenses ranked at the strength that fits your budget, membership risk, the DP settings check, "
+        "reconstructions beside your images and the commands that reproduce every number.",
         epilog="Example config (every field: docs/howto/audit-my-model.md):\n" + EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -47,7 +47,7 @@ def add_parser(sub: Any) -> None:
         "--pdf", action="store_true", help="also print the report to OUT/audit.pdf (headless Chromium)"
     )
     p.add_argument(
-        "--no-estimate", action="store_true", help="skip the time estimate (its probes take a minute)"
+        "--no-estimate", action="store_true", help="skip the time estimate (its probes: seconds to a minute)"
     )
     p.add_argument("--workers", type=int, default=1, help="parallel single-threaded worker processes")
     p.add_argument("--retry-failed", action="store_true", help="recompute cells stored as failed")

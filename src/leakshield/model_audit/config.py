@@ -36,8 +36,8 @@ class AuditConfig(pydantic.BaseModel):
     usually the worst case). defenses: what the federation runs now (empty: nothing). candidates: the
     defenses to weigh, each at ``rungs`` strengths of its ladder. budget: the accuracy you can give up,
     a fraction in [0, 1] (0.02: two points). threats: the adversaries to audit. seeds: the
-    repetitions (model initialisation, victims, training); the unit of every interval. victims: images
-    (batches) attacked per seed to choose each row's strongest attack; fresh_victims: the fresh batches
+    repetitions (model initialisation, victims, training); the unit of every interval. victims: batches
+    attacked per seed to choose each row's strongest attack; fresh_victims: the fresh batches
     per seed its numbers come from. effort: the attacks' budgets (the leaderboard presets').
     leave_out: attacks not to run (the plan lists them, "left out by the config"). labels_known: the
     server knows the victims' labels (the worst case, as the leaderboard assumes). membership: the

@@ -1,7 +1,7 @@
 """What an audit must know about a user's model before it plans attacks: it builds, it runs on one
 image of the user's data, its output has one column per class; its size, its first layer (the one the
-image reaches first: analytic attacks and malicious servers need a fully connected one) and whether it
-normalises with BatchNorm (GradInversion's prior)."""
+image reaches first: the analytic attacks and the trap-weights server need a fully connected one) and
+whether it normalises with BatchNorm (GradInversion's prior)."""
 
 from __future__ import annotations
 

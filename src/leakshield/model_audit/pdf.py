@@ -24,7 +24,7 @@ def find_chromium() -> str:
             return found
     raise LeakshieldError(
         "the PDF is printed by headless Chromium, which is not installed (Debian: apt "
-        "install chromium); the HTML report is written without it"
+        "install chromium); rerun without --pdf for the HTML report"
     )
 
 

@@ -82,7 +82,8 @@ class AuditReport:
     #: defense → its accuracy cost below no defense in words (mean, one-sided bound, seeds)
     costs: dict[str, str] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
-    #: what the run computed: ``{computed, stored, failed, reruns}`` (empty for a report rebuilt alone)
+    #: what the run computed: ``{computed, stored, failed, reruns}`` of the grid and stage 2, and the
+    #: membership runs ``membership_computed`` and ``membership_stored`` (empty for a report rebuilt alone)
     counts: dict[str, int] = field(default_factory=dict)
     #: the files :meth:`write` wrote
     files: list[Path] = field(default_factory=list)

@@ -1,6 +1,6 @@
 """A user's own network as a model: ``import:my_pkg.nets:make_net`` names a factory (a function or an
 ``nn.Module`` class) in the user's package or in a module of the working directory, and works wherever
-a registered model's name does (configs, grids, worker processes, the Flower bridge).
+a registered model's name does (configs, grids, worker processes, membership).
 
 A config writes it ``{import: "my_pkg.nets:make_net", <param>: …}`` (or with ``params:``); the
 parameters are passed to the factory as keywords, together with ``num_classes`` and ``in_shape`` (C, H,
@@ -9,10 +9,9 @@ after the installed packages, as ``python -c`` does not (a worker process starte
 module). ``local:`` names are factories handed over in this process (:func:`register_local`: the Python
 API with a class defined inside a function); worker processes cannot rebuild them.
 
-A cell's stamp of such a model hashes the source file of the factory (and of its class, when the
-factory is a class from another file), so editing the network recomputes the cells it computed; edits
-to other modules the file imports are not seen (rerun with a new ``name`` or ``--retry-failed`` after
-deleting the run folder)."""
+A cell's stamp of such a model hashes the source file that defines the factory (its compiled code
+where there is no file), so editing the network recomputes the cells it computed; edits to other
+modules that file imports are not seen (rerun with a new ``name``, or delete the run folder)."""
 
 from __future__ import annotations
 
