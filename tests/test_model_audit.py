@@ -406,3 +406,14 @@ def test_a_class_importable_from_a_module_is_named_by_its_path():
         return nn.Linear(4, num_classes)
 
     assert model_spec(factory)["name"].startswith("local:") and model_spec(factory)["label"] == "factory"
+
+
+def test_the_membership_game_plays_the_federation_as_it_runs(user_package):
+    from leakshield.model_audit.membership_risk import membership_config
+
+    plain = membership_config(config(), 1000)
+    assert [r.label for r in plain.rows] == ["none"]  # no defense of its own: no defense is its row
+    secure = config(federation={"clients": 2, "secure_aggregation": True, "local": {"batch_size": 2}})
+    rows = membership_config(secure, 1000).rows
+    assert [(r.label, r.secure_aggregation) for r in rows] == [("none", False), ("yours", True)]
+    assert membership_config(config(membership={"run": False}), 1000) is None

@@ -35,7 +35,9 @@ class MembershipSection(pydantic.BaseModel):
 
 def membership_config(audit: Any, train_size: int) -> MembershipConfig | None:
     """The membership game of ``audit`` (an :class:`~leakshield.model_audit.config.AuditConfig`), or
-    None when it is turned off; one line when the training split cannot hold its pools."""
+    None when it is turned off; one line when the training split cannot hold its pools. Its rows: no
+    defense, and the federation as it runs (``yours``: its defenses, under secure aggregation when it
+    runs it — then the server sees only the round's sum, and only the global-model attacks apply)."""
     section: MembershipSection = audit.membership
     if not section.run:
         return None
@@ -47,9 +49,11 @@ def membership_config(audit: Any, train_size: int) -> MembershipConfig | None:
             "or membership: {run: false}"
         )
     rows = [MembershipRow(label="none")]
-    stack = audit.own_stack()
-    if stack:
-        rows.append(MembershipRow.model_validate({"label": "yours", "stack": stack}))
+    stack, secure = audit.own_stack(), audit.federation.secure_aggregation
+    if stack or secure:  # the federation as it runs: its defenses, and the server's view of the updates
+        rows.append(
+            MembershipRow.model_validate({"label": "yours", "stack": stack, "secure_aggregation": secure})
+        )
     data = audit.data
     return MembershipConfig.model_validate(
         {
