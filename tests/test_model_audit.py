@@ -367,6 +367,8 @@ def test_one_gradient_attacks_and_defenses_the_model_cannot_take_are_left_out(us
     assert [label for label, _ in conv.left_out] == ["soteria"]
     assert "no nn.Linear layer" in conv.left_out[0][1]
     assert "soteria" not in [d.display for d in conv.grid.defenses]
+    with pytest.raises(ConfigError, match=r"defenses\[0\] \(soteria\): soteria: the model has no nn.Linear"):
+        make_plan(config(model={"import": "conv_only:make"}, defenses=["soteria"]))  # its own: refused
     sys.modules.pop("conv_only", None)
 
 
@@ -381,6 +383,22 @@ def test_a_class_without_a_source_file_is_keyed_by_its_compiled_code():
     assert compiled(make("x + x")) == compiled(make("x + x"))
     assert compiled(make("x + x")) != compiled(make("x - x"))  # the bytecode alone differs
     assert compiled(make("x * 2")) != compiled(make("x * 3"))  # a constant alone differs
+
+
+def test_factories_that_capture_other_values_are_other_models():
+    import functools
+
+    from leakshield.model_audit.api import model_spec
+    from leakshield.models.imported import code_hash
+
+    def maker(width):
+        return lambda num_classes: nn.Linear(4, width)
+
+    narrow, wide = model_spec(maker(3))["name"], model_spec(maker(5))["name"]
+    assert narrow != wide and code_hash(narrow) != code_hash(wide)  # same code, other closure
+    half = model_spec(functools.partial(nn.Linear, 4))
+    assert half["name"].startswith("local:torch.nn.modules.linear:Linear#")
+    assert model_spec(functools.partial(nn.Linear, 5))["name"] != half["name"]
 
 
 def test_the_audit_stays_out_of_every_cells_code():

@@ -58,7 +58,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from leakshield.errors import LeakshieldError
     from leakshield.model_audit.config import load_audit_config
     from leakshield.model_audit.pdf import find_chromium
-    from leakshield.model_audit.run import check_resumable, make_plan, print_estimate
+    from leakshield.model_audit.run import check_resumable, check_workers, make_plan, print_estimate
 
     if args.workers < 1:
         raise LeakshieldError(f"--workers {args.workers}: must be at least 1")
@@ -68,6 +68,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     plan = make_plan(config)
     print("\n".join(plan.lines()))
     check_resumable(plan, out)  # an --out of other settings is refused before the probes
+    check_workers(plan, args.workers)
     if args.pdf:
         find_chromium()  # so is a missing browser, not after the run
     if not args.no_estimate:
@@ -102,7 +103,7 @@ def run_and_report(plan: Any, out: Path, args: argparse.Namespace) -> int:
             "no attack succeeded"
             if best is None
             else (
-                f"{best.where}: SSIM {best.ssim:.3f}, "
+                f"{best.where}: {'SSIM' if best.metric == 'ssim' else best.metric} {best.ssim:.3f}, "
                 + ("leaks" if best.measurable else "no measurable leakage")
             )
         )

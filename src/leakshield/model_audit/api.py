@@ -35,6 +35,7 @@ from leakshield.model_audit.run import (
     audit_records,
     check_audit_folder,
     check_resumable,
+    check_workers,
     make_plan,
     print_estimate,
     run_plan,
@@ -108,6 +109,8 @@ def data_section(train: Data, test: Data | None, folder: Path) -> dict[str, Any]
                 )
             out["test_file"] = str(Path(str(test)).expanduser().resolve())
         return out
+    if isinstance(test, str | Path):
+        raise ConfigError("test: with arrays for train, give the test split as arrays too")
     out = {"name": "npz", "root": str(folder), "file": _write_npz(train, folder, "train")}
     if test is not None:
         out["test_file"] = _write_npz(test, folder, "test")
@@ -127,8 +130,8 @@ def _write_npz(data: Data, folder: Path, where: str) -> str:
         x, y = data
     else:
         raise ConfigError(
-            f"{where}: expected an ImageSet, an (images, labels) pair, a folder, an .npz file "
-            f"or a data mapping; got {type(data).__name__}"
+            f"{where}: expected an ImageSet or an (images, labels) pair (or, for train, a folder, an .npz "
+            f"file or a data mapping); got {type(data).__name__}"
         )
     images = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
     labels = y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
@@ -200,6 +203,7 @@ def audit(
         sys.stdout.write("\n".join(plan.lines()) + "\n")
     if estimate:
         check_resumable(plan, folder)
+        check_workers(plan, workers)
         print_estimate(plan, folder, workers=workers, device=device, cache_dir=cache_dir)
     return run_audit(
         plan, folder, pdf=pdf, workers=workers, device=device, progress=progress, cache_dir=cache_dir

@@ -59,7 +59,8 @@ class ThreatFinding:
 
     @property
     def leaks(self) -> bool:
-        """Whether the strongest attack leaked a victim measurably on the fresh victims (stage 2)."""
+        """Whether the strongest attack leaked a victim measurably (on the fresh victims where stage 2
+        ran; the GAN attack of a client has no stage 2)."""
         return self.own.strongest is not None and self.own.strongest.measurable
 
     @property
@@ -161,7 +162,8 @@ def build_report(
     costs = accuracy_costs(records)
     findings = []
     for threat in threats(records):
-        rows = standings(records, threat)
+        # the rows this adversary attacked (the GAN attack meets no defense and yours only)
+        rows = [r for r in standings(records, threat) if r.scores or r.strongest or r.failed]
         own = own_row(rows)
         if own is None:
             continue
@@ -209,13 +211,14 @@ def _sentence(f: ThreatFinding) -> str:
     )
     if f.leaks:
         verdict = "leaks"
-    elif f.leaked_in_selection:
+    elif f.leaked_in_selection and f.own.stage_two:
         verdict = "leaked only in the cells that chose the attack, not measurably on fresh victims"
     else:
         verdict = "shows no measurable leakage"
     words = METRIC_WORDS.get(best.metric, best.metric)
-    victims = f"; leaked victims (SSIM ≥ 0.6 and above the guess): {leak_text(best)}" if best.outcomes else ""
-    stage = "on fresh victims" if f.own.stage_two else "on the victims that chose it"
+    unit = "victims (SSIM ≥ 0.6 and above the guess)" if best.metric == "ssim" else "victims"
+    victims = f"; leaked {unit}: {leak_text(best)}" if best.outcomes else ""
+    stage = "on fresh victims" if f.own.stage_two else "on the victims that chose it (no stage 2)"
     return (
         f"{f.threat}: {who} {verdict} — the strongest attack, {best.where}, reaches {words} "
         f"{score_text(best)}{reference} {stage}{victims}."
@@ -224,6 +227,12 @@ def _sentence(f: ThreatFinding) -> str:
 
 def measured_text(config: AuditConfig) -> str:
     """What one attacked update is, in words (the audit measures that, not a client's whole round)."""
+    fl = config.federation
+    if fl.secure_aggregation:
+        return (
+            f"Under secure aggregation the server sees each round's sum over {fl.aggregate_size} "
+            f"clients, each on a batch of {fl.local.batch_size} image(s); its attacks read that sum."
+        )
     local = config.federation.local
     steps = (
         "one gradient of it (FedSGD)"
@@ -275,10 +284,10 @@ def render_html(report: AuditReport) -> str:
         parts.append(f"<section><h2>{_e(f.threat)}</h2>")
         rounds = [[str(r), _e(s.where), _e(score_text(s)), _e(leak_text(s))] for r, s in f.by_round]
         parts.append(f"<h3>Worst leakage of {_e(f.own.defense)} by attacked round</h3>")
+        fresh = " (the summary's numbers are fresh victims')" if f.own.stage_two else ""
         parts.append(
             "<p>The strongest attack after each round, on the victims that chose it (stage 1: the choice "
-            "of the best of several attacks biases these upward; the summary's numbers are fresh victims'"
-            ").</p>"
+            f"of the best of several attacks biases these upward){fresh}.</p>"
         )
         parts.append(_table(["after round", "strongest attack", "score (95 %)", "leaked victims"], rounds))
         if f.image:

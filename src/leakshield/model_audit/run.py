@@ -29,6 +29,7 @@ from leakshield.model_audit.facts import ModelFacts, build_checked, inspect_mode
 from leakshield.model_audit.membership_risk import membership_config
 from leakshield.model_audit.plan import (
     PlannedAttack,
+    defense_reason,
     defense_rows,
     experiment_config,
     leaderboard_document,
@@ -123,6 +124,10 @@ def make_plan(config: AuditConfig) -> AuditPlan:
         )
     document = leaderboard_document()
     model = build_checked(config.model, data)
+    for i, setting in enumerate(config.defenses):
+        reason = defense_reason(setting, model, facts)
+        if reason is not None:
+            raise ConfigError(f"defenses[{i}] ({setting.display}): {reason}")
     rows, left_out = defense_rows(config, document, model, facts)
     attacks = plan_attacks(config, facts, model, data, clients, rows, document)
     grid = experiment_config(config, attacks, rows)
@@ -130,6 +135,16 @@ def make_plan(config: AuditConfig) -> AuditPlan:
     check_attacks_fit_models(grid, data.info)
     check_defenses_fit_clients(grid, clients)
     return AuditPlan(config, facts, attacks, grid, membership_config(config, len(data.train)), left_out)
+
+
+def check_workers(plan: AuditPlan, workers: int) -> None:
+    """Refuse worker processes for a model they cannot import (one handed over in this process)."""
+    if workers > 1 and plan.config.model.name.startswith("local:"):
+        raise ConfigError(
+            f"workers {workers}: the model {plan.config.model.display} was defined in __main__ (a script, a "
+            "notebook) or inside a function, which worker processes cannot import; put it in a module and "
+            "pass it from there, or use one worker"
+        )
 
 
 def run_plan(
@@ -144,12 +159,7 @@ def run_plan(
 ) -> dict[str, Any]:
     """Run the grid, then each row's chosen cell on fresh victims per seed (stage 2); returns the
     counts ``{computed, stored, failed, reruns}``."""
-    if workers > 1 and plan.config.model.name.startswith("local:"):
-        raise ConfigError(
-            f"workers {workers}: the model {plan.config.model.display} was defined in __main__ (a script, a "
-            "notebook) or inside a function, which worker processes cannot import; put it in a module and "
-            "pass it from there, or use one worker"
-        )
+    check_workers(plan, workers)
     grid_dir = out / GRID
     runner = ExperimentRunner(plan.grid, grid_dir, device=device, progress=progress, cache_dir=cache_dir)
     summary = runner.run(workers=workers, retry_failed=retry_failed)
@@ -194,8 +204,9 @@ def stage_two(jobs: list[tuple], workers: int, progress: bool) -> list[tuple[int
             for future in as_completed([pool.submit(rerun_job, *job) for job in jobs]):
                 results.append(future.result())
                 bar.update(1)
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C, or a rerun that raised: stop the others now, not after them
             stop_workers(pool)
+            bar.close()
             raise
         pool.shutdown()
     else:

@@ -58,11 +58,17 @@ def short_name(name: str) -> str:
 
 
 def register_local(factory: Callable[..., nn.Module]) -> str:
-    """Hand ``factory`` over in this process; returns its ``local:`` name (stable for the same
-    qualified name, so that a rerun of the same script resumes)."""
+    """Hand ``factory`` over in this process; returns its ``local:`` name: its qualified name and a
+    digest of what it captured (:func:`captured`: a closure's values, defaults, a partial's arguments),
+    stable for the same factory, so that a rerun of the same script resumes."""
     if not callable(factory):
         raise ConfigError(f"model: {factory!r} is neither an nn.Module class nor a function that builds one")
-    name = f"{LOCAL_PREFIX}{factory.__module__}:{factory.__qualname__}"
+    inner = factory
+    while isinstance(inner, functools.partial):
+        inner = inner.func
+    module = getattr(inner, "__module__", None) or "local"
+    where = f"{module}:{getattr(inner, '__qualname__', type(inner).__name__)}"
+    name = f"{LOCAL_PREFIX}{where}#{hashlib.sha256(captured(factory)).hexdigest()[:8]}"
     _LOCAL[name] = factory
     return name
 
@@ -72,9 +78,9 @@ def load_factory(name: str) -> Callable[..., nn.Module]:
     if name.startswith(LOCAL_PREFIX):
         if name not in _LOCAL:
             raise ConfigError(
-                f"model {name!r} was defined in another process; a worker cannot rebuild it "
-                "(define it at module level and name it import:module:name, or run with one "
-                "worker)"
+                f"model {name!r} was handed over in another process (leakshield.audit), which neither a "
+                "worker nor the command line can rebuild; rerun the Python call with one worker, or put "
+                "the model in a module and name it import:module:name"
             )
         return _LOCAL[name]
     path = name.removeprefix(IMPORT_PREFIX)
@@ -141,13 +147,13 @@ def build(name: str, params: dict[str, Any], in_shape: tuple[int, int, int], num
 
 
 def code_hash(name: str) -> str:
-    """16 hex digits over the code of the factory of ``name``: the source file that defines it (and,
-    for a ``functools.partial``, its function and arguments); where there is no file — a class typed in
-    ``__main__``, a notebook — its compiled code, every method's bytecode and constants."""
+    """16 hex digits over the code of the factory of ``name``: the source file that defines it, and what
+    it captured (:func:`captured`); where there is no file — a class typed in ``__main__``, a notebook —
+    its compiled code, every method's bytecode and constants."""
     factory = load_factory(name)
     digest = hashlib.sha256(name.encode())
+    digest.update(captured(factory))
     while isinstance(factory, functools.partial):
-        digest.update(repr((factory.args, sorted(factory.keywords.items()))).encode())
         factory = factory.func
     try:
         path = inspect.getsourcefile(factory)
@@ -158,6 +164,41 @@ def code_hash(name: str) -> str:
     if not found:
         digest.update(compiled(factory))
     return digest.hexdigest()[:16]
+
+
+def captured(obj: Any, depth: int = 0) -> bytes:
+    """What a factory holds beyond its code: a ``functools.partial``'s arguments, a function's defaults
+    and closure values, a class's plain attributes and its bases' (their ``repr``; an object whose repr
+    names its address makes the key new in every process — recomputed, never reused wrongly)."""
+    if depth > 8:
+        return b""
+    if isinstance(obj, functools.partial):
+        return repr((obj.args, sorted(obj.keywords.items()))).encode() + captured(obj.func, depth + 1)
+    if inspect.isclass(obj):
+        plain = sorted(
+            (k, repr(v))
+            for k, v in vars(obj).items()
+            if not callable(v) and not k.startswith("__") and k != "_abc_impl"
+        )
+        bases = b"".join(
+            captured(b, depth + 1) + compiled(b)
+            for b in obj.__bases__
+            if b.__module__ not in ("builtins", "torch.nn.modules.module")
+        )
+        return repr(plain).encode() + bases
+    function = getattr(obj, "__func__", obj)
+    cells = [c.cell_contents for c in getattr(function, "__closure__", None) or () if _filled(c)]
+    return repr(
+        (getattr(function, "__defaults__", None), getattr(function, "__kwdefaults__", None), cells)
+    ).encode()
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:  # an empty cell
+        return False
+    return True
 
 
 def compiled(obj: Any, depth: int = 0) -> bytes:
