@@ -19,11 +19,13 @@ from leakshield.experiment.config import DefenseSetting
 from leakshield.experiment.store import CellRecord, atomic_write_bytes
 from leakshield.leaderboard.budgets import BudgetChoice, accuracy_costs, within_budget
 from leakshield.leaderboard.ranking import AttackScore, Standing, standings, strongest, threats
+from leakshield.leaderboard.stage_two import FOLDER
 from leakshield.membership.section import Standing as MembershipStanding
 from leakshield.model_audit.config import AuditConfig
 from leakshield.model_audit.facts import ModelFacts
 from leakshield.model_audit.pdf import html_to_pdf
 from leakshield.model_audit.plan import YOURS, PlannedAttack
+from leakshield.model_audit.run import CONFIG_FILE, GRID, stage_dir
 from leakshield.model_audit.tables import budget_table, leak_text, membership_html, rows_table, score_text
 from leakshield.model_audit.tables import escape as _e
 from leakshield.model_audit.tables import table as _table
@@ -333,10 +335,10 @@ def render_html(report: AuditReport) -> str:
 
 def reproduce_html(report: AuditReport) -> str:
     """The commands that recompute every number of the report."""
-    out, grid = report.out, report.out / "grid"
-    second = grid / f"fresh-{report.config.fresh_victims}" / "stage2"
+    out, grid = report.out, report.out / GRID
+    second = stage_dir(out, report.config) / FOLDER
     rerun = (
-        f"<code>leakshield audit {_e(out / 'audit.yaml')} --out {_e(out)}</code>, from the folder your "
+        f"<code>leakshield audit {_e(out / CONFIG_FILE)} --out {_e(out)}</code>, from the folder your "
         "model's module is imported from (it computes only what is missing, then rewrites this page)"
     )
     if report.config.model.name.startswith("local:"):

@@ -42,7 +42,7 @@ from leakshield.workers import init_single_threaded_worker, stop_workers
 CONFIG_FILE = "audit.yaml"
 #: where the Python API writes data given as arrays, inside the audit's folder
 DATA = "data"
-#: the grid's run directory inside the audit's folder (stage 2 in its ``stage2``)
+#: the grid's run directory inside the audit's folder (stage 2 under its ``fresh-<N>/stage2``)
 GRID = "grid"
 
 
