@@ -632,7 +632,7 @@ MUTANTS += [
     Mutant("audit", "model-audit", "editing the user's network keeps its stamp", "models/imported.py",
            "        digest.update(Path(path).read_bytes() if path else b\"\")", "        pass", (MODEL_AUDIT,)),
     Mutant("audit", "model-audit", "an attack whose precondition fails is planned", "model_audit/plan.py",
-           '        return " ".join(str(exc).split()) or type(exc).__name__', "        pass",
+           "        return because(exc)", "        pass",
            (MODEL_AUDIT,)),
     Mutant("audit", "model-audit", "one-gradient attacks planned for several local steps", "model_audit/plan.py",
            'if name in ONE_GRADIENT and local.algorithm == "fedavg" and local.local_epochs > 1:', "if False:",

@@ -135,7 +135,7 @@ def precondition(
         if hasattr(attack, "check_model"):
             attack.check_model(model, facts.image)
     except Exception as exc:  # the attack's own reason; a user's model may fail it in any way
-        return " ".join(str(exc).split()) or type(exc).__name__
+        return because(exc)
     local = config.federation.local
     if name in ONE_GRADIENT and local.algorithm == "fedavg" and local.local_epochs > 1:
         return (
@@ -151,6 +151,13 @@ def precondition(
     if name == "hitaj" and not attacker_lacks:
         return "the attacking client (the last) holds every class under this partition: nothing to learn"
     return None
+
+
+def because(exc: Exception) -> str:
+    """A check's exception as a reason: its message, named by its type unless it is a refusal
+    (``ValueError``, a leakshield error) rather than a crash."""
+    text = " ".join(str(exc).split())
+    return text if text and isinstance(exc, ValueError | LeakshieldError) else f"{type(exc).__name__}: {text}"
 
 
 def attacker_lacks_a_class(data: DatasetSplits, clients: list[ImageSet]) -> bool:
