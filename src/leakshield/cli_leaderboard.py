@@ -158,13 +158,11 @@ def _stage_two(config: Any, scenarios: list, out: Path, args: argparse.Namespace
     single-threaded processes that stay up between reruns; 1 when a cell failed."""
     import json
 
-    from tqdm import tqdm
-
     from leakshield.experiment.rundir import STORE_FILE
     from leakshield.experiment.store import ResultStore
     from leakshield.leaderboard.presets import load_stage_two_victims
     from leakshield.leaderboard.report import load_scenarios_of
-    from leakshield.leaderboard.stage_two import FOLDER, chosen_cells, rerun_config, write_index
+    from leakshield.leaderboard.stage_two import FOLDER, chosen_cells, rerun_config, run_reruns, write_index
 
     count = load_stage_two_victims(args.preset, path=args.config)
     if count == 0 or not config.victims.per_seed:
@@ -182,62 +180,15 @@ def _stage_two(config: Any, scenarios: list, out: Path, args: argparse.Namespace
     grids = [rerun_config(configs[r.source], r).model_dump(mode="json") for r in reruns]
     jobs = [(json.dumps(grid), str(out / FOLDER / r.name), args.device, cache, args.matmul_precision)
             for grid, r in zip(grids, reruns, strict=True)]  # fmt: skip
-    computed = failed = 0
-    bar = tqdm(total=len(jobs), desc="stage 2", unit="rerun", disable=args.quiet)
-    if args.workers > 1:
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-        from multiprocessing import get_context
-
-        from leakshield.workers import init_single_threaded_worker, stop_workers
-
-        pool = ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("spawn"),
-                                   initializer=init_single_threaded_worker)  # fmt: skip
-        try:
-            pending = []
-            for job in jobs:
-                if past_deadline(args):
-                    break
-                pending.append(pool.submit(run_rerun, *job))
-            for future in as_completed(pending):
-                done, bad = future.result()
-                computed, failed = computed + done, failed + bad
-                bar.update(1)
-        except KeyboardInterrupt:
-            stop_workers(pool)
-            raise
-        pool.shutdown()
-        stopped = len(pending) < len(jobs)
-    else:
+    if args.workers <= 1:
         set_threads(args.threads, args.matmul_precision)
-        stopped = False
-        for job in jobs:
-            if past_deadline(args):
-                stopped = True
-                break
-            done, bad = run_rerun(*job)
-            computed, failed = computed + done, failed + bad
-            bar.update(1)
-    bar.close()
+    results, stopped = run_reruns(jobs, args.workers, progress=not args.quiet,
+                                  keep_going=lambda: not past_deadline(args))  # fmt: skip
+    computed, failed = sum(r[0] for r in results), sum(r[2] for r in results)
     print(f"stage 2: {computed} cells computed, {failed} failed → {out / FOLDER}")
     if stopped:
         return STOPPED
     return 1 if failed else 0
-
-
-def run_rerun(
-    config_json: str, where: str, device: str, cache_dir: str | None, precision: str
-) -> tuple[int, int]:
-    """One stage-2 rerun, in this process on its threads (a worker's: one): (cells computed, failed)."""
-    import json
-
-    from leakshield.experiment import ExperimentRunner
-    from leakshield.experiment.config import parse_config
-    from leakshield.matmul_precision import set_matmul_precision
-
-    set_matmul_precision(precision)
-    config = parse_config(json.loads(config_json), source="stage 2")
-    summary = ExperimentRunner(config, where, device=device, progress=False, cache_dir=cache_dir).run()
-    return summary.computed, summary.failed
 
 
 def text_unavailable(config: Any) -> str | None:

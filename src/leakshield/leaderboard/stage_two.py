@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +145,72 @@ def as_scenarios(found: Sequence[tuple[Rerun, Sequence[CellRecord]]]) -> list[Sc
     """The stage-2 grids as ranked groups the tables read beside the scenarios."""
     return [Scenario(PREFIX + rerun.name, f"stage 2: {rerun.name}", True, list(records))
             for rerun, records in found]  # fmt: skip
+
+
+def run_rerun(
+    config_json: str, where: str, device: str, cache_dir: str | None, precision: str | None,
+    retry_failed: bool = False,
+) -> tuple[int, int, int]:  # fmt: skip
+    """One stage-2 rerun (a grid of its own, resumable), in this process on its threads (a worker's:
+    one); ``precision``: the matmul precision to set (None: leave it); (cells computed, already stored,
+    failed)."""
+    from leakshield.experiment import ExperimentRunner
+    from leakshield.matmul_precision import set_matmul_precision
+
+    if precision is not None:
+        set_matmul_precision(precision)
+    config = parse_config(json.loads(config_json), source="stage 2")
+    done = ExperimentRunner(config, where, device=device, progress=False, cache_dir=cache_dir).run(
+        retry_failed=retry_failed
+    )
+    return done.computed, done.skipped, done.failed
+
+
+def run_reruns(
+    jobs: Sequence[tuple], workers: int, *, progress: bool = True,
+    keep_going: Callable[[], bool] | None = None,
+) -> tuple[list[tuple[int, int, int]], bool]:  # fmt: skip
+    """Each rerun of ``jobs`` (:func:`run_rerun`'s arguments): in this process, or with ``workers`` > 1
+    that many at a time in single-threaded processes that stay up between reruns (Ctrl-C, or a rerun
+    that raised, stops them at once). ``keep_going``: asked before each rerun starts (a deadline).
+    Returns each finished rerun's counts, and whether some rerun was left unstarted."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from multiprocessing import get_context
+
+    from tqdm.auto import tqdm
+
+    from leakshield.workers import init_single_threaded_worker, stop_workers
+
+    def go() -> bool:
+        return keep_going is None or keep_going()
+
+    bar = tqdm(total=len(jobs), desc="stage 2", unit="rerun", disable=not progress or not jobs)
+    results: list[tuple[int, int, int]] = []
+    started = 0
+    if workers > 1:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                                   initializer=init_single_threaded_worker)  # fmt: skip
+        try:
+            pending = []
+            for job in jobs:
+                if not go():
+                    break
+                pending.append(pool.submit(run_rerun, *job))
+            started = len(pending)
+            for future in as_completed(pending):
+                results.append(future.result())
+                bar.update(1)
+        except BaseException:
+            stop_workers(pool)
+            bar.close()
+            raise
+        pool.shutdown()
+    else:
+        for job in jobs:
+            if not go():
+                break
+            started += 1
+            results.append(run_rerun(*job))
+            bar.update(1)
+    bar.close()
+    return results, started < len(jobs)

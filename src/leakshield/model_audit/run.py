@@ -5,24 +5,29 @@ so a killed audit rerun with the same command computes only what is missing."""
 from __future__ import annotations
 
 import json
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import os
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
-
-from tqdm.auto import tqdm
 
 from leakshield.data import load_dataset, partition_indices
 from leakshield.data.types import DatasetSplits
 from leakshield.errors import ConfigError, RunDirectoryError
 from leakshield.experiment import ExperimentRunner
 from leakshield.experiment.compatibility import check_attacks_fit_models, check_defenses_fit_clients
-from leakshield.experiment.config import ExperimentConfig, parse_config
+from leakshield.experiment.config import ExperimentConfig
 from leakshield.experiment.rundir import STORE_FILE, check_run_dir
 from leakshield.experiment.store import CellRecord, ResultStore
-from leakshield.leaderboard.stage_two import FOLDER, chosen_cells, load_stage_two, rerun_config, write_index
+from leakshield.leaderboard.stage_two import (
+    FOLDER,
+    chosen_cells,
+    load_stage_two,
+    rerun_config,
+    run_reruns,
+    write_index,
+)
 from leakshield.leaderboard.tables import ranked_records
+from leakshield.matmul_precision import ENV as MATMUL_ENV
 from leakshield.membership.config import MembershipConfig
 from leakshield.model_audit.config import AuditConfig
 from leakshield.model_audit.facts import ModelFacts, build_checked, inspect_model
@@ -36,7 +41,6 @@ from leakshield.model_audit.plan import (
     plan_attacks,
     plan_lines,
 )
-from leakshield.workers import init_single_threaded_worker, stop_workers
 
 #: the audit config as run, in its folder (what ``leakshield audit`` reruns)
 CONFIG_FILE = "audit.yaml"
@@ -173,57 +177,25 @@ def run_plan(
     second = stage_dir(out, plan.config)
     write_index(second, reruns)
     cache = None if cache_dir is None else str(cache_dir)
+    precision = os.environ.get(MATMUL_ENV)  # the choice made, if any (workers inherit it too)
     jobs = [
         (
             json.dumps(rerun_config(plan.grid, r).model_dump(mode="json")),
             str(second / FOLDER / r.name),
             device,
             cache,
+            precision,
             retry_failed,
         )
         for r in reruns
     ]
-    for computed, stored, failed in stage_two(jobs, workers, progress):
+    results, _ = run_reruns(jobs, workers, progress=progress)
+    for computed, stored, failed in results:
         counts["computed"] += computed
         counts["stored"] += stored
         counts["failed"] += failed
     counts["reruns"] = len(reruns)
     return counts
-
-
-def stage_two(jobs: list[tuple], workers: int, progress: bool) -> list[tuple[int, int, int]]:
-    """Each stage-2 rerun (:func:`rerun_job`'s arguments): in this process, or with ``workers`` > 1 that
-    many reruns at a time in single-threaded processes that stay up between them."""
-    bar = tqdm(total=len(jobs), desc="stage 2", unit="rerun", disable=not progress or not jobs)
-    results = []
-    if workers > 1 and len(jobs) > 1:
-        pool = ProcessPoolExecutor(
-            max_workers=workers, mp_context=get_context("spawn"), initializer=init_single_threaded_worker
-        )
-        try:
-            for future in as_completed([pool.submit(rerun_job, *job) for job in jobs]):
-                results.append(future.result())
-                bar.update(1)
-        except BaseException:  # Ctrl-C, or a rerun that raised: stop the others now, not after them
-            stop_workers(pool)
-            bar.close()
-            raise
-        pool.shutdown()
-    else:
-        for job in jobs:
-            results.append(rerun_job(*job))
-            bar.update(1)
-    bar.close()
-    return results
-
-
-def rerun_job(config_json: str, where: str, device: str, cache_dir: str | None, retry_failed: bool) -> tuple:
-    """One stage-2 rerun (resumable): (cells computed, already stored, failed)."""
-    grid = parse_config(json.loads(config_json), source="stage 2")
-    done = ExperimentRunner(grid, where, device=device, progress=False, cache_dir=cache_dir).run(
-        retry_failed=retry_failed
-    )
-    return done.computed, done.skipped, done.failed
 
 
 def stage_dir(out: Path, config: AuditConfig) -> Path:
