@@ -20,13 +20,14 @@ from leakshield.experiment.store import CellRecord, atomic_write_bytes
 from leakshield.leaderboard.budgets import BudgetChoice, accuracy_costs, within_budget
 from leakshield.leaderboard.ranking import AttackScore, Standing, standings, strongest, threats
 from leakshield.leaderboard.stage_two import FOLDER
+from leakshield.leaderboard.tables import leak_text
 from leakshield.membership.section import Standing as MembershipStanding
 from leakshield.model_audit.config import AuditConfig
 from leakshield.model_audit.facts import ModelFacts
 from leakshield.model_audit.pdf import html_to_pdf
 from leakshield.model_audit.plan import YOURS, PlannedAttack
 from leakshield.model_audit.run import CONFIG_FILE, GRID, stage_dir
-from leakshield.model_audit.tables import budget_table, leak_text, membership_html, rows_table, score_text
+from leakshield.model_audit.tables import budget_table, membership_html, rows_table, score_text
 from leakshield.model_audit.tables import escape as _e
 from leakshield.model_audit.tables import table as _table
 

@@ -8,6 +8,7 @@ import html
 from leakshield.leaderboard.budgets import BudgetChoice
 from leakshield.leaderboard.margin import bounded_mean
 from leakshield.leaderboard.ranking import AttackScore, Standing
+from leakshield.leaderboard.tables import accuracy_text, leak_text
 from leakshield.membership.section import THREATS, table_rows
 from leakshield.membership.section import Standing as MembershipStanding
 
@@ -49,16 +50,6 @@ def score_text(score: AttackScore) -> str:
     return bounded_mean([o.score for o in score.outcomes]).text()
 
 
-def leak_text(score: AttackScore) -> str:
-    """Leaked victims of all victims, the rate and its interval."""
-    leak = score.leak
-    return (
-        f"{sum(leak.leaked)} of {sum(leak.victims)} ({leak.rate:.2f} [{leak.low:.2f}, {leak.high:.2f}])"
-        if score.outcomes
-        else "n/a"
-    )
-
-
 def versus_text(row: Standing) -> str:
     """The row's difference from no defense, or why it has none."""
     if row.versus_none is not None:
@@ -78,10 +69,10 @@ def rows_table(rows: list[Standing]) -> str:
                 escape(r.defense) + ("" if r.trains else " (does not train)"),
                 escape(best.where if best else "none succeeded"),
                 escape(score_text(best)) if best else "",
-                escape(leak_text(best)) if best else "",
+                escape(leak_text(best)),
                 escape(versus_text(r)),
                 escape(r.letters),
-                escape(r.accuracy_interval.text()) if r.accuracy_interval is not None else "n/a",
+                escape(accuracy_text(r)),
             ]
         )
     return table(
