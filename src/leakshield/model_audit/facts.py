@@ -15,6 +15,7 @@ from leakshield.data.types import DatasetSplits
 from leakshield.errors import ConfigError
 from leakshield.experiment.config import Component
 from leakshield.models import create_model
+from leakshield.models.imported import exception_line
 
 
 @dataclass(frozen=True)
@@ -64,9 +65,8 @@ def build_checked(spec: Component, data: DatasetSplits, seed: int = 0) -> nn.Mod
     except ConfigError:
         raise
     except Exception as exc:  # a registered model that cannot take this shape
-        text = " ".join(str(exc).split())
         raise ConfigError(
-            f"model {spec.display}: building it for {info.shape} images raised {type(exc).__name__}: {text}"
+            f"model {spec.display}: building it for {info.shape} images raised {exception_line(exc)}"
         ) from None
 
 
@@ -88,11 +88,10 @@ def inspect_model(spec: Component, data: DatasetSplits) -> ModelFacts:
         with torch.no_grad():
             output = model(image)
     except Exception as exc:
-        text = " ".join(str(exc).split())
         c, h, w = info.shape
         raise ConfigError(
             f"model {spec.display}: a forward pass on one {c}×{h}×{w} image of the data "
-            f"raised {type(exc).__name__}: {text}"
+            f"raised {exception_line(exc)}"
         ) from None
     finally:
         for hook in hooks:

@@ -21,6 +21,7 @@ from leakshield.leaderboard.presets import default_leaderboard_text
 from leakshield.leaderboard.strengths import with_rung_targets, with_rungs
 from leakshield.model_audit.config import AuditConfig
 from leakshield.model_audit.facts import ModelFacts
+from leakshield.models.imported import exception_line
 from leakshield.threats import Adversary
 
 #: the label of the federation's own defenses (a stack of them)
@@ -157,7 +158,7 @@ def because(exc: Exception) -> str:
     """A check's exception as a reason: its message, named by its type unless it is a refusal
     (``ValueError``, a leakshield error) rather than a crash."""
     text = " ".join(str(exc).split())
-    return text if text and isinstance(exc, ValueError | LeakshieldError) else f"{type(exc).__name__}: {text}"
+    return text if text and isinstance(exc, ValueError | LeakshieldError) else exception_line(exc)
 
 
 def attacker_lacks_a_class(data: DatasetSplits, clients: list[ImageSet]) -> bool:

@@ -98,9 +98,13 @@ def load_factory(name: str) -> Callable[..., nn.Module]:
                 f"model.import {path!r}: no module {exc.name!r} in the installed packages or "
                 f"the working directory {here}"
             ) from None
-        raise ConfigError(f"model.import {path!r}: importing {module_name} failed: {_line(exc)}") from None
+        raise ConfigError(
+            f"model.import {path!r}: importing {module_name} failed: {exception_line(exc)}"
+        ) from None
     except Exception as exc:  # the user's module raised while importing
-        raise ConfigError(f"model.import {path!r}: importing {module_name} failed: {_line(exc)}") from None
+        raise ConfigError(
+            f"model.import {path!r}: importing {module_name} failed: {exception_line(exc)}"
+        ) from None
     target: Any = module
     for part in attribute.split("."):
         if not hasattr(target, part):
@@ -140,7 +144,7 @@ def build(name: str, params: dict[str, Any], in_shape: tuple[int, int, int], num
         model = factory(**kwargs)
     except Exception as exc:
         shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
-        raise ConfigError(f"model {label}({shown}) raised {_line(exc)}") from None
+        raise ConfigError(f"model {label}({shown}) raised {exception_line(exc)}") from None
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model {label}(…) returned a {type(model).__name__}, not a torch.nn.Module")
     return model
@@ -220,7 +224,8 @@ def _code_bytes(code: Any) -> bytes:
     return b"".join(parts)
 
 
-def _line(exc: BaseException) -> str:
+def exception_line(exc: BaseException) -> str:
+    """``Type: message`` on one line (the type alone for an empty message)."""
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
