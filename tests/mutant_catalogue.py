@@ -650,6 +650,35 @@ MUTANTS += [
            "            check_run_dir(plan.grid, out / GRID)", "            pass", (MODEL_AUDIT,)),
 ]  # fmt: skip
 
+LEARNED = "tests/test_learned_attackers.py"
+MUTANTS += [
+    Mutant("attack", "learned-inversion", "the training pairs skip the defense (clean updates)",
+           "attacks/learned/attack.py", "public_pipeline(view.defenses if p.through_defense else ())",
+           "public_pipeline(())", (f"{LEARNED}::test_training_through_the_defense_is_what_beats_the_noise",)),
+    Mutant("attack", "learned-inversion", "the inverter reads the labels only, not the update",
+           "attacks/learned/attack.py", "images = f(torch.cat([sketch(delta), label_block(labels, classes)])",
+           "images = f(torch.cat([f.mean[: sketch.dim], label_block(labels, classes)])",
+           (f"{LEARNED}::test_the_inverter_reconstructs_digits_beyond_its_placebos",)),
+    Mutant("attack", "learned-inversion", "the reference is the inverter's own images", "attacks/learned/attack.py",
+           "                    prior=prior,\n", "                    prior=reconstruction.images,\n",
+           (f"{LEARNED}::test_learned_inversion_returns_a_batch_in_the_views_label_order_with_the_class_template_as_reference",
+            f"{LEARNED}::test_the_inverter_reconstructs_digits_beyond_its_placebos")),
+    Mutant("attack", "guide", "the base attack's images are dropped (a draw from noise)", "attacks/learned/guide.py",
+           "denoised(base.images[:batch] if base is not None else None, steered)", "denoised(None, steered)",
+           (f"{LEARNED}::test_guide_keeps_what_the_inverter_found_above_the_same_denoising_of_its_template",)),
+    Mutant("attack", "guide", "the guidance climbs the update's distance", "generative/diffusion.py",
+           "            x = x - step\n", "            x = x + step\n",
+           (f"{LEARNED}::test_posterior_sampling_reads_the_update_where_its_unsteered_draw_cannot",)),
+    Mutant("attack", "guide", "the sampler adds the predicted noise to x̂₀ instead of removing it",
+           "generative/diffusion.py", "x0 = (current - (1 - alphas_bar[i]).sqrt() * eps)",
+           "x0 = (current + (1 - alphas_bar[i]).sqrt() * eps)",
+           (f"{LEARNED}::test_the_sampler_returns_the_image_an_exact_noise_predictor_points_to",)),
+    Mutant("attack", "guide", "the posterior mean's weights swapped between x̂₀ and x_t", "generative/diffusion.py",
+           "mean = (before.sqrt() * (1 - alphas[i]) * x0 + alphas[i].sqrt() * (1 - before) * x)",
+           "mean = (before.sqrt() * (1 - alphas[i]) * x + alphas[i].sqrt() * (1 - before) * x0)",
+           (f"{LEARNED}::test_the_sampler_returns_the_image_an_exact_noise_predictor_points_to",)),
+]  # fmt: skip
+
 #: every defense's mutants also run its case of the systematic view test (what the server sees changes as
 #: the defense claims); e.g. it alone also kills dp-sgd's and instahide's mutants
 VIEWS = "tests/test_defense_views.py::test_the_defense_changes_what_the_server_sees_as_it_claims"

@@ -37,8 +37,9 @@ def view_under(model, batch, info, pipe, **kw):
 
 def test_every_adaptive_attack_declares_its_targets():
     # ten for the baselines, PRECODE and DCS², ats-pinned, loda-inverse, ggl-adaptive, censor-aware; two
-    # that evade client guards (fishing-stealthy, trap-weights-stealthy)
-    assert len(ADAPTIVE) == 16
+    # that evade client guards (fishing-stealthy, trap-weights-stealthy); two that learn (learned-inversion,
+    # guide)
+    assert len(ADAPTIVE) == 18
     assert all("adaptive vs" not in entry.summary for entry in ATTACKS if entry.name not in ADAPTIVE)
 
 

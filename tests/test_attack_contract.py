@@ -30,6 +30,9 @@ SPECIAL = {
     "loda-inverse": {"iterations": 2, "restarts": 1, "inverse_steps": 2},
     "ggl": {"iterations": 2, "generator_steps": 2, "generator_width": 8},
     "ggl-adaptive": {"iterations": 2, "generator_steps": 2, "generator_width": 8},
+    "learned-inversion": {"pairs": 8, "epochs": 1, "hidden": 8, "sketch_dim": 16},
+    "guide": {"attack_params": {"pairs": 8, "epochs": 1, "hidden": 8, "sketch_dim": 16}, "diffusion_steps": 2,
+              "diffusion_width": 4, "diffusion_timesteps": 4},
 }
 #: target defenses with one-off fits, at the smallest budget
 DEFENSE_PARAMS = {"loda": {"steps": 2, "epochs": 1}}

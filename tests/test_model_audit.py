@@ -102,7 +102,7 @@ def config(**changes):
         "candidates": ["gaussian-noise"],
         "rungs": 1,
         "threats": ["honest-server", "malicious-server"],
-        "leave_out": ["ggl", "ggl-adaptive", "spear", "fedavg-leakage"],
+        "leave_out": ["ggl", "ggl-adaptive", "spear", "fedavg-leakage", "learned-inversion", "guide"],
     }
     return parse_audit_config({**data, **changes})
 
@@ -231,7 +231,7 @@ def test_a_users_class_on_an_image_folder_is_audited_and_a_killed_audit_resumes(
         "candidates": ["gaussian-noise"],
         "rungs": 1,
         "threats": ["honest-server", "malicious-server"],
-        "leave_out": ["ggl", "ggl-adaptive", "spear", "fedavg-leakage"],
+        "leave_out": ["ggl", "ggl-adaptive", "spear", "fedavg-leakage", "learned-inversion", "guide"],
         "membership": {"clients": 4, "records_per_client": 16},
     }
     budgets = []

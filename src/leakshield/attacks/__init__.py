@@ -12,6 +12,7 @@ from leakshield.attacks import (  # noqa: F401  (register attacks)
     active,
     adaptive,
     aggregate,
+    learned,
     participant,
     passive,
     prior,

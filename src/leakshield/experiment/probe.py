@@ -4,6 +4,7 @@ the same :func:`~leakshield.fl.observation.observe_victim` as the runner."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from typing import Any
 import torch
 
 from leakshield.artifacts import ArtifactCache
-from leakshield.attacks import create_attack
+from leakshield.attacks import Reconstruction, create_attack
 from leakshield.data.types import DatasetSplits, ImageSet
 from leakshield.defenses import DefensePipeline
 from leakshield.experiment.code_cache import CodeKeyedCache
@@ -31,6 +32,9 @@ class ProbeResult:
 
     private: list[float]
     defended: list[float]
+    #: per-victim SSIM of the attack's own no-information reference (its ``prior``: GGL's draw, the
+    #: learned attackers' best placebo), for the victims that have one (empty: the attack has none)
+    prior: list[float] = dataclasses.field(default_factory=list)
 
     @property
     def ssim(self) -> float:
@@ -107,5 +111,10 @@ def probe_attack(
     ]
     kept = [r for r, d in zip(recs, defended_x, strict=True) if d is not None]
     defended = score_reconstructions(kept, as_truth, metrics=MetricSection()).victims if kept else []
+    drawn = [i for i, r in enumerate(recs) if r.prior is not None]
+    priors = [Reconstruction(images=recs[i].prior) for i in drawn]  # type: ignore[arg-type]
+    chosen = [batches[i] for i in drawn]
+    prior = score_reconstructions(priors, chosen, metrics=MetricSection()).victims if drawn else []
     return ProbeResult([statistics.fmean(v["ssim"]) for v in private],
-                       [statistics.fmean(v["ssim"]) for v in defended])  # fmt: skip
+                       [statistics.fmean(v["ssim"]) for v in defended],
+                       [statistics.fmean(v["ssim"]) for v in prior])  # fmt: skip

@@ -36,6 +36,7 @@ FIT_BUDGETS: dict[str, tuple[str, ...]] = {
     "dm": ("iterations",),
     "ggl": ("generator_steps",),
     "ggl-adaptive": ("generator_steps",),
+    "guide": ("diffusion_steps",),
 }
 #: the largest budget parameter's value in the two probes (k and 2k)
 PROBE_STEPS = 3
@@ -112,7 +113,8 @@ def _probe_attack(
     for steps in (PROBE_STEPS, 2 * PROBE_STEPS):
         params, factor = _scaled(full, FIT_BUDGETS[name], steps)
         fitted = Component.model_validate({**attack.model_dump(exclude_none=True), **params})
-        short = Component.model_validate({**fitted.model_dump(exclude_none=True), budget: 2})
+        shortened = {budget: 2} if budget in ATTACKS.get(attack.name).params.model_fields else {}
+        short = Component.model_validate({**fitted.model_dump(exclude_none=True), **shortened})
         probe = config.model_copy(update={"attacks": [short], "seeds": seeds[:1], "defenses": pairs[:1]})
         context = ExperimentContext(probe, device, cache=ArtifactCache(f"{folder}/{steps}"))
         cell = Cell("attack", model, pairs[0], short, 0, seeds[0])
