@@ -1,16 +1,17 @@
-"""Attackers that learn against Gaussian noise: the learned inverter (Wu et al., UAI 2023) and its output
-denoised by a diffusion prior (GUIDE) beside IG and the noise-aware attack, over the noise's σ.
+"""Attackers that learn against Gaussian noise: the learned inverter (Wu et al., UAI 2023), its output
+denoised by a diffusion prior (GUIDE) and diffusion posterior sampling, beside IG and the noise-aware
+attack, over the noise's σ.
 
 Setting: digits at 16×16 grey, the leaderboard's untrained tanh LeNet, each victim a FedSGD gradient of
 one image of client 0 (labels known), noise N(0, σ²) on every entry of the released update. A seed draws
 its own ``--victims`` victims, the noise and the attacks' starts. Every attack is scored by its margin
 over its own no-information reference, per victim: IG and the noise-aware attack over the public split's
-mean image (the leaderboard's no-information guess); the learned inverter over the public class-mean
-image of the label (the best guess from the labels alone, which it is given); GUIDE over the same
-denoising of that class mean, seeded alike. The unit is the seed: per σ, the mean margin per seed and a
-95 % t-interval over seeds, and the paired difference of each learned attacker's margin from the better
-of IG and the noise-aware attack. ``learned (clean pairs)`` is the ablation: the inverter trained on
-undefended updates.
+mean image (the leaderboard's no-information guess); the learned attackers over their placebos (the
+same attack on public batches with the victim's labels, through the same defenses; the best match of
+them). All are also scored over the public class-mean image of the label (the best guess from the
+labels alone). The unit is the seed: per σ, the mean per seed with a 95 % t-interval over seeds, and
+the paired SSIM difference of each other attack from the better of IG and the noise-aware attack.
+``learned (clean pairs)`` is the ablation: the inverter trained on undefended updates.
 
     python benchmarks/learned_attackers.py --seeds 3 --json docs/learned_attackers.json \
         --out docs/learned_attackers.png
@@ -119,7 +120,8 @@ def summary(rows: list[dict]) -> list[dict]:
             return lambda row: statistics.fmean(a - b for a, b in zip(row["ssim"], row[field], strict=True))
 
         labels = [a for a in ATTACKS if any(r["attack"] == a for r in at)]
-        best = [max(pair) for pair in zip(*(per_seed(a, mean_of("ssim")) for a in OPTIMISATION), strict=True)]
+        measured = [a for a in OPTIMISATION if a in labels]
+        best = [max(pair) for pair in zip(*(per_seed(a, mean_of("ssim")) for a in measured), strict=True)]
         for label in labels:
             ssim = estimate(per_seed(label, mean_of("ssim")))
             margin, above = (
@@ -138,7 +140,7 @@ def summary(rows: list[dict]) -> list[dict]:
                 "template": above.mean,
                 "template_half_width": above.half_width,
             }
-            if label not in OPTIMISATION:
+            if label not in OPTIMISATION and best:
                 d = estimate([a - b for a, b in zip(per_seed(label, mean_of("ssim")), best, strict=True)])
                 line.update(paired=d.mean, paired_half_width=d.half_width)
             out.append(line)

@@ -84,6 +84,11 @@ def test_defenses_that_need_a_fitted_artifact_cannot_be_rebuilt_from_their_publi
     loda = DefensePipeline.from_config([{"name": "loda"}]).public_config()
     with pytest.raises(ConfigError, match="loda needs a fitted artifact"):
         public_pipeline(loda)
+    sized = DefensePipeline.from_config(
+        [{"name": "dp-sgd", "params": {"target_epsilon": 8.0, "target_steps": 10}}]
+    )
+    with pytest.raises(ConfigError, match="dp-sgd sizes its noise from the client's dataset"):
+        public_pipeline(sized.public_config())
     noise = public_pipeline(
         DefensePipeline.from_config([{"name": "gaussian-noise", "params": {"sigma": 0.5}}]).public_config()
     )
@@ -189,18 +194,16 @@ def test_the_inverter_reconstructs_digits_beyond_its_placebos(digits16):
     public batches of the victim's labels): it reads the update, not the label."""
     r = _noise_probe(digits16, 0.01, {})
     margins = [a - b for a, b in zip(r.private, r.prior, strict=True)]
-    assert statistics.fmean(margins) > 0.15, (r.private, r.prior)
-    assert sum(m > 0 for m in margins) >= 5
+    assert statistics.fmean(margins) > 0.08, (r.private, r.prior)  # measured +0.179
+    assert sum(m > 0 for m in margins) >= 4  # measured 6 of 6, two at +0.014
 
 
 def test_under_noise_that_drowns_the_update_the_placebos_keep_the_inverter_from_counting_leaks(digits16):
     """The null: at σ 10 the update carries nothing the inverter can read; its images (about the class
     mean) must not beat the best of its placebos, the same inverter on public batches' updates."""
     r = _noise_probe(digits16, 10.0, {}, victims=tuple(range(12)))
-    mean_image = digits16.public.x.mean(dim=0, keepdim=True)
-    floor = [float(ssim(mean_image, digits16.train.x[i : i + 1])) for i in range(12)]
-    leaked = sum(victim_leaked(s, max(f, p)) for s, f, p in zip(r.private, floor, r.prior, strict=True))
-    assert leaked <= 2, (r.private, r.prior)  # measured: 1 of 12 (2 above the mean image alone)
+    margins = [a - b for a, b in zip(r.private, r.prior, strict=True)]
+    assert statistics.fmean(margins) < -0.05, (r.private, r.prior)  # measured −0.186 (3 of 12 above)
 
 
 def test_training_through_the_defense_is_what_beats_the_noise(digits16):
@@ -315,9 +318,9 @@ def test_a_prior_that_returns_the_class_template_does_not_count_as_a_leak(digits
 SMALL_DIFFUSION = {"diffusion_steps": 300, "diffusion_width": 8}
 
 
-def test_guide_keeps_what_the_inverter_found_above_the_same_denoising_of_its_template(digits16):
-    """GUIDE on the learned inverter under light noise (σ 0.01): the denoised images beat the denoised
-    class template, seeded alike — the base attack's information survives the prior."""
+def test_guide_keeps_what_the_inverter_found_above_the_same_denoising_of_its_placebos(digits16):
+    """GUIDE on the learned inverter under light noise (σ 0.01): the denoised images beat the inverter's
+    placebos denoised alike (same noise) — the base attack's information survives the prior."""
     r = probe_attack(
         digits16,
         [("gaussian-noise", {"sigma": 0.01})],
@@ -327,12 +330,12 @@ def test_guide_keeps_what_the_inverter_found_above_the_same_denoising_of_its_tem
         victims=tuple(range(6)),
     )
     margins = [a - b for a, b in zip(r.private, r.prior, strict=True)]
-    assert statistics.fmean(margins) > 0.1, (r.private, r.prior)
+    assert statistics.fmean(margins) > 0.06, (r.private, r.prior)  # measured +0.136
 
 
-def test_posterior_sampling_reads_the_update_where_its_unsteered_draw_cannot(digits16):
-    """diffusion-posterior (DPS on the update's cosine distance) under noise σ 0.1, where the unsteered
-    draw of the label is the same sampler without the update."""
+def test_posterior_sampling_reads_the_update_beyond_its_placebos(digits16):
+    """diffusion-posterior (DPS on the update's cosine distance) under noise σ 0.1 beats its placebos: the
+    same sampler steered by public batches' updates of the victim's labels."""
     r = probe_attack(
         digits16,
         [("gaussian-noise", {"sigma": 0.1})],
@@ -342,7 +345,9 @@ def test_posterior_sampling_reads_the_update_where_its_unsteered_draw_cannot(dig
         victims=tuple(range(6)),
     )
     margins = [a - b for a, b in zip(r.private, r.prior, strict=True)]
-    assert statistics.fmean(margins) > 0.25, (r.private, r.prior)
-    assert sum(m > 0 for m in margins) >= 5
+    assert statistics.fmean(margins) > 0.12, (r.private, r.prior)  # measured +0.283
+    assert sum(m > 0 for m in margins) >= 4  # measured 6 of 6
     with pytest.raises(ConfigError, match="give guidance > 0"):
         create_attack("guide", {"attack": None})
+    with pytest.raises(ConfigError, match="guidance steers draws without a base attack"):
+        create_attack("guide", {"guidance": 0.02})

@@ -39,10 +39,11 @@ class Reconstruction:
     """What an attack produced: images in [0, 1] pixel space (N×C×H×W, at least the batch size), the
     labels it inferred or was given (or None), and diagnostics (final gradient distance, time...).
     ``normalized``: optimization attacks also keep their unclamped estimate of the model input (e.g. an
-    InstaHide encoding, which leaves the pixel range), for attacks that build on it. ``prior``: a
-    prior-based attack's draw from its prior for the same labels, made without the update (GGL: the
-    generator at the search's first latent): the label-conditioned no-information baseline its images
-    must beat to show leakage."""
+    InstaHide encoding, which leaves the pixel range), for attacks that build on it. ``prior``: the
+    attack's own no-information reference for the same labels, made without the victim's update (GGL:
+    the generator at the search's first latent; the learned attackers: the same attack on public batches
+    of the labels, K·B images of which the scorer matches the best): what its images must beat to show
+    leakage."""
 
     images: torch.Tensor
     labels: torch.Tensor | None = None

@@ -32,6 +32,7 @@ import pydantic
 import torch
 
 from leakshield.artifacts import Artifact, ArtifactCache, FitKey, data_fingerprint
+from leakshield.attacks.adaptive.dcs2 import ClassMeanImages
 from leakshield.attacks.base import ATTACKS, Attack, Reconstruction, create_attack
 from leakshield.attacks.learned.inverter import InverterMLP, train_inverter
 from leakshield.attacks.learned.pairs import (
@@ -118,16 +119,9 @@ def weights_digest(model: torch.nn.Module) -> str:
 
 def class_template(public: ImageSet, labels: torch.Tensor) -> torch.Tensor:
     """The public split's mean image of each label (its overall mean for a label it lacks): the best
-    guess in squared error from the labels alone, which the inverter's images must beat to leak."""
-    images = public.x.cpu()
-    return torch.stack(
-        [
-            images[public.y.cpu() == y].mean(dim=0)
-            if bool((public.y.cpu() == y).any())
-            else images.mean(dim=0)
-            for y in labels.tolist()
-        ]
-    )
+    guess in squared error from the labels alone (``placebos: 0``)."""
+    classes = int(max(public.y.max(), labels.max())) + 1
+    return ClassMeanImages.of(public, classes)(labels)
 
 
 class LearnedInversion(Attack):

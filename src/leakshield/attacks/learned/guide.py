@@ -131,6 +131,11 @@ class DiffusionDenoise(Attack):
                 "fit of its own that sends the model unchanged (e.g. learned-inversion, ig, "
                 "noise-aware)"
             )
+        if base is not None and self.params.guidance:
+            raise ConfigError(
+                "guide: guidance steers draws without a base attack (attack: null, as diffusion-posterior); "
+                "with one, its placebos' denoising could not be steered alike"
+            )
         if base is None and not self.params.guidance:
             raise ConfigError(
                 "guide: attack None draws from noise; give guidance > 0 (the update's only way in)"

@@ -75,10 +75,17 @@ def public_pipeline(defenses: Sequence[PublicDefense]) -> DefensePipeline:
     """The clients' defenses rebuilt from their public configuration (Kerckhoffs); a defense that
     needs a fitted artifact (LODA, DCS², ATS…) cannot be rebuilt from it and is refused in one line."""
     built = [create_defense(d.name, d.params.model_dump()) for d in defenses]
+    sized = [d.name for d in built if getattr(d.params, "target_epsilon", None) is not None]
+    if sized:
+        raise ConfigError(
+            f"learned attackers: {', '.join(sized)} sizes its noise from the client's dataset "
+            "(target_epsilon), which the attacker's public batches do not have; give "
+            "noise_multiplier"
+        )
     fitted = [d.name for d in built if d.fit_scope is not None and not d.fit_measures_only]
     if fitted:
         raise ConfigError(
-            f"learned-inversion: {', '.join(fitted)} needs a fitted artifact the attacker does "
+            f"learned attackers: {', '.join(fitted)} needs a fitted artifact the attacker does "
             "not hold; the inverter trains through defenses built from public parameters "
             "only"
         )
