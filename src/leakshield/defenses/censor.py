@@ -20,13 +20,18 @@ Choices the paper leaves open or the authors' code makes differently (docs/devia
 * the candidates' loss is evaluated with the model's buffers read, never updated (train-mode BatchNorm
   keeps its statistics), and in float64 when ``float64_selection`` (η = 1e-4 moves a float32 loss by
   less than its rounding otherwise);
-* the authors apply CENSOR in the first 10 of 100 epochs only and train on clean gradients after
-  (``until_round: 10``); by default it replaces every minibatch gradient of every round. An exactly
-  orthogonal release cannot lower the batch's loss to first order: measured by ``python
-  benchmarks/censor.py``, a LeNet trained on CENSOR's releases stays near chance on digits.
+* ``protocol``: the authors' run_rec.py trains the model every epoch on clean minibatch gradients and
+  applies CENSOR only to the one gradient it attacks (in the first 10 of 100 epochs, ``until_round:
+  10``), stepping the model once along that release. ``protocol: authors`` keeps that split (not the one
+  step): CENSOR replaces the gradient of a batch handed to the client from outside (the victim batch an
+  attack observes: ``context.indices`` is None) and the client trains clean on the batches it draws
+  from its own data. The default ``every-step`` replaces every minibatch gradient the client computes, so the
+  federation trains on what is released. An exactly orthogonal release cannot lower the batch's loss to
+  first order: measured by ``python benchmarks/censor.py``, a model trained on CENSOR's releases stays
+  near chance on digits, and one trained under ``protocol: authors`` is the undefended model.
 
 Parameters: ``candidates`` T (20 in the authors' code), ``eta`` η (1e-4), ``fallback``, ``projection``,
-``float64_selection``, ``until_round``.
+``float64_selection``, ``until_round``, ``protocol``.
 """
 
 from __future__ import annotations
@@ -49,9 +54,11 @@ class CensorParams(Params):
     one-step look-ahead that scores a candidate (1e-4). fallback: ``best`` (release the lowest-loss
     candidate always) or ``original`` (the authors' code: release the true gradient when no candidate
     lowers the loss). projection: ``exact`` (Gram–Schmidt) or ``reference`` (the authors' code, not
-    orthogonal unless a tensor's gradient has norm 1). float64_selection: score candidates in float64 (True).
-    until_round: defend rounds 0 … until_round − 1 only and release plain gradients after (the authors'
-    protocol defends the first 10 of 100 epochs; None: every round)."""
+    orthogonal unless a tensor's gradient has norm 1). float64_selection: score candidates in float64 (True;
+    the authors' code scores in float32). until_round: defend rounds 0 … until_round − 1 only and release
+    plain gradients after (the authors defend the first 10 of 100 epochs; None: every round). protocol:
+    ``every-step`` (every minibatch gradient is CENSOR's release, training included) or ``authors`` (their
+    run_rec.py: clean training, CENSOR on the attacked batch only, one handed in from outside)."""
 
     candidates: int = pydantic.Field(default=20, ge=1)
     eta: float = pydantic.Field(default=1e-4, gt=0)
@@ -59,6 +66,7 @@ class CensorParams(Params):
     projection: Literal["exact", "reference"] = "exact"
     float64_selection: bool = True
     until_round: int | None = pydantic.Field(default=None, ge=1)
+    protocol: Literal["every-step", "authors"] = "every-step"
 
 
 def orthogonal_direction(
@@ -98,7 +106,8 @@ def batch_loss(model: nn.Module, params: dict[str, torch.Tensor], x: torch.Tenso
     params=CensorParams,
 )
 class Censor(Defense):
-    """Gradient stage: the CENSOR gradient of each minibatch (module docstring)."""
+    """Gradient stage: the CENSOR gradient of each minibatch, or under ``protocol: authors`` of the
+    attacked batch only (module docstring)."""
 
     params: CensorParams
     replaces_gradient = True
@@ -109,6 +118,8 @@ class Censor(Defense):
         g = plain_gradient(model, x, y)
         if self.params.until_round is not None and context.round >= self.params.until_round:
             return g
+        if self.params.protocol == "authors" and context.indices is not None:
+            return g  # a batch the client drew from its own data: the federation trains on it clean
         released, fell_back = censor_gradient(model, x, y, g, self.params, context.generator)
         context.notes["censor_fallback"] = torch.tensor(float(fell_back))
         return released
