@@ -43,6 +43,7 @@ EXACT = "tests/test_exact_attacks.py"
 REALISTIC = "tests/test_realistic_attacks.py"
 DETECTORS = "tests/test_detectors.py"
 EVASION = "tests/test_guard_evasion.py"
+CENSOR = "tests/test_censor.py"
 
 #: the gradient-matching presets: their claim is the paper's setting (the engine's steps have their own)
 PRESET_CHANGES = [
@@ -152,6 +153,10 @@ MUTANTS: list[Mutant] = [
            (DEFENSES, f"{ANTIGAN}::test_dpsgd_at_a_target_epsilon_spends_about_it")),
     Mutant("defense", "censor", "no Gram–Schmidt: the candidate keeps its component along the gradient",
            "defenses/censor.py", "o = r - ((r * g64).sum() / squared) * g64", "o = r", ("tests/test_censor.py",)),
+    Mutant("defense", "censor", "protocol authors inverted: CENSOR on the batches trained on, not the attacked",
+           "defenses/censor.py", 'if self.params.protocol == "authors" and context.indices is not None:',
+           'if self.params.protocol == "authors" and context.indices is None:',
+           (f"{CENSOR}::test_the_authors_protocol_trains_clean_where_releasing_every_step_does_not",)),
     Mutant("defense", "dp-fedavg", "the central noise's std not divided by the round's m clients",
            "defenses/dp_fedavg.py", "std = p.noise_multiplier * p.clip / m", "std = p.noise_multiplier * p.clip",
            ("tests/test_dp_fedavg.py",)),
@@ -677,6 +682,22 @@ MUTANTS += [
            "mean = (before.sqrt() * (1 - alphas[i]) * x0 + alphas[i].sqrt() * (1 - before) * x)",
            "mean = (before.sqrt() * (1 - alphas[i]) * x + alphas[i].sqrt() * (1 - before) * x0)",
            (f"{LEARNED}::test_the_sampler_returns_the_image_an_exact_noise_predictor_points_to",)),
+]  # fmt: skip
+
+VERDICTS = "tests/test_verdicts.py"
+MUTANTS += [
+    Mutant("audit", "reproduction-verdicts", "a row over seeds without the victims' floor",
+           "leaderboard/verdicts.py", "    low = max(bounds[0], min(found.low, wide[0]))",
+           "    low = max(bounds[0], found.low)",
+           (f"{VERDICTS}::test_a_seed_row_states_its_unit_and_never_reads_more_than_its_seeds_allow",)),
+    Mutant("audit", "reproduction-verdicts", "victims, not seeds, as a privacy row's unit",
+           "leaderboard/verdicts.py", "    found = estimate([sum(r) / victims for r in rows])",
+           "    found = estimate([x for r in rows for x in r])",
+           (f"{VERDICTS}::test_a_seed_row_sees_a_cut_and_not_one_whose_victims_fail_together",)),
+    Mutant("audit", "reproduction-verdicts", "an interval past the score's range",
+           "leaderboard/verdicts.py", "    high = min(bounds[1], max(found.high, wide[1]))",
+           "    high = max(found.high, wide[1])",
+           (f"{VERDICTS}::test_a_seed_row_states_its_unit_and_never_reads_more_than_its_seeds_allow",)),
 ]  # fmt: skip
 
 #: every defense's mutants also run its case of the systematic view test (what the server sees changes as

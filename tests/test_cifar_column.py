@@ -53,26 +53,30 @@ def test_precode_rows_on_cifar_with_the_digits_verdict_beside(monkeypatch):
     assert not any("digits" in p[2] for p in _parsed(column.precode_column(Path("runs"))))
 
 
-def _dcs2_run(ig: float, imprint: float) -> list:
-    """A DCS² run: the undefended attacks rebuild the sensitive sample (SSIM 1.0), DCS² cuts them."""
+def _dcs2_run(ig: float, imprint: float, seeds=(0, 1, 2)) -> list:
+    """A DCS² run over ``seeds``: the undefended attacks rebuild the sensitive sample (SSIM 0.99), DCS²
+    cuts them."""
     spread = [-0.004, -0.002, 0.0, 0.0, 0.002, 0.004] * 2
 
-    def cell(defense, attack, value):
-        made = leaderboard_cell(
-            "attack", defense, attack, model="lenet-tanh", victims=[value + d for d in spread]
-        )
-        return dataclasses.replace(made, victims=[{**v, "sensitive": [True]} for v in made.victims])
+    def cells(defense, attack, value):
+        out = []
+        for seed in seeds:
+            victims = [value + 0.002 * (seed - 1) + d for d in spread]
+            made = leaderboard_cell("attack", defense, attack, model="lenet-tanh", seed=seed, victims=victims)
+            out.append(dataclasses.replace(made, victims=[{**v, "sensitive": [True]} for v in made.victims]))
+        return out
 
-    cells = [leaderboard_cell("baseline", None, model=None, ssim=0.3, ssim_sensitive=0.3)]
+    run = [leaderboard_cell("baseline", None, model=None, ssim=0.3, ssim_sensitive=0.3)]
     for attack, cut in (("ig", ig), ("imprint", imprint)):
-        cells += [cell("none", attack, 0.99)]
-        cells += [cell(label, attack, cut) for label in ("DCS2-eq10", "DCS2-eq10-unboxed")]
-    return cells
+        run += cells("none", attack, 0.99)
+        run += [c for label in ("DCS2-eq10", "DCS2-eq10-unboxed") for c in cells(label, attack, cut)]
+    return run
 
 
 def test_dcs2_rows_on_cifar(monkeypatch):
     column, rows = _column()
-    _use(monkeypatch, column, rows, {"dcs2-cifar": _dcs2_run(0.15, 0.79), "dcs2": _dcs2_run(0.5, 0.79)})
+    digits = {"dcs2-privacy": _dcs2_run(0.5, 0.79)}
+    _use(monkeypatch, column, rows, {"dcs2-cifar": _dcs2_run(0.15, 0.79), **digits})
     parsed = _parsed(column.dcs2_column(Path("runs")))
     assert [p[4] for p in parsed] == ["holds"] * 4
     assert all(check_row(m, rule, said) is None for _, _, m, rule, said in parsed)
@@ -80,6 +84,10 @@ def test_dcs2_rows_on_cifar(monkeypatch):
     assert len(ig) == 2 and all("digits: 0.500" in p[2] and "changes the verdict" in p[2] for p in ig)
     imprint = [p for p in parsed if p[0].startswith("The imprint")]
     assert all("the same verdict" in p[2] for p in imprint)
+    _use(monkeypatch, column, rows, {"dcs2-cifar": _dcs2_run(0.15, 0.79, seeds=(0,)), **digits})
+    one_seed = _parsed(column.dcs2_column(Path("runs")))  # the paper's numbers, but from one model
+    assert [p[4] for p in one_seed] == ["inconclusive"] * 4
+    assert all("n = 1 (one seed" in p[2] for p in one_seed)
 
 
 def test_the_cifar_configs_change_only_the_images():

@@ -26,7 +26,7 @@ REGISTERED = {
     "dataset": set(DATASETS.names()),
     "text-attack": set(TEXT_ATTACKS.names()),
     "audit": {"dp-audit", "percentile-filter", "check-dp", "flower-canaries",
-              "model-audit"},  # modules, not registries
+              "model-audit", "reproduction-verdicts"},  # modules, not registries
 }
 
 

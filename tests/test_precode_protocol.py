@@ -161,7 +161,8 @@ def test_the_accuracy_and_training_configs_keep_the_scaled_protocol():
         "smlp", "dmlp", "lenet-tanh"]  # fmt: skip
     for other in (accuracy, training, epoch50):
         assert (other["fl"], other["dataset"]) == (cpu["fl"], cpu["dataset"])
-    assert accuracy["utility"]["rounds"] == cpu["utility"]["rounds"] == 20
+    assert accuracy["utility"]["rounds"] == 20 and cpu["utility"]["rounds"] == 0  # accuracy: one config
+    assert cpu["seeds"] == accuracy["seeds"] == training["seeds"] == epoch50["seeds"] == [0, 1, 2]
     baselines = [d for d in cpu["defenses"] if isinstance(d, dict) and d["name"] != "precode"]
     assert {d["label"]: d.get("ratio") for d in baselines if d["name"] == "pruning"} == {
         "GC": 0.1,

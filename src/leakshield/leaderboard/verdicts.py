@@ -16,7 +16,12 @@ test does:
 - **not run here**: no measurement (the row gives the estimate instead).
 
 One measurement has no interval and is never more than inconclusive. Intervals are compared at the
-three decimals a row prints, so a row's written numbers give its verdict back."""
+three decimals a row prints, so a row's written numbers give its verdict back.
+
+A privacy claim is measured on several model seeds, each attacked on the same victims: the victims of
+one model fail together, so the row's unit is the seed (:func:`seed_row`: the interval over the seed
+means, never narrower than the one over the victims' means across seeds, and clipped to the score's
+range)."""
 
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from leakshield.leaderboard.intervals import Estimate, estimate, level
+from leakshield.leaderboard.intervals import Estimate, estimate, level, t_quantile
 from leakshield.leaderboard.leak_rate import clopper_pearson
 
 Verdict = Literal["holds", "does not hold", "inconclusive", "not run here"]
@@ -101,6 +106,76 @@ def measured_verdict(claim: Claim, values: Sequence[float]) -> tuple[Estimate, V
         raise ValueError(f"values: {list(values)} holds a non-finite value; say what failed instead")
     found = estimate(values)
     return found, verdict(claim, found.low, found.high, found.n)
+
+
+def seeds_to_decide(claim: Claim, found: Estimate, most: int = 100) -> int | None:
+    """How many values (seeds), more than ``found``'s, an interval at its mean and spread would need to
+    decide ``claim`` (lie wholly inside or outside its region); None if ``found`` has no spread to scale,
+    or if not even ``most`` would (its mean lies near the region's edge)."""
+    if found.half_width is None or found.half_width == 0:
+        return None
+    sd = found.half_width * math.sqrt(found.n) / t_quantile(found.n - 1)
+    for n in range(found.n + 1, most + 1):
+        half = t_quantile(n - 1) * sd / math.sqrt(n)
+        if verdict(claim, found.mean - half, found.mean + half, n) != "inconclusive":
+            return n
+    return None
+
+
+def seed_row(
+    claim_text: str,
+    command: str,
+    claim: Claim,
+    by_seed: dict[int, Sequence[float]],
+    note: str = "",
+    *,
+    share: bool = False,
+    bounds: tuple[float, float] = (-1.0, 1.0),
+) -> str:
+    """A row whose unit is the model seed: ``by_seed`` holds each seed's scores of the same victims, in
+    the same order (0/1 events with ``share``: the share of victims with the event, e.g. rebuilt
+    recognizably). The number is the mean of the seed means with the t-interval over them, widened to
+    the interval over the victims' means across seeds where that is wider: a victim is the same at every
+    seed, and one that is hard on one model tends to be hard on the next. For a share that floor is the
+    exact binomial interval of the victims with the event on average over the seeds, counted once each
+    (seeds that agree exactly have no spread; 0 of 8 still bounds a share only below 0.369). The interval
+    is clipped to ``bounds``, the score's range ([0, 1] for a share). One seed: its mean alone, n = 1,
+    the victims' interval in the note, inconclusive."""
+    counts = {len(v) for v in by_seed.values()}
+    if not by_seed or 0 in counts:
+        raise ValueError(f"by_seed: {by_seed!r} needs at least one seed with at least one victim")
+    if len(counts) > 1:
+        raise ValueError(
+            f"by_seed: the seeds hold {sorted(counts)} victims; a row needs the same at every seed"
+        )
+    if share and any(x not in (0, 1) for v in by_seed.values() for x in v):
+        raise ValueError("by_seed: a share row takes 0/1 events (True/False) per victim")
+    bounds = (0.0, 1.0) if share else bounds
+    rows = [[float(x) for x in v] for _, v in sorted(by_seed.items())]
+    if any(not bounds[0] <= x <= bounds[1] for r in rows for x in r):
+        raise ValueError(f"by_seed: a score lies outside {list(bounds)}; pass the score's range as bounds")
+    victims = counts.pop()
+    per_victim = [sum(r[i] for r in rows) / len(rows) for i in range(victims)]
+    found = estimate([sum(r) / victims for r in rows])
+    unit = "one seed" if found.n == 1 else "per seed"
+    said = f"{unit}; {victims} victims{' each' if found.n > 1 else ''}" + (f"; {note}" if note else "")
+    if share:
+        hits = round(sum(per_victim))
+        wide = clopper_pearson(hits, victims)
+        total = int(sum(sum(r) for r in rows))
+        said += (
+            f"; {hits} of {victims}" if found.n == 1 else f"; {total} of {victims * found.n} over the seeds"
+        )
+    else:
+        spread = estimate(per_victim)
+        wide = (max(bounds[0], spread.low), min(bounds[1], spread.high))
+        if found.n == 1:
+            said += f"; the victims' interval [{wide[0]:.3f}, {wide[1]:.3f}]"
+    if found.n < 2:
+        return _line(claim_text, command, f"{measurement_text(found)} ({said})", claim, "inconclusive")
+    low = max(bounds[0], min(found.low, wide[0]))
+    high = min(bounds[1], max(found.high, wide[1]))
+    return interval_row(claim_text, command, claim, found.mean, (low, high), found.n, said)
 
 
 def measurement_text(found: Estimate, spec: str = ".3f") -> str:
