@@ -11,14 +11,26 @@ a 1-dimensional kernel; when S falls inside one column's zeros, that kernel is q
    direction has only its B−1 forced zeros; rank-deficient subsets are skipped) and that pass the
    leverage test of :func:`confirmed` (leakshield's: a blend of samples whose ReLU patterns overlap is
    sparse too);
-2. select B independent candidates, sparsest first (greedy, Sec. 4.2);
+2. select B of the candidates greedily: B independent ones, sparsest first, then (at most B) swaps of
+   a selected direction for an unused candidate while the *sparsity matching coefficient* λ rises
+   (:class:`SparsityMatch`: the fraction of
+   (unit, sample) pairs where the ReLU pattern of the recovered Z = W X + b agrees with the zeros of
+   ∂L/∂Z = L Q; 1 for the true Q). ``greedy: false`` keeps the first stage alone;
 3. fix each direction's scale with the bias gradient, ∂L/∂b = L Q 1 (Sec. 4.3), and read Xᵀ = Q⁻¹ R.
 
-A subset succeeds with probability about 2^−(B−1) per column, so the cost grows exponentially with B
-(``samples`` bounds it). The attack stops once B directions are found; when the budget runs out first,
+A subset falls inside one given column's zeros with probability about 2^−(B−1), inside some column's
+with about B·2^−(B−1); collecting all B columns (coupon collector) takes about 2^(B−1)·H_B subsets in
+expectation (H_B the B-th harmonic number), so the cost grows exponentially with B (``samples``
+bounds it). The attack stops once the directions found span all B dimensions; when the budget runs out first,
 the missing directions are completed by an orthogonal complement and ``stats["directions"]`` says how
 many were found (Q⁻¹ then mixes every sample with the missing ones: few images stay exact). The recovered
-batch is checked against the ReLU pattern it implies (``stats["relu_agreement"]``, 1 when exact).
+batch is checked against the ReLU pattern it implies (``stats["relu_agreement"]``: λ of the final
+selection, 1 when exact).
+
+The greedy stage is leakshield's reading of the paper's greedy selection (its Fig. 2: "a greedy
+selection method selects b directions"). The paper's text was not available when it was written, so its
+two stages and the definition of λ are not checked against the paper's algorithm; the cost estimate is
+derived here, not quoted.
 """
 
 from __future__ import annotations
@@ -40,9 +52,10 @@ from leakshield.threats import OBSERVER
 
 class SpearParams(Params):
     """SPEAR's search. layer: the Linear layer (followed by ReLU) to invert, default the first one fed
-    by the image; samples: most row subsets drawn (the budget; ~2^(B−1)·B·ln B are needed); chunk:
-    subsets solved at once; zero_tolerance: an entry of L q below this fraction of its largest is a
-    zero; min_sparsity: fraction of a direction's entries that must be zero to be a candidate."""
+    by the image; samples: most row subsets drawn (the budget; about 2^(B−1)·H_B are needed, H_B the
+    B-th harmonic number); chunk: subsets solved at once; zero_tolerance: an entry of L q below this
+    fraction of its largest is a zero; min_sparsity: fraction of a direction's entries that must be zero
+    to be a candidate; greedy: the paper's greedy selection (swaps while the sparsity matching rises)."""
 
     layer: str | None = pydantic.Field(
         default=None, description="Linear layer on the image, with bias and a ReLU after it (default: first)"
@@ -51,6 +64,10 @@ class SpearParams(Params):
     chunk: int = pydantic.Field(default=8192, ge=1, description="row subsets solved at once")
     zero_tolerance: float = pydantic.Field(default=1e-5, gt=0, lt=1, description="relative size of a zero")
     min_sparsity: float = pydantic.Field(default=0.15, gt=0, lt=1, description="zero fraction of a candidate")
+    greedy: bool = pydantic.Field(
+        default=True,
+        description="select by sparsity matching, the paper's greedy stage (false: sparsest first only)",
+    )
 
 
 #: a (B−1)×B row subset whose smallest singular value is below this fraction of its largest has a kernel
@@ -158,23 +175,98 @@ def sparse_candidates(
     return torch.stack(found), torch.tensor(zeros_found, dtype=left.dtype), drawn
 
 
-def select_independent(directions: torch.Tensor, zeros: torch.Tensor, rank: int) -> tuple[torch.Tensor, int]:
-    """Greedy selection (sparsest first) of at most ``rank`` linearly independent directions, completed
-    to ``rank`` by an orthonormal basis of what they leave out: (rank×rank, one direction per column;
-    how many were selected rather than completed)."""
-    chosen: list[torch.Tensor] = []
-    for i in torch.argsort(zeros, descending=True).tolist():
-        trial = torch.stack([*chosen, directions[i]], dim=1)
-        s = torch.linalg.svdvals(trial)
-        if float(s[-1] / s[0]) > 1e-6:
-            chosen.append(directions[i])
+def sparsest_independent(directions: torch.Tensor, zeros: torch.Tensor, rank: int) -> list[int]:
+    """The first greedy stage: at most ``rank`` linearly independent candidates, sparsest first."""
+    chosen: list[int] = []
+    for i in torch.argsort(zeros, descending=True, stable=True).tolist():
+        if independent_columns(directions[[*chosen, i]].T):
+            chosen.append(i)
         if len(chosen) == rank:
             break
-    basis = torch.stack(chosen, dim=1) if chosen else directions.new_zeros(rank, 0)
-    if basis.shape[1] < rank:
-        q, _ = torch.linalg.qr(torch.cat([basis, torch.eye(rank, dtype=basis.dtype)], dim=1))
-        basis = torch.cat([basis, q[:, basis.shape[1] : rank]], dim=1)
-    return basis, len(chosen)
+    return chosen
+
+
+def independent_columns(columns: torch.Tensor) -> bool:
+    """Whether the columns are linearly independent (smallest singular value above 1e-6 of the largest)."""
+    s = torch.linalg.svdvals(columns)
+    return float(s[-1] / s[0]) > 1e-6
+
+
+def completed(columns: torch.Tensor, rank: int) -> torch.Tensor:
+    """``columns`` (rank×k) completed to rank×rank by an orthonormal basis of what they leave out."""
+    if columns.shape[1] == rank:
+        return columns
+    q, _ = torch.linalg.qr(torch.cat([columns, torch.eye(rank, dtype=columns.dtype)], dim=1))
+    return torch.cat([columns, q[:, columns.shape[1] : rank]], dim=1)
+
+
+def select_independent(directions: torch.Tensor, zeros: torch.Tensor, rank: int) -> tuple[torch.Tensor, int]:
+    """The first stage alone, completed to ``rank`` by an orthonormal basis of what it leaves out:
+    (rank×rank, one direction per column; how many were selected rather than completed)."""
+    chosen = sparsest_independent(directions, zeros, rank)
+    return completed(directions[chosen].T, rank), len(chosen)
+
+
+class SparsityMatch:
+    """The sparsity matching coefficient λ of a selection (leakshield's reading): with its scales fixed
+    by ∂L/∂b, Q = basis·diag(s) gives ∂L/∂Z = L Q and Zᵀ = Q⁻¹ R Wᵀ + b; λ is the fraction of (unit, sample)
+    pairs where Z > 0 exactly where ∂L/∂Z is nonzero (zero: below ``tolerance`` of its column's
+    largest entry, as in the search). The true Q gives 1; a blend for a column breaks that column's
+    pattern and, through Q⁻¹, the samples it mixes."""
+
+    def __init__(
+        self,
+        left: torch.Tensor,
+        right: torch.Tensor,
+        grad_b: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor,
+        tolerance: float,
+    ) -> None:
+        self.left, self.bias, self.tolerance = left, bias, tolerance
+        self.coefficients = torch.linalg.lstsq(left, grad_b.unsqueeze(1), driver="gelsd").solution.squeeze(1)
+        self.projected = right @ weight.T  # R Wᵀ (rank×m): Zᵀ = Q⁻¹ R Wᵀ + b without forming X
+
+    def __call__(self, basis: torch.Tensor) -> float:
+        scales = fixed_scales(basis, self.coefficients)
+        active = torch.linalg.solve(basis * scales, self.projected) + self.bias > 0  # rank × m
+        upstream = (self.left @ basis).abs()
+        nonzero = (upstream > self.tolerance * upstream.amax(dim=0).clamp_min(1e-300)).T
+        return float((active == nonzero).double().mean())
+
+
+def greedy_selection(
+    directions: torch.Tensor, zeros: torch.Tensor, rank: int, match: SparsityMatch | None
+) -> tuple[torch.Tensor, int]:
+    """SPEAR's greedy selection of ``rank`` directions among the candidates (leakshield's reading): the
+    sparsest independent ones (completed to ``rank`` when too few), then, while λ rises and is below 1,
+    the swap of one selected (or completing) column for an unused candidate that raises λ the most.
+    Without ``match``, the first stage alone. Returns (rank×rank, one direction per column; how many
+    columns are candidates rather than completion)."""
+    chosen = sparsest_independent(directions, zeros, rank)
+    basis = completed(directions[chosen].T, rank)
+    source = chosen + [-1] * (rank - len(chosen))  # the candidate in each column (-1: completion)
+    if match is None or len(directions) == 0:
+        return basis, len(chosen)
+    best_score = match(basis)
+    for _ in range(rank):  # a swap per round; each raises λ, and ``rank`` fix every column
+        if best_score >= 1.0:
+            break
+        best_swap = None
+        for c in (i for i in range(len(directions)) if i not in source):
+            for j in range(rank):
+                trial = basis.clone()
+                trial[:, j] = directions[c]
+                if not independent_columns(trial):
+                    continue
+                score = match(trial)
+                if score > best_score:
+                    best_score, best_swap = score, (c, j)
+        if best_swap is None:
+            break
+        c, j = best_swap
+        basis[:, j], source[j] = directions[c], c
+    return basis, sum(s >= 0 for s in source)
 
 
 def scaled_inputs(
@@ -182,21 +274,13 @@ def scaled_inputs(
 ) -> torch.Tensor:
     """Xᵀ = Q⁻¹ R with Q = basis·diag(s), s fixed by ∂L/∂b = L Q 1 (B×n, one sample per row)."""
     coefficients = torch.linalg.lstsq(left, grad_b.unsqueeze(1), driver="gelsd").solution.squeeze(1)
+    return torch.linalg.solve(basis * fixed_scales(basis, coefficients), right)
+
+
+def fixed_scales(basis: torch.Tensor, coefficients: torch.Tensor) -> torch.Tensor:
+    """The scales s of Q = basis·diag(s) from ∂L/∂b = L Q 1 (Sec. 4.3): basis·s = L⁺ ∂L/∂b."""
     scales = torch.linalg.solve(basis, coefficients)
-    scales = torch.where(scales.abs() < 1e-30, torch.ones_like(scales), scales)
-    return torch.linalg.solve(basis * scales, right)
-
-
-def relu_agreement(
-    weight: torch.Tensor, bias: torch.Tensor, inputs: torch.Tensor, upstream: torch.Tensor, tolerance: float
-) -> float:
-    """Fraction of (unit, sample) pairs where the recovered pre-activation's sign (> 0) matches a
-    nonzero gradient column (the ReLU pattern SPEAR's directions imply; zero: below ``tolerance`` of
-    the column's largest entry, as in the search)."""
-    active = (inputs @ weight.T + bias) > 0  # B × m
-    scale = upstream.abs().amax(dim=0, keepdim=True).clamp_min(1e-300)
-    nonzero = (upstream.abs() > tolerance * scale).T  # B × m
-    return float((active == nonzero).double().mean())
+    return torch.where(scales.abs() < 1e-30, torch.ones_like(scales), scales)
 
 
 @ATTACKS.register(
@@ -248,11 +332,12 @@ class SpearAttack(Attack):
             directions, zeros, drawn = left.new_ones(1, 1), left.new_ones(1), 0
         else:
             directions, zeros, drawn = sparse_candidates(left, self.params, generator)
-        basis, selected = select_independent(directions, zeros, rank)
-        samples = scaled_inputs(left, right, basis, grad_b)
         weight = module.weight.detach().double().cpu()
         bias = module.bias.detach().double().cpu()
-        agreement = relu_agreement(weight, bias, samples, left @ basis, self.params.zero_tolerance)
+        match = SparsityMatch(left, right, grad_b, weight, bias, self.params.zero_tolerance)
+        basis, selected = greedy_selection(directions, zeros, rank, match if self.params.greedy else None)
+        samples = scaled_inputs(left, right, basis, grad_b)
+        agreement = match(basis)
         inputs = samples.float().view(rank, *info.shape)
         inputs = pad_with_mean(inputs, view.batch_size)  # a batch wider than the layer
         stats = {
