@@ -106,8 +106,8 @@ def test_rows_are_judged_at_the_precision_they_print():
     assert check_row("0.175 [0.100, 0.251], n = 3", CUT.text(), "inconclusive") is None
 
 
-def _rule_rows(text: str) -> list[tuple[str, str, str, str]]:
-    """(claim, measured, rule, verdict) of every table whose header has a 'rule' column."""
+def _table_rows(text: str) -> list[tuple[list[str], list[str]]]:
+    """(lower-cased header, cells) of every data row of every markdown table in ``text``."""
     rows, header = [], None
     for line in text.splitlines():
         if not line.startswith("|"):
@@ -116,11 +116,17 @@ def _rule_rows(text: str) -> list[tuple[str, str, str, str]]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if header is None:
             header = [c.lower() for c in cells]
-            continue
-        if re.fullmatch(r"-+", cells[0].replace(":", "")):
-            continue
+        elif not re.fullmatch(r"-+", cells[0].replace(":", "")):
+            rows.append((header, cells))
+    return rows
+
+
+def _rule_rows(text: str) -> list[tuple[str, str, str, str]]:
+    """(claim, measured, rule, verdict) of every table whose header has a 'rule' column."""
+    rows = []
+    for header, cells in _table_rows(text):
         if any(h.startswith("rule") for h in header):
-            assert len(cells) == len(header), f"a row of a rule table has {len(cells)} cells: {line[:80]}"
+            assert len(cells) == len(header), f"a row of a rule table has {len(cells)} cells: {cells[0][:80]}"
             named = dict(zip(header, cells, strict=True))
             rule = next(v for k, v in named.items() if k.startswith("rule"))
             measured = next(v for k, v in named.items() if k.startswith("measured"))
@@ -408,19 +414,11 @@ STORES = PAGE.parent / "reproduction-stores"
 
 def _older_verdicts(text: str) -> list[tuple[str, str]]:
     """(claim, verdict) of every table with a verdict column but no rule column (the older format)."""
-    out, header = [], None
-    for line in text.splitlines():
-        if not line.startswith("|"):
-            header = None
-            continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if header is None:
-            header = [c.lower() for c in cells]
-            continue
-        older = "verdict" in header and not any(h.startswith("rule") for h in header)
-        if older and not re.fullmatch(r"-+", cells[0].replace(":", "")):
-            out.append((cells[0], cells[header.index("verdict")]))
-    return out
+    return [
+        (cells[0], cells[header.index("verdict")])
+        for header, cells in _table_rows(text)
+        if "verdict" in header and not any(h.startswith("rule") for h in header)
+    ]
 
 
 def test_every_privacy_row_of_the_page_rests_on_seeds_and_is_recomputed_from_its_store():
