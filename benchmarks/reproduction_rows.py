@@ -265,8 +265,9 @@ def precode_rows(runs: Path, costs: bool = True, training: bool = True) -> list[
         return f"`leakshield run configs/{config}.yaml`"
 
     def cost(text: str, claim: Claim, label: str, model: str) -> list[str]:
-        lost = drops(accuracy, label, model=model) if costs else []
-        return [_cost_row(text, cmd("precode-accuracy"), claim, lost)] if costs else []
+        if not costs:
+            return []
+        return [_cost_row(text, cmd("precode-accuracy"), claim, drops(accuracy, label, model=model))]
 
     table1, table2 = [], []
     nothing = round(no_information(cpu), 3)

@@ -13,7 +13,6 @@ from leakshield.attacks.passive.spear import (
     greedy_selection,
     low_rank_factors,
     scaled_inputs,
-    select_independent,
     sparse_candidates,
 )
 from leakshield.data import IIDPartition, ImageSet, load_dataset, partition_indices
@@ -127,7 +126,7 @@ def test_spear_recovers_a_tiny_relu_layers_batch_exactly():
     assert torch.allclose(left @ right, grad_w, atol=1e-10)
     directions, zeros, _ = sparse_candidates(left, SpearParams(), g)
     assert len(directions) == b and bool((zeros >= 0.3 * m).all())
-    recovered = scaled_inputs(left, right, select_independent(directions, zeros, b)[0], grad_b)
+    recovered = scaled_inputs(left, right, greedy_selection(directions, zeros, b, None)[0], grad_b)
     error = torch.cdist(recovered, x.T).min(dim=1).values.max()
     assert float(error) < 1e-8
 
@@ -156,7 +155,7 @@ def test_spears_greedy_stage_swaps_a_sparser_blend_for_the_column_it_hides():
     candidates = torch.cat([blend[None], F.normalize(truth, dim=0).T])  # the blend, then the columns
     zeros = torch.cat([torch.tensor([float(m)]), (upstream == 0).sum(dim=0).double()])
     match = SparsityMatch(left, right, grad_b, weight, bias, 1e-5)
-    first, _ = select_independent(candidates, zeros, b)
+    first, _ = greedy_selection(candidates, zeros, b, None)
     assert parallel_to_some(first, truth).count(False) == 1 and match(first) < 0.9  # measured 0.759
     basis, selected = greedy_selection(candidates, zeros, b, match)
     assert selected == b and all(parallel_to_some(basis, truth)) and match(basis) == 1.0
@@ -189,7 +188,7 @@ def test_spears_greedy_stage_keeps_blends_out_on_real_images(cifar_victims, mlp)
         inputs = scaled_inputs(left, right, basis, grad_b).float().view(8, *CIFAR.shape)
         return int((per_image_ssim(CIFAR.denormalize(inputs).clamp(0, 1), data.x) >= 0.99).sum())
 
-    first, _ = select_independent(candidates, ranks, 8)
+    first, _ = greedy_selection(candidates, ranks, 8, None)
     assert exact_images(first) < 8 and match(first) < 0.9
     basis, selected = greedy_selection(candidates, ranks, 8, match)
     assert (

@@ -200,13 +200,6 @@ def completed(columns: torch.Tensor, rank: int) -> torch.Tensor:
     return torch.cat([columns, q[:, columns.shape[1] : rank]], dim=1)
 
 
-def select_independent(directions: torch.Tensor, zeros: torch.Tensor, rank: int) -> tuple[torch.Tensor, int]:
-    """The first stage alone, completed to ``rank`` by an orthonormal basis of what it leaves out:
-    (rank×rank, one direction per column; how many were selected rather than completed)."""
-    chosen = sparsest_independent(directions, zeros, rank)
-    return completed(directions[chosen].T, rank), len(chosen)
-
-
 class SparsityMatch:
     """The sparsity matching coefficient λ of a selection (leakshield's reading): with its scales fixed
     by ∂L/∂b, Q = basis·diag(s) gives ∂L/∂Z = L Q and Zᵀ = Q⁻¹ R Wᵀ + b; λ is the fraction of (unit, sample)
