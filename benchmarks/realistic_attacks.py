@@ -12,8 +12,16 @@ attack's paired difference from IG on the same batches with its interval (a diff
 excludes 0 is a measured win or loss; otherwise inconclusive at these seeds).
 
     python benchmarks/realistic_attacks.py --seeds 8 --out runs/realistic_attacks.json
+    python benchmarks/realistic_attacks.py --seeds 3 --settings fedsgd-b16 --generator-width 64 \
+        --attacks ig fedleak-pixels fedleak-released fedleak-released-no-filter  # 12 min on a busy CPU
     python benchmarks/realistic_attacks.py --victims DIR/cifar10_victims128.npz --seeds 4 \
         --settings fedsgd-b16 fedsgd-b64 --attacks ig fedleak --out runs/realistic_attacks_cifar.json
+
+FedLeak comes twice: ``fedleak-pixels`` (alias ``fedleak``), leakshield's pixel port, and
+``fedleak-released``, FedLeak as released (a generator searched with a double AdamW step, a 5×5 median
+filter on its output). The release's generator is 256 channels wide, at 128 px, for 10,000 steps: a GPU's
+job. On one CPU thread it costs about 5 s a step at batch 16 and 16 px, so a CPU row narrows it with
+``--generator-width`` (and states the width; the JSON records it) and keeps the settings' budget.
 
 With ``--victims`` (an .npz of ``images``, N×32×32×3 uint8, and ``labels``) the batches are drawn from
 those CIFAR-10 photographs instead, LeNet at 32 px.
@@ -34,6 +42,7 @@ import torch
 
 from leakshield.attacks import create_attack
 from leakshield.attacks.passive.fedavg_leakage import copies_of
+from leakshield.attacks.passive.fedleak import PIXEL_PORT
 from leakshield.data import ImageSet, load_dataset
 from leakshield.data.types import DatasetInfo
 from leakshield.fl import server_view_of
@@ -52,13 +61,19 @@ SETTINGS = {
 }
 ATTACKS = {
     "ig": ("ig", {}),
-    "fedleak": ("fedleak", {}),
+    # FedLeak on pixels (leakshield's pixel port: Adam lr 0.1, signed look-ahead, no filter); "fedleak" is
+    # the name the pixel port's published rows were measured under
+    "fedleak": ("fedleak", PIXEL_PORT),
+    "fedleak-pixels": ("fedleak", PIXEL_PORT),
+    # FedLeak as released: the generator, the double AdamW step, the 5×5 median filter (--generator-width)
+    "fedleak-released": ("fedleak", {}),
+    "fedleak-released-no-filter": ("fedleak", {"median_filter": 0}),
     "fedavg-leakage": ("fedavg-leakage", {}),
     "fedavg-leakage-no-prior": ("fedavg-leakage", {"epoch_prior": 0.0}),
-    # ablations (not run by default): FedLeak without its parts, the epoch prior's weight
-    "fedleak-keep-all": ("fedleak", {"keep_fraction": 1.0}),
-    "fedleak-no-lookahead": ("fedleak", {"regularization": 0.0}),
-    "fedleak-neither": ("fedleak", {"keep_fraction": 1.0, "regularization": 0.0}),
+    # ablations (not run by default): the pixel port without its parts, the epoch prior's weight
+    "fedleak-keep-all": ("fedleak", {**PIXEL_PORT, "keep_fraction": 1.0}),
+    "fedleak-no-lookahead": ("fedleak", {**PIXEL_PORT, "regularization": 0.0}),
+    "fedleak-neither": ("fedleak", {**PIXEL_PORT, "keep_fraction": 1.0, "regularization": 0.0}),
     "fedavg-leakage-prior-1": ("fedavg-leakage", {"epoch_prior": 1.0}),
     "fedavg-leakage-prior-100": ("fedavg-leakage", {"epoch_prior": 100.0}),
 }
@@ -88,13 +103,19 @@ def victims(path: Path | None) -> tuple[DatasetInfo, ImageSet]:
 
 
 def run(
-    seeds: int, iterations: int, settings: list[str], attacks: list[str], path: Path | None = None
+    seeds: int,
+    iterations: int,
+    settings: list[str],
+    attacks: list[str],
+    path: Path | None = None,
+    generator_width: int = 256,
 ) -> dict:
     info, pool = victims(path)
     out: dict = {
         "seeds": seeds,
         "iterations": iterations,
         "victims": path.name if path else "digits-16px",
+        "generator_width": generator_width,
         "settings": {},
     }
     for setting in settings:
@@ -113,6 +134,8 @@ def run(
                 if "prior" in label and copies_of(view) == 1:
                     continue  # one copy of the batch: the prior has nothing to tie
                 start = time.perf_counter()
+                if label.startswith("fedleak-released"):
+                    params = {**params, "generator_width": generator_width}
                 rec = create_attack(name, {"iterations": iterations, **params}).reconstruct(view, seed=seed)
                 seconds[label].append(time.perf_counter() - start)
                 scores[label].append(mean_ssim(rec.images, batch.x))
@@ -145,10 +168,17 @@ def main() -> None:
     parser.add_argument(
         "--victims", type=Path, default=None, help="CIFAR-10 photographs (.npz) instead of digits"
     )
+    parser.add_argument(
+        "--generator-width",
+        type=int,
+        default=256,
+        help="FedLeak as released: its generator's channels (the release's 256: seconds a step on one CPU "
+        "thread at batch 16; a CPU run states the width it used)",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/realistic_attacks.json"))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    result = run(args.seeds, args.iterations, args.settings, args.attacks, args.victims)
+    result = run(args.seeds, args.iterations, args.settings, args.attacks, args.victims, args.generator_width)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     for setting, row in result["settings"].items():

@@ -9,7 +9,7 @@ from torch import nn
 
 from leakshield.attacks import create_attack
 from leakshield.attacks.passive.fedavg_leakage import copies_of, epoch_order_prior, merge_epochs
-from leakshield.attacks.passive.fedleak import partial_matching_distance
+from leakshield.attacks.passive.fedleak import PIXEL_PORT, partial_matching_distance
 from leakshield.attacks.passive.inversion.batchnorm import BatchNormStatistics, batchnorm_targets
 from leakshield.attacks.passive.inversion.replay import dummy_update
 from leakshield.data import load_dataset
@@ -106,7 +106,8 @@ def test_partial_matching_compares_only_where_the_dummy_gradient_is_large():
 
 
 def test_fedleak_steps_on_the_blend_of_here_and_the_look_ahead_point():
-    attack = create_attack("fedleak", {"regularization": 0.3, "lookahead": 0.5, "iterations": 2})
+    params = {**PIXEL_PORT, "regularization": 0.3, "lookahead": 0.5, "iterations": 2}
+    attack = create_attack("fedleak", params)
     centre = torch.tensor([0.0, 0.0, 10.0])
 
     def objective(x, _):
@@ -132,7 +133,7 @@ def test_fedleak_reconstructs_a_small_batch(digits16):
                          num_classes=10)  # fmt: skip
     data = digits16.train.subset(list(range(4)))
     view = server_view_of(model, data, digits16.info, labels_known=True)
-    rec = create_attack("fedleak", {"iterations": 150}).reconstruct(view, seed=0)
+    rec = create_attack("fedleak", {**PIXEL_PORT, "iterations": 150}).reconstruct(view, seed=0)
     assert _mean_ssim(rec.images, data.x) > 0.95  # 0.999 on 3 seeds × batches
 
 
@@ -285,7 +286,7 @@ def test_every_restart_steps_on_a_freshly_wrapped_objective(digits16, monkeypatc
     model = create_model("lenet", {"activation": "tanh", "init_range": None}, in_shape=digits16.info.shape,
                          num_classes=10)  # fmt: skip
     view = server_view_of(model, digits16.train.subset([0, 1]), digits16.info, labels_known=True)
-    attack = create_attack("fedleak", {"iterations": 3, "restarts": 2})
+    attack = create_attack("fedleak", {**PIXEL_PORT, "iterations": 3, "restarts": 2})
     wraps = []
     wrapped = attack._wrapped
     monkeypatch.setattr(

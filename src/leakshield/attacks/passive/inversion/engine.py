@@ -29,7 +29,7 @@ from torch import nn
 
 from leakshield.attacks.base import Attack, Reconstruction
 from leakshield.attacks.passive.inversion.batchnorm import BatchNormStatistics, batchnorm_targets
-from leakshield.attacks.passive.inversion.loops import Objective, lr_scheduler, optimize_one
+from leakshield.attacks.passive.inversion.loops import Objective, Restart, lr_scheduler, optimize_one
 from leakshield.attacks.passive.inversion.many import attack_many
 from leakshield.attacks.passive.inversion.objectives import DISTANCES, Distance, image_norm, total_variation
 from leakshield.attacks.passive.inversion.params import GradientInversionParams
@@ -131,8 +131,7 @@ class GradientInversion(Attack):
                     logits0 = None
                     if labels is None:  # joint optimization of soft labels (DLG)
                         logits0 = torch.randn(n, info.num_classes, generator=gen).to(device)
-                    stepped = self._wrapped(objective, (lo, hi) if p.boxed else None)  # fresh per restart
-                    x, logits, score, spent, hit = optimize_one(p, x0, logits0, stepped, lo, hi)
+                    x, logits, score, spent, hit = self._optimize(x0, logits0, objective, (lo, hi), gen)
                     evaluations, budget_hits = evaluations + spent, budget_hits + hit
                     if not math.isfinite(score):
                         diverged += 1
@@ -215,7 +214,15 @@ class GradientInversion(Attack):
 
     # -- what attacks built on the engine change (FedLeak, the FedAvg attack of Dimitrov et al.) ------
     #: the parts below and the replay: the vectorized path knows none of their overrides
-    CHANGEABLE_PARTS = ("_dummy_update", "_dummy_count", "_distance", "_prior", "_wrapped", "_merged")
+    CHANGEABLE_PARTS = (
+        "_dummy_update",
+        "_dummy_count",
+        "_distance",
+        "_prior",
+        "_wrapped",
+        "_optimize",
+        "_merged",
+    )
 
     def _parts_changed(self) -> bool:
         """Whether a subclass overrides one of :attr:`CHANGEABLE_PARTS` (then every victim runs alone)."""
@@ -240,6 +247,20 @@ class GradientInversion(Attack):
         """The objective the optimizer loop steps on (``box``: the pixel box of a boxed attack): the
         matching objective itself."""
         return objective
+
+    def _optimize(
+        self,
+        x0: torch.Tensor,
+        logits0: torch.Tensor | None,
+        objective: Objective,
+        bounds: tuple[torch.Tensor, torch.Tensor],
+        gen: torch.Generator,
+    ) -> Restart:
+        """One restart from ``x0`` (``bounds``: the pixel box, applied when ``boxed``; ``gen``: the attack's
+        seeded generator, for a search that draws more): the optimizer loop on :meth:`_wrapped`, fresh
+        per restart."""
+        stepped = self._wrapped(objective, bounds if self.params.boxed else None)
+        return optimize_one(self.params, x0, logits0, stepped, *bounds)
 
     def _merged(self, x: torch.Tensor, view: ServerView) -> torch.Tensor:
         """The reconstruction of the batch from the optimized dummies: the dummies themselves."""
