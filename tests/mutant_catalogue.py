@@ -41,6 +41,7 @@ SEER = "tests/test_seer.py"
 FEATURE_FISHING = "tests/test_feature_fishing.py"
 EXACT = "tests/test_exact_attacks.py"
 REALISTIC = "tests/test_realistic_attacks.py"
+FEDLEAK_RELEASED = "tests/test_fedleak_released.py"
 DETECTORS = "tests/test_detectors.py"
 EVASION = "tests/test_guard_evasion.py"
 CENSOR = "tests/test_censor.py"
@@ -318,6 +319,43 @@ MUTANTS: list[Mutant] = [
     Mutant("attack", "fedleak", "partial matching keeps the entries where the dummy gradient is smallest",
            "attacks/passive/fedleak.py", "mask = (magnitude >= threshold)", "mask = (magnitude < threshold)",
            (f"{REALISTIC}::test_partial_matching_compares_only_where_the_dummy_gradient_is_large",)),
+    Mutant("attack", "fedleak", "the pixels searched whatever the parameterization (no generator)",
+           "attacks/passive/fedleak.py", 'if p.parameterization == "pixels":', 'if p.parameterization != "none":',
+           (f"{FEDLEAK_RELEASED}::test_the_search_moves_a_generator_and_returns_its_images",
+            f"{FEDLEAK_RELEASED}::test_released_fedleak_recovers_digits_at_a_cpu_budget")),
+    Mutant("attack", "fedleak", "the median filter's window fixed at 3×3, not the configured 5×5",
+           "attacks/passive/fedleak.py", "median_filter(info.denormalize(x), self.params.median_filter)",
+           "median_filter(info.denormalize(x), 3)",
+           (f"{FEDLEAK_RELEASED}::test_the_filter_is_applied_once_to_the_final_images",)),
+    Mutant("attack", "fedleak", "the final images left unfiltered",
+           "attacks/passive/fedleak.py", "if self.params.median_filter <= 1:", "if self.params.median_filter:",
+           (f"{FEDLEAK_RELEASED}::test_the_filter_is_applied_once_to_the_final_images",)),
+    Mutant("attack", "fedleak", "a mean filter, not a median one",
+           "attacks/passive/fedleak_generator.py", ".median(dim=-1).values", ".mean(dim=-1)",
+           (f"{FEDLEAK_RELEASED}::test_the_median_filter_removes_salt_noise_with_a_5x5_window",)),
+    Mutant("attack", "fedleak", "the look-ahead a plain signed step: the optimizer's moments see one gradient",
+           "attacks/passive/fedleak_generator.py",
+           "opt.step()  # the first step: to the look-ahead point (the optimizer's moments move)",
+           "[t.data.sub_(p.lr * t.grad) for t in tensors]",
+           (f"{FEDLEAK_RELEASED}::test_the_look_ahead_is_one_optimizer_step_and_the_step_a_second_one",)),
+    Mutant("attack", "fedleak", "the second step taken from the look-ahead point (the start not restored)",
+           "attacks/passive/fedleak_generator.py", "t.copy_(s)", "t.add_(0 * s)",
+           (f"{FEDLEAK_RELEASED}::test_the_look_ahead_is_one_optimizer_step_and_the_step_a_second_one",)),
+    Mutant("attack", "fedleak", "the blend's weights swapped (0.3 here, 0.7 at the look-ahead point)",
+           "attacks/passive/fedleak_generator.py",
+           "(1 - regularization) * h + regularization * a", "regularization * h + (1 - regularization) * a",
+           (f"{FEDLEAK_RELEASED}::test_the_look_ahead_is_one_optimizer_step_and_the_step_a_second_one",)),
+    Mutant("attack", "fedleak", "Adam without AdamW's decoupled weight decay",
+           "attacks/passive/fedleak_generator.py", "torch.optim.AdamW(tensors, lr=p.lr, weight_decay=decay)",
+           "torch.optim.Adam(tensors, lr=p.lr)",
+           (f"{FEDLEAK_RELEASED}::test_the_look_ahead_is_one_optimizer_step_and_the_step_a_second_one",)),
+    Mutant("attack", "fedleak", "the generator's convolutions not spectrally normalized",
+           "attacks/passive/fedleak_generator.py", "F.conv2d(x, self.weight / sigma,", "F.conv2d(x, self.weight,",
+           (f"{FEDLEAK_RELEASED}::test_spectral_convolutions_divide_the_weight_by_its_largest_singular_value",)),
+    Mutant("attack", "fedleak", "the generator's images through tanh, not a sigmoid (out of [0, 1])",
+           "attacks/passive/fedleak_generator.py", "out = torch.sigmoid(self.to_image(out))",
+           "out = torch.tanh(self.to_image(out))",
+           (f"{FEDLEAK_RELEASED}::test_the_generator_has_the_releases_stages_and_maps_codes_to_images_in_0_1",)),
     Mutant("attack", "fedleak", "the look-ahead point a step up the objective, not down",
            "attacks/passive/fedleak.py", "ahead = x.detach() - rho * here", "ahead = x.detach() + rho * here",
            (f"{REALISTIC}::test_fedleak_steps_on_the_blend_of_here_and_the_look_ahead_point",)),
@@ -574,6 +612,10 @@ MUTANTS: list[Mutant] = [
 
 
 TEXT_MODELS = "tests/test_text_models.py"
+DAGER_PIN = "tests/test_text_dager.py::test_each_position_admits_exactly_the_tokens_within_the_tolerance"
+DAGER_FILL_BEYOND = (
+    "tests/test_text_dager.py::test_the_fill_in_fills_a_short_batch_and_stops_where_nothing_passes"
+)
 MUTANTS += [
     Mutant("text-attack", "bag-of-words", "every row counts as carrying a gradient", "text/bag_of_words.py",
            "return (gradient != 0).any(dim=1).nonzero().flatten()",
@@ -584,6 +626,25 @@ MUTANTS += [
     Mutant("text-attack", "dager", "the span check projects nothing", "text/span.py",
            "(unit - (unit @ basis) @ basis.T)", "(unit - 0 * (unit @ basis) @ basis.T)",
            ("tests/test_text_dager.py",)),
+    Mutant("text-attack", "dager", "each position admits the tokens within ten times the tolerance",
+           "text/dager.py", "order[distance[order] < tolerance]", "order[distance[order] < 10 * tolerance]",
+           (DAGER_PIN,)),
+    Mutant("text-attack", "dager", "each position admits only the tokens within a tenth of the tolerance",
+           "text/dager.py", "order[distance[order] < tolerance]", "order[distance[order] < tolerance / 10]",
+           (DAGER_PIN,)),
+    Mutant("text-attack", "dager", "the token tolerance's default loosened tenfold", "text/dager.py",
+           "token_tolerance: float = 1e-2,", "token_tolerance: float = 1e-1,", (DAGER_PIN,)),
+    Mutant("text-attack", "dager", "no fill-in by default (nothing beyond the bound)", "text/dager.py",
+           "fill_in: bool = True,", "fill_in: bool = False,", (DAGER_FILL_BEYOND,)),
+    Mutant("text-attack", "dager", "the fill-in takes the worst failing sequences first", "text/dager_fill.py",
+           "left = sorted(scored, key=lambda item: item[1])", "left = sorted(scored, key=lambda item: -item[1])",
+           ("tests/test_text_dager_fill.py",)),
+    Mutant("text-attack", "dager", "the fill-in keeps sequences alike one it took", "text/dager_fill.py",
+           "if agreement(item[0], sequence) < distinct * length]",
+           "if agreement(item[0], sequence) < 2 * length + 1]", ("tests/test_text_dager_fill.py",)),
+    Mutant("text-attack", "dager", "the fill-in's search grows failing prefixes where nothing passes",
+           "text/dager_fill.py", "        if not passing:  # as the reference", "        if False:  # as the reference",
+           ("tests/test_text_dager_fill.py", DAGER_FILL_BEYOND)),
     Mutant("text-attack", "lamp", "the discrete step ignores the language prior", "text/lamp.py",
            "total = total + alpha_lm * prior.nll", "total = total + 0 * prior.nll", ("tests/test_text_lamp.py",)),
     Mutant("text-attack", "sequence-imprint", "the bins see no sequence statistic (no mean state)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 
 import pytest
 import torch
@@ -14,6 +15,10 @@ from leakshield.text.dager import dager_attack, token_candidates
 from leakshield.text.models import TextClassifier
 from leakshield.text.span import InputSpan, attention_gradient, input_span, span_distance
 from leakshield.text.tokenizer import PAD
+from leakshield.text_grid.attacks import DagerParams
+
+#: the token tolerance the module docstring documents (true states within 6·10⁻⁴, false ones beyond)
+TOKEN_TOLERANCE = 1e-2
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +134,7 @@ def test_under_fp16_the_embedding_step_recovers_a_review_the_span_check_cannot(s
         rounded = {k: v.half().float() for k, v in _update(model, ids, torch.tensor([seed % 2])).items()}
         result = dager_attack(model, rounded, 1, rounding=FP16_ROUNDING)
         assert _rows(result.ids) == _rows(ids), (kind, seed)
-    span_only = dager_attack(model, rounded, 1, rounding=FP16_ROUNDING, embedding_step=False)
+    span_only = dager_attack(model, rounded, 1, rounding=FP16_ROUNDING, embedding_step=False, fill_in=False)
     assert _rows(span_only.ids) != _rows(ids)
 
 
@@ -153,3 +158,84 @@ def test_the_grid_tells_dager_the_rounding_of_fp16_only():
     assert known_rounding([{"name": "quantization", "params": {"format": "fp16"}}]) == FP16_ROUNDING
     assert known_rounding([{"name": "quantization", "params": {"format": "int8"}}]) is None
     assert known_rounding([{"name": "gaussian-noise", "params": {"sigma": 0.01}}]) is None
+
+
+def _distances(model: TextClassifier, basis: torch.Tensor) -> torch.Tensor:
+    """Positions × vocabulary: each first-layer state ln_1(e_v + p_t)'s distance to the span of
+    ``basis``, recomputed here by least squares (``[PAD]``: infinite)."""
+    out = []
+    for position in range(model.max_length):
+        with torch.no_grad():
+            states = model.backbone.h[0].ln_1(
+                model.word_embeddings.weight + model.position_embeddings.weight[position]
+            )
+        unit = (states / states.norm(dim=1, keepdim=True)).T
+        out.append((unit - basis @ torch.linalg.lstsq(basis, unit).solution).norm(dim=0))
+    distance = torch.stack(out)
+    distance[:, PAD] = float("inf")
+    return distance
+
+
+def _within(distance: torch.Tensor, tolerance: float) -> list[set[int]]:
+    """Per position until one has none: the tokens within ``tolerance``."""
+    out: list[set[int]] = []
+    for row in distance:
+        inside = set(torch.nonzero(row < tolerance).flatten().tolist())
+        if not inside:
+            break
+        out.append(inside)
+    return out
+
+
+def test_each_position_admits_exactly_the_tokens_within_the_tolerance(setting):
+    """GPT-2 (width 128, 4 reviews, inside the bound): each position's candidates are exactly the tokens
+    whose state lies within the documented tolerance, the true tokens among them. The sets are pinned
+    where a check off by ten in either direction changes them: at 10⁻², where 34 false states lie
+    within 0.05–0.1 (only the sequence check removes them), and at a tolerance inside the true states'
+    spread, where a tighter check drops some."""
+    splits, tokenizer = setting
+    model = TextClassifier("gpt2", tokenizer.vocab_size, 32, 2, width=128, heads=2, seed=3).eval()
+    ids = tokenizer.encode(splits.train.texts[10:14], 32)
+    gradient = _update(model, ids, torch.tensor(splits.train.labels[10:14]))
+    assert inspect.signature(dager_attack).parameters["token_tolerance"].default == TOKEN_TOLERANCE
+    assert DagerParams().token_tolerance == TOKEN_TOLERANCE
+    result = dager_attack(model, gradient, 4)
+    exact = copy.deepcopy(model).double().eval()
+    span = input_span(attention_gradient(exact, gradient)[0], 1e-7, 20)
+    distance = _distances(exact, span.basis)
+    expected = _within(distance, TOKEN_TOLERANCE)
+    assert [set(c) for c in result.candidates] == expected
+    for position, found in enumerate(expected):
+        assert {int(t) for t in ids[:, position] if t != PAD} <= found, position
+    assert _within(distance, 10 * TOKEN_TOLERANCE) != expected
+    # a tolerance inside the true states' spread (under 10⁻⁴), at the widest gap of its middle half
+    close = distance[distance < 1e-4].sort().values
+    k = len(close) // 4 + int((close[len(close) // 4 + 1 : 3 * len(close) // 4 + 1]
+                               / close[len(close) // 4 : 3 * len(close) // 4]).argmax())  # fmt: skip
+    middle = float((close[k] * close[k + 1]).sqrt())
+    pinned = _within(distance, middle)
+    assert [set(c) for c in token_candidates(exact, span, middle, 32)] == pinned
+    assert _within(distance, middle / 10) != pinned != _within(distance, middle * 10)
+
+
+def test_the_fill_in_fills_a_short_batch_and_stops_where_nothing_passes(setting):
+    """Three reviews asked for as five (inside the bound): the three exact ones come first, then two
+    distinct failing sequences of the candidates (fill_in off: the three alone). GPT-2 of width 64 and
+    five reviews of 14 tokens (b·n = 70 > d; 57 token states, 66 contexts): nothing passes past the
+    first position, so the reference's search stops there and the fill-in has nothing to return."""
+    splits, tokenizer = setting
+    model = TextClassifier("gpt2", tokenizer.vocab_size, 32, 2, width=128, heads=2, seed=3).eval()
+    ids = tokenizer.encode(splits.train.texts[10:13], 32)
+    gradient = _update(model, ids, torch.tensor(splits.train.labels[10:13]))
+    assert _rows(dager_attack(model, gradient, 5, fill_in=False).ids) == _rows(ids)
+    result = dager_attack(model, gradient, 5)
+    rows = [tuple(int(t) for t in row if t != PAD) for row in result.ids]
+    assert set(rows[:3]) == _rows(ids) and len(set(rows)) == 5
+    for row in rows[3:]:  # guesses of the candidates, none of them a true review
+        assert row not in _rows(ids) and all(t in result.candidates[p] for p, t in enumerate(row))
+    small = TextClassifier("gpt2", tokenizer.vocab_size, 32, 2, width=64, heads=2, seed=3).eval()
+    texts = [t for t in splits.train.texts if len(tokenizer.encode([t], 32)[0].nonzero()) == 14][:5]
+    long_ids = tokenizer.encode(texts, 32)
+    assert _states(long_ids) == 57
+    gradient = _update(small, long_ids, torch.tensor([0, 1, 0, 1, 0]))
+    assert not _rows(dager_attack(small, gradient, 5).ids)

@@ -13,19 +13,29 @@ for Large Language Models*, NeurIPS 2024): a search over token ids in which ever
    kept when all its positions pass (Sec. 4.3: exhaustive up to ``max_combinations``, then sampled).
    The ``batch`` kept sequences with the smallest worst distances are returned, finished ones (ending
    at ``[SEP]`` or at the last position read) before dead ends.
+3. **Fill-in** (``fill_in``, on by default as in the authors' release): where fewer than ``batch``
+   sequences pass — beyond the bound, or where the search runs short — the batch is filled with the
+   best failing ones by mean context distance (:mod:`leakshield.text.dager_fill`). As in the reference,
+   a decoder's failing prefixes grow only while some extension passes: where nothing passes past the
+   first position (far past the bound: true states measured at 0.03–0.6 from the cut span, width 64, 4
+   reviews) the fill-in has nothing and returns nothing, as the reference returns empty sentences.
 
 Conditions under which the result is exact, each tested: two blocks or more (in a one-block classifier
 every layer is the last, whose gradients see the one position the head reads); one FedSGD step (a FedAvg
 update mixes states of several models); no dropout (the models here have none); fewer distinct (token,
 position) states than the hidden size d less one (b·n < d − 1; a gradient of full rank means the bound
 is broken, and the span is then cut to its d − ``beyond_margin`` strongest directions, so true tokens
-are missed rather than false ones found); weights in general position (random ones are; a trained model
-makes some states nearly dependent, which costs misses, not false positives). Under known Gaussian noise
+are missed, and wrong sequences can pass: on a trained GPT-2 of width 256 at batch 16, 16 of 64 did; the
+fill-in's sentences there are guesses, not recoveries); weights in general position (random ones are; a
+trained model makes some states nearly dependent). Under known Gaussian noise
 the rank stops at the noise floor; the tolerances stay, so noise costs recall.
 
 Tolerances (float64 span of a float32 gradient, the distance of a unit state, from 0 to 1), measured on
 2-block models with random weights and real reviews: true first-layer states lay within 6·10⁻⁴ of the
-span (widths 32–128), false ones beyond 0.04; a decoder's true contexts within 5·10⁻⁶, one wrong token
+span (widths 32–128), false ones beyond 0.04 — but not on a GPT-2 with random weights (width 128,
+4 reviews: 1,039 false (token, position) states within 10⁻⁵ of the span of 102 true ones, the next
+false ones at 0.05–0.1; the sequence check removes them, and a test pins each position's candidates
+to exactly those under ``token_tolerance``); a decoder's true contexts within 5·10⁻⁶, one wrong token
 beyond 6·10⁻³; a BERT's true contexts within 1.7·10⁻⁴, and a mix of two reviews' tokens at their own
 positions at 4.7·10⁻⁴. The context check's tolerance is ``sequence_tolerance`` or, without noise and
 inside the bound, the span's rounding (:attr:`~leakshield.text.span.InputSpan.gap`, up to 10 ×
@@ -51,13 +61,13 @@ rows, 2·10⁻³, are under the noise's 8·10⁻³). Batches of more than one se
 from __future__ import annotations
 
 import copy
-import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 
 from leakshield.errors import LeakshieldError
+from leakshield.text.dager_fill import decoder_pool, encoder_pool, encoder_scores, fill
 from leakshield.text.embedding_rows import embedding_row_tokens
 from leakshield.text.models import TextClassifier
 from leakshield.text.span import (
@@ -69,14 +79,15 @@ from leakshield.text.span import (
     input_span,
     span_distance,
 )
-from leakshield.text.tokenizer import CLS, PAD, SEP
+from leakshield.text.tokenizer import PAD, SEP
 
 
 @dataclass(frozen=True)
 class DagerResult:
-    """``ids``: the recovered sequences (batch × longest, ``[PAD]`` after each; rows of ``[PAD]`` where
-    fewer than ``batch`` were found); ``candidates``: the token ids that passed the span check at each
-    position; ``rank``: the first layer's span dimension used; ``capped``: the b·n bound was broken."""
+    """``ids``: the recovered sequences (batch × longest, ``[PAD]`` after each), those that passed the
+    checks first, then the fill-in's (rows of ``[PAD]`` where even it finds too few); ``candidates``:
+    the token ids that passed the span check at each position; ``rank``: the first layer's span
+    dimension used; ``capped``: the b·n bound was broken."""
 
     ids: torch.Tensor
     candidates: list[list[int]]
@@ -148,27 +159,11 @@ def _combine_encoder(
     sequence with it, a cut one included), each combination of the candidates between scored by its
     worst context distance; kept under ``tolerance``, all finished."""
     found: list[tuple[list[int], float, bool]] = []
-    generator = torch.Generator().manual_seed(seed)
-    for end, at_end in enumerate(candidates):
-        if SEP not in at_end or end < 1:
-            continue
-        inner = [[t for t in c if t not in (CLS, SEP)] for c in candidates[1:end]]
-        if any(not c for c in inner):
-            continue
-        total = 1
-        for c in inner:
-            total *= len(c)
-        if total <= max_combinations:
-            combos = torch.tensor(list(itertools.product(*inner)), dtype=torch.long).view(total, len(inner))
-        else:
-            picks = [torch.randint(len(c), (max_combinations,), generator=generator) for c in inner]
-            combos = torch.stack([torch.tensor(c)[p] for c, p in zip(inner, picks, strict=True)], 1)
-        frame = torch.full((len(combos), 1), CLS), torch.full((len(combos), 1), SEP)
-        for chunk in torch.cat([frame[0], combos, frame[1]], 1).split(512):
-            worst = span_distance(span, context_states(model, chunk)).amax(1).cpu()
-            found += [
-                (chunk[k].tolist(), float(worst[k]), True) for k in torch.nonzero(worst < tolerance).flatten()
-            ]
+    for _, chunk, distance in encoder_scores(model, span, candidates, max_combinations, seed):
+        worst = distance.amax(1)
+        found += [
+            (chunk[k].tolist(), float(worst[k]), True) for k in torch.nonzero(worst < tolerance).flatten()
+        ]
     return found
 
 
@@ -225,6 +220,7 @@ def dager_attack(
     noise_std: float | None = None,
     rounding: float | None = None,
     embedding_step: bool = True,
+    fill_in: bool = True,
     seed: int = 0,
 ) -> DagerResult:
     """Recover ``batch`` sequences from ``gradient`` (parameter name → one batch's mean loss gradient) of
@@ -232,7 +228,9 @@ def dager_attack(
     Gaussian noise per entry and relative rounding of the released values (fp16: 2⁻¹¹), from the
     defense's public parameters; with either and ``embedding_step``, a single sequence's tokens are read
     off the embedding gradients (:mod:`leakshield.text.embedding_rows`) — the span check cannot see
-    through them (module docstring, "Rounding")."""
+    through them (module docstring, "Rounding"). ``fill_in``: where fewer than ``batch`` sequences pass,
+    fill the batch with the best failing ones as the reference does (:mod:`leakshield.text.dager_fill`);
+    off, only sequences that passed are returned."""
     if len(model.backbone.h if model.kind == "gpt2" else model.backbone.encoder.layer) < 2:
         raise LeakshieldError(
             "DAGER needs a model of two blocks or more: a one-block classifier's gradients see only the "
@@ -254,6 +252,11 @@ def dager_attack(
         tolerance = max(tolerance, min(context.gap, 10 * sequence_tolerance))
     found = search_sequences(exact, context, candidates, tolerance, max_prefixes=max_prefixes,
                              max_combinations=max_combinations, seed=seed)  # fmt: skip
-    return DagerResult(
-        sequence_ids(pick_sequences(found, batch), batch), candidates, first.rank, first.capped
-    )
+    picked = pick_sequences(found, batch)
+    if fill_in and len(picked) < batch and candidates:
+        if exact.kind == "gpt2":
+            pool = decoder_pool(exact, context, candidates, tolerance, batch, max_prefixes)
+        else:
+            pool = encoder_pool(exact, context, candidates, tolerance, batch, max_combinations, seed, picked)
+        picked = fill(picked, pool, batch)
+    return DagerResult(sequence_ids(picked, batch), candidates, first.rank, first.capped)

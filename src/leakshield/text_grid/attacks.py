@@ -203,6 +203,11 @@ class DagerParams(Params):
         description="under the defense's known rounding or noise, read one sequence's tokens off the "
         "embedding gradients (the span check cannot see through them)",
     )
+    fill_in: bool = pydantic.Field(
+        default=True,
+        description="where fewer sequences pass than the batch holds, fill it with the best failing ones "
+        "as the reference does (leakshield.text.dager_fill)",
+    )
 
 
 @TEXT_ATTACKS.register(
@@ -231,7 +236,8 @@ class DagerTextAttack(TextAttack):
                               sequence_tolerance=p.sequence_tolerance, rank_tolerance=p.rank_tolerance,
                               max_prefixes=p.max_prefixes, max_combinations=p.max_combinations,
                               noise_std=given.noise_std, rounding=given.rounding,
-                              embedding_step=p.embedding_step, seed=given.seed)  # fmt: skip
+                              embedding_step=p.embedding_step, fill_in=p.fill_in,
+                              seed=given.seed)  # fmt: skip
         return TextAttackOutput(ids=result.ids)
 
 
