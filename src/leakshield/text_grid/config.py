@@ -139,11 +139,15 @@ class TrainingSection(Section):
 
 class TextVictims(Section):
     """count: victim batches per batch size, drawn at random with seed from the clients in turn (victim
-    i from client i mod clients); batches: the batch sizes attacked."""
+    i from client i mod clients); batches: the batch sizes attacked; offset: the first victim's index
+    (victims offset … offset + count − 1). A config with offset k attacks other clients' texts than one
+    with count ≤ k and offset 0 (held-out victims to tune attacks on), which needs offset + count ≤
+    fl.clients (checked)."""
 
     count: pydantic.PositiveInt = 4
     batches: list[pydantic.PositiveInt] = pydantic.Field(default_factory=lambda: [1], min_length=1)
     seed: int = 0
+    offset: int = pydantic.Field(default=0, ge=0)
 
 
 def _fedavg() -> FLConfig:
@@ -208,6 +212,13 @@ class TextExperimentConfig(Section):
             raise ValueError(
                 "update: a FedAvg update is attacked as the mean gradient −Δθ / (lr · steps), which holds "
                 "for plain SGD only; use optimizer sgd with momentum 0"
+            )
+        v = self.victims
+        if v.offset and v.offset + v.count > self.fl.clients:
+            raise ValueError(
+                f"victims.offset: {v.offset} + count {v.count} exceeds fl.clients {self.fl.clients}: the "
+                f"victims would wrap around to the clients of victims 0 … {v.offset - 1}; lower offset or "
+                "count"
             )
         if len(set(self.victims.batches)) != len(self.victims.batches):
             raise ValueError(f"victims.batches: {self.victims.batches} lists a size twice")
@@ -291,6 +302,8 @@ class TextExperimentConfig(Section):
         where the file is: moving it changes nothing, another file does)."""
         payload = self.model_dump(mode="json")
         payload["corpus"].pop("path", None)
+        if not payload["victims"]["offset"]:  # the default: configs written before the option hash as before
+            payload["victims"].pop("offset")
         payload["corpus"]["content"] = self.corpus.digest()
         blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -101,9 +101,11 @@ class TextWorld:
         return float(torch.bincount(labels).max()) / max(len(labels), 1)
 
     def _draw(self, batch: int) -> list[Victim]:
-        """``victims.count`` batches of ``batch`` texts, victim i from client i mod clients."""
+        """``victims.count`` batches of ``batch`` texts, victim i (from ``victims.offset`` on) from client
+        i mod clients."""
         found = []
-        for i in range(self.config.victims.count):
+        first = self.config.victims.offset
+        for i in range(first, first + self.config.victims.count):
             client = i % len(self.clients)
             data = self.clients[client]
             if len(data) < batch:
