@@ -48,6 +48,12 @@ def digits3():
     return load_dataset("digits", {"channels": 3, "size": 32})
 
 
+@pytest.fixture(scope="module")
+def digits16():
+    """The embedded digits at 16 px, grey: the leaderboard's protocol."""
+    return load_dataset("digits", {"channels": 1, "size": 16})
+
+
 @pytest.fixture(autouse=True)
 def _artifact_cache_in_tmp(tmp_path_factory, monkeypatch):
     """Fitted artifacts go to a fresh folder per test, never to the user's cache."""

@@ -16,19 +16,12 @@ from leakshield.attacks.passive.fedleak_generator import (
     released_search,
     stage_width,
 )
-from leakshield.data import load_dataset
 from leakshield.fl.observation import server_view_of
 from leakshield.metrics import match_reconstructions, ssim
 from leakshield.models import create_model
 
 #: the release's defaults, but a narrow generator: seconds on one CPU thread
 SMALL = {"generator_width": 16}
-
-
-@pytest.fixture(scope="module")
-def digits16():
-    """The embedded digits at 16 px, grey: the leaderboard's protocol."""
-    return load_dataset("digits", {"channels": 1, "size": 16})
 
 
 def _view(digits16, rows):

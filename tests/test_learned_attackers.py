@@ -35,11 +35,6 @@ def digits8():
     return load_dataset("digits", {"channels": 1, "size": 8})
 
 
-@pytest.fixture(scope="module")
-def digits16():
-    return load_dataset("digits", {"channels": 1, "size": 16})
-
-
 def view_of(attack, digits, rows, defenses=None, model=None, labels_known=True):
     model = (
         model or create_model("mlp", {"width": 16}, in_shape=digits.info.shape, num_classes=10, seed=0).eval()

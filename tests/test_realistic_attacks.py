@@ -12,18 +12,11 @@ from leakshield.attacks.passive.fedavg_leakage import copies_of, epoch_order_pri
 from leakshield.attacks.passive.fedleak import PIXEL_PORT, partial_matching_distance
 from leakshield.attacks.passive.inversion.batchnorm import BatchNormStatistics, batchnorm_targets
 from leakshield.attacks.passive.inversion.replay import dummy_update
-from leakshield.data import load_dataset
 from leakshield.errors import ConfigError
 from leakshield.fl.config import LocalTraining
 from leakshield.fl.observation import server_view_of
 from leakshield.metrics import match_reconstructions, ssim
 from leakshield.models import create_model
-
-
-@pytest.fixture(scope="module")
-def digits16():
-    """The embedded digits at 16 px, grey: the leaderboard's protocol."""
-    return load_dataset("digits", {"channels": 1, "size": 16})
 
 
 def _bn_inputs(model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
