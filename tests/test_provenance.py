@@ -32,6 +32,7 @@ from leakshield.experiment.stamps import ComponentCode, Stamper, module_changes
 from leakshield.leaderboard.export import STALE_MARK, readme_block
 from leakshield.leaderboard.presets import leaderboard_data, load_leaderboard, load_scenarios
 from leakshield.leaderboard.published import Protocol, check, judge_export, rerender, stamp_export
+from leakshield.leaderboard.staleness import TEXT_SCOPE
 from leakshield.provenance import tree_hash
 
 from helpers import tiny_config
@@ -58,7 +59,8 @@ def fresh_export() -> str:
     whatever the published Results already mark stale."""
     data = json.loads(EXPORT.read_text())
     main, scenarios = PUBLISHED.configs(data["run"]["preset"])
-    return json.dumps(stamp_export(data, main, scenarios), indent=0, sort_keys=True)
+    text = PUBLISHED.text(data["run"]["preset"])
+    return json.dumps(stamp_export(data, main, scenarios, text=text), indent=0, sort_keys=True)
 
 
 def scratch_repo(tmp_path: Path) -> Path:
@@ -204,7 +206,7 @@ def test_registering_a_new_attack_stales_nothing(tmp_path: Path) -> None:
     init.write_text(init.read_text().replace("    active,\n", "    active,\n    dummy,\n"))
     assert "dummy" in init.read_text()
     staleness = judge_export(fresh_export(), CodeGraph(package), PUBLISHED)
-    assert staleness.cells == 3331 and not staleness.stale
+    assert staleness.cells == 3331 + 336 and not staleness.stale  # the text section's cells judged too
     assert tree_hash(package) != published_source()  # the old rule: every row stale
 
 
@@ -224,9 +226,10 @@ def test_editing_the_noise_defense_stales_exactly_its_rows_and_the_rerendered_bl
     cells = [(None, c) for c in data["cells"]] + [
         (s["name"], c) for s in data["scenarios"] for c in s["cells"]
     ]
+    cells += [(TEXT_SCOPE, c) for c in data["text"]["cells"]]  # the text grid noises its updates too
     noisy_defenses = ("gaussian-noise", "laplacian-noise", "dp-fedavg", "dp-fedavg-local")
     noisy = {(scope, c["key"]) for scope, c in cells if c["defense"] in noisy_defenses}
-    assert set(staleness.stale) == noisy and len(noisy) == 672
+    assert set(staleness.stale) == noisy and len(noisy) == 672 + 2 * 48
     repo = scratch_repo(tmp_path / "repo")
     readme = repo / "README.md"
     rerender(readme, repo / "docs" / "leaderboard" / "standard.json", graph, PUBLISHED)
@@ -239,13 +242,15 @@ def test_editing_the_noise_defense_stales_exactly_its_rows_and_the_rerendered_bl
         "lenet-tanh · dp-fedavg-local",
         "resnet18-w16 · gaussian-noise",
         "smlp · gaussian-noise",
+        "bert · gaussian-noise",
+        "bert · laplacian-noise",
     }
     assert marked_rows(page.read_text()) == noise_rows  # every table is on the results page
     assert marked_rows(block) <= noise_rows and marked_rows(block)  # the README shows its top rows
-    assert "**Stale: 16 of 77 rows**" in block and "leakshield.defenses.noise edited" in block
+    assert "**Stale: 20 of 91 rows**" in block and "leakshield.defenses.noise edited" in block
     verdict = check(readme, graph, PUBLISHED)
     assert verdict.faithful and not verdict.fresh  # the block says what is stale: the suite stays green
-    assert any("16 of 77 rows" in line for line in verdict.lines)
+    assert any("20 of 91 rows" in line for line in verdict.lines)
 
     marked = page.read_text()
     page.write_text(marked.replace(STALE_MARK, ""))  # a page claiming a freshness it does not have

@@ -23,7 +23,7 @@ from leakshield.code_graph import CodeGraph, installed_graph
 from leakshield.data import DATASETS
 from leakshield.defenses import DEFENSES
 from leakshield.experiment.cells import Cell
-from leakshield.experiment.config import ExperimentConfig
+from leakshield.experiment.config import DefenseSetting, ExperimentConfig
 from leakshield.experiment.store import ResultStore
 from leakshield.models import MODELS
 from leakshield.models.imported import identity
@@ -66,18 +66,15 @@ def _json(value: Any) -> Any:
     return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
-class Stamper:
-    """The components of the cells of one config, as the given code graph (default: the installed
-    package) would compute them; components are built once and shared between cells."""
+class ComponentStamper:
+    """Stamps the cells of one grid as the given code graph (default: the installed package) would compute
+    them; a component is built once per (kind, name) and shared between cells. A grid's stamper says
+    which components a cell runs through (:meth:`components`): the image grid's :class:`Stamper`, the
+    text grid's :class:`~leakshield.text_grid.stamps.TextStamper`."""
 
-    def __init__(self, config: ExperimentConfig, graph: CodeGraph | None = None) -> None:
-        self.config = config
+    def __init__(self, graph: CodeGraph | None = None) -> None:
         self.graph = graph or installed_graph()
         self._made: dict[tuple[str, str], ComponentCode] = {}
-        # defaults left out: a setting written out at its default value computes the same cell (and a run
-        # directory's stored config, written out in full, stamps as the config it came from)
-        self._shared = config.model_dump(mode="json", exclude_defaults=True, exclude=NOT_SETTINGS)
-        (self._shared.get("attack") or {}).pop("rounds", None)  # an axis: another round is another cell
 
     def _component(self, kind: str, name: str, roots: list[str], settings: Any) -> ComponentCode:
         key = (kind, name)
@@ -85,44 +82,66 @@ class Stamper:
             self._made[key] = ComponentCode(kind, name, self.graph.closure(roots), _json(settings))
         return self._made[key]
 
+    def _registered(
+        self, kind: str, label: str, registry: Registry, name: str, settings: Any
+    ) -> ComponentCode:
+        """A registered component (``registry``'s ``name``, labelled ``label`` in the config)."""
+        return self._component(kind, label, home_modules(registry, name), settings)
+
+    def _defense(self, defense: DefenseSetting) -> ComponentCode:
+        """A defense setting: every defense of its stack, and its client training."""
+        roots = sorted({m for e in defense.entries for m in home_modules(DEFENSES, e["name"])})
+        training = (
+            None if defense.training is None else defense.training.model_dump(mode="json", exclude_unset=True)
+        )
+        return self._component(
+            "defense", defense.display, roots, {"stack": defense.entries, "training": training}
+        )
+
+    def components(self, cell: Any) -> dict[str, ComponentCode]:
+        """Every component ``cell`` runs through, by kind."""
+        raise NotImplementedError
+
+    def stamps(self, cell: Any) -> dict[str, str]:
+        """``{kind: stamp}`` of ``cell``'s components (stored in the cell's ``environment``)."""
+        return {kind: c.stamp for kind, c in self.components(cell).items()}
+
+
+class Stamper(ComponentStamper):
+    """The components of the cells of one image ``config``: the shared core, the dataset, the model, the
+    defense setting and the attack."""
+
+    def __init__(self, config: ExperimentConfig, graph: CodeGraph | None = None) -> None:
+        super().__init__(graph)
+        self.config = config
+        # defaults left out: a setting written out at its default value computes the same cell (and a run
+        # directory's stored config, written out in full, stamps as the config it came from)
+        self._shared = config.model_dump(mode="json", exclude_defaults=True, exclude=NOT_SETTINGS)
+        (self._shared.get("attack") or {}).pop("rounds", None)  # an axis: another round is another cell
+
     def components(self, cell: Cell) -> dict[str, ComponentCode]:
         """Every component ``cell`` runs through, by kind."""
-        config = self.config
-        found = {"core": self._component("core", "core", list(CORE_ROOTS), self._shared)}
-        dataset = config.dataset
-        found["dataset"] = self._component(
-            "dataset",
-            dataset.name,
-            home_modules(DATASETS, dataset.name),
-            {"name": dataset.name, **dataset.params},
-        )
+        dataset = self.config.dataset
+        found = {
+            "core": self._component("core", "core", list(CORE_ROOTS), self._shared),
+            "dataset": self._registered(
+                "dataset", dataset.name, DATASETS, dataset.name, {"name": dataset.name, **dataset.params}
+            ),
+        }
         if cell.model is not None:
             model = cell.model
             found["model"] = self._component(
                 "model", model.display, home_modules(MODELS, model.name), identity(model.name, model.params)
             )
         if cell.defense is not None:
-            defense = cell.defense
-            roots = sorted({m for e in defense.entries for m in home_modules(DEFENSES, e["name"])})
-            training = (
-                None
-                if defense.training is None
-                else defense.training.model_dump(mode="json", exclude_unset=True)
-            )
-            found["defense"] = self._component(
-                "defense", defense.display, roots, {"stack": defense.entries, "training": training}
-            )
+            found["defense"] = self._defense(cell.defense)
         if cell.attack is not None:
             attack = cell.attack
             method, _ = split_execution(attack.params)  # how it runs is not what it computes
-            found["attack"] = self._component(
-                "attack", attack.display, home_modules(ATTACKS, attack.name), {"name": attack.name, **method}
+            found["attack"] = self._registered(
+                "attack", attack.display, ATTACKS, attack.name, {"name": attack.name, **method}
             )
         return found
-
-    def stamps(self, cell: Cell) -> dict[str, str]:
-        """``{kind: stamp}`` of ``cell``'s components (stored in the cell's ``environment``)."""
-        return {kind: c.stamp for kind, c in self.components(cell).items()}
 
 
 def stale_kinds(stored: dict[str, str] | None, current: dict[str, str]) -> list[str]:

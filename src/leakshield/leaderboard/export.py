@@ -29,7 +29,14 @@ from leakshield.leaderboard.readme_markers import (  # noqa: F401 (0.2's import 
 )
 from leakshield.leaderboard.rerun import stage_two_name
 from leakshield.leaderboard.staleness import Staleness, stale_labels
-from leakshield.leaderboard.tables import STALE_MARK, Table, markdown, realism_table, threat_tables
+from leakshield.leaderboard.tables import (
+    STALE_MARK,
+    Table,
+    markdown,
+    marked_stale,
+    realism_table,
+    threat_tables,
+)
 
 
 @dataclass(frozen=True)
@@ -213,25 +220,20 @@ def results_tables(
         fed += [(s.name, r) for s in scenarios if s.ranked for r in s.records if r.kind == "attack"]
         order = threats([r for _, r in fed])
         tables = [
-            _marked(t, stale_labels(fed, staleness.stale, threat))
+            marked_stale(t, stale_labels(fed, staleness.stale, threat))
             for t, threat in zip(tables, order, strict=True)
         ]
     for threat, table in budget_tables(records, ranked):
         if staleness is not None and staleness.stale:
-            table = _marked(table, stale_labels(fed, staleness.stale, threat))
+            table = marked_stale(table, stale_labels(fed, staleness.stale, threat))
         tables.append(table)
     for s in scenarios:
         if not s.ranked:
             table = realism_table(f"Realism: {s.title}", s.records)
             if staleness is not None and staleness.stale:
-                table = _marked(table, stale_labels([(s.name, r) for r in s.records], staleness.stale))
+                table = marked_stale(table, stale_labels([(s.name, r) for r in s.records], staleness.stale))
             tables.append(table)
     return tables
-
-
-def _marked(table: Table, labels: set[str]) -> Table:
-    rows = [[cell + STALE_MARK if cell in labels else cell for cell in row] for row in table.rows]
-    return dataclasses.replace(table, rows=rows)
 
 
 def stale_rows(tables: Sequence[Table]) -> tuple[int, int]:
@@ -326,7 +328,9 @@ def readme_section(
     every table being on the results page (:func:`results_page`); ``tables``: as for
     :func:`results_markdown`; ``text``: the text section's tables, compacted after the images'."""
     tables = results_tables(records, scenarios, staleness) if tables is None else tables
-    stale = stale_note(tables, staleness) + "\n\n" if staleness is not None and staleness.stale else ""
+    stale = (
+        stale_note([*tables, *text], staleness) + "\n\n" if staleness is not None and staleness.stale else ""
+    )
     compact = compact_results(tables, baseline_ssim(records), results_page_of(source), text)
     head = _generated_from(facts, records, source, scenarios)
     return f"{README_START}\n{head}\n\n{stale}{compact}{README_END}"

@@ -102,7 +102,7 @@ def compact_results(
         "The text section, under the same rule: the unit is one text, its margin the reconstruction's "
         "ROUGE-2 above that of its own no-information guess (the public split's most frequent words at "
         "its length), leaked at ROUGE-2 ≥ 0.6; accuracy on the test texts after FL training under the "
-        "defense. Its cells carry no component stamps: `--check` does not judge them. The model, the "
+        "defense. The model, the "
         f"federation and every column: the [results page]({page})."
     )
     return out + "\n### Text: federated language models\n\n" + reading + "\n\n" + "\n".join(found)

@@ -16,9 +16,7 @@ from typing import Any
 
 from leakshield.code_graph import CodeGraph
 from leakshield.errors import LeakshieldError
-from leakshield.experiment.cells import expand_grid
 from leakshield.experiment.config import ExperimentConfig
-from leakshield.experiment.stamps import Stamper
 from leakshield.experiment.store import atomic_write_bytes
 from leakshield.leaderboard.export import (
     PAGE_HEAD,
@@ -39,7 +37,7 @@ from leakshield.leaderboard.readme_markers import (
     readme_block,
     replace_readme_section,
 )
-from leakshield.leaderboard.staleness import Staleness, judge, provenance_table
+from leakshield.leaderboard.staleness import TEXT_SCOPE, Staleness, grid_of, judge, provenance_table
 from leakshield.leaderboard.tables import Table
 from leakshield.leaderboard.text_section import text_tables
 
@@ -90,17 +88,34 @@ class Protocol:
             ) from None
         return main, {name: config for name, config, _ in load_scenarios(preset, **where)}
 
+    def text(self, preset: str) -> Any:
+        """The text section's grid of ``preset`` as the installed code reads it (None: it has none)."""
+        from leakshield.leaderboard.presets import load_text_leaderboard
+
+        try:
+            return load_text_leaderboard(preset, path=self.path)
+        except LeakshieldError as exc:
+            file = "the shipped leaderboard file" if self.path is None else str(self.path)
+            raise LeakshieldError(
+                f"the export's preset {preset!r}: its text section cannot be read from {file} ({exc}); give "
+                "the leaderboard file it was run with: --config FILE"
+            ) from None
+
 
 def judge_export(text: str, graph: CodeGraph | None = None, protocol: Protocol | None = None) -> Staleness:
     """The stale cells of an export against the preset it names (in ``protocol``'s leaderboard file,
-    default the shipped one) and the installed code (or ``graph``)."""
+    default the shipped one) and the installed code (or ``graph``), text cells included."""
     facts, records = records_from_json(text)
-    main, scenarios = (protocol or Protocol()).configs(str(facts["preset"]))
+    protocol = protocol or Protocol()
+    main, scenarios = protocol.configs(str(facts["preset"]))
     table = json.loads(text).get("provenance") or {}
     groups = [(None, main, records)]
     groups += [(s.name, scenarios.get(s.name), s.records) for s in scenarios_from_json(text)
                if not s.name.startswith(STAGE_TWO_PREFIX)]  # fmt: skip
     groups += stage_two_groups(text, main, scenarios)
+    text_cells = text_from_json(text)
+    if text_cells is not None:
+        groups.append((TEXT_SCOPE, protocol.text(str(facts["preset"])), text_cells[0]))
     return judge(groups, table, graph)
 
 
@@ -169,14 +184,15 @@ def render(
         scenarios = scenarios_from_json(text)
         tables = results_tables(records, scenarios, staleness)
         text_cells = text_from_json(text)
-        text_found = text_tables(*text_cells) if text_cells is not None else []
+        stale = {key for scope, key in staleness.stale if scope == TEXT_SCOPE}
+        text_found = text_tables(*text_cells, stale) if text_cells is not None else []
         page = [*tables, *text_found]
         return Rendered(
             readme_section(facts, records, source, scenarios, staleness, tables, text_found),
             results_page(facts, records, source, scenarios, staleness, page),
             staleness,
             facts,
-            tables,
+            [*tables, *text_found],
         )
     except LeakshieldError:
         raise
@@ -293,11 +309,12 @@ def stamp_export(
     main: ExperimentConfig,
     scenarios: dict[str, ExperimentConfig],
     graph: CodeGraph | None = None,
+    text: Any = None,
 ) -> dict[str, Any]:
     """An export (as parsed JSON) with every cell stamped as ``graph`` (default: the installed code)
-    computes it under ``main`` and the ``scenarios``' configs, and its provenance table: what stamping an
-    export computed by that code means (the one-off migration of the published export does it with the
-    graph of the commit that computed it)."""
+    computes it under ``main``, the ``scenarios``' configs and the ``text`` section's grid (where the
+    export has one), and its provenance table: what stamping an export computed by that code means (the
+    one-off migration of the published export does it with the graph of the commit that computed it)."""
     groups = [(main, data["cells"])] + [(scenarios[s["name"]], s["cells"]) for s in data["scenarios"]]
     reruns = [
         (found, entry["cells"])
@@ -306,13 +323,18 @@ def stamp_export(
         )
     ]
     groups += [(config, cells) for config, cells in reruns if config is not None]  # fmt: skip
+    if text is not None and data.get("text") is not None:
+        groups.append((text, data["text"]["cells"]))
     for config, cells in groups:
-        stamper, by_key = Stamper(config, graph), {c.key: c for c in expand_grid(config)}
+        stamper, by_key = grid_of(config, graph)
         for cell in cells:
             cell["environment"]["components"] = stamper.stamps(by_key[cell["key"]])
-    text = json.dumps(data)
-    _, records = records_from_json(text)
-    found = [(scenarios[s.name], s.records) for s in scenarios_from_json(text)
+    dumped = json.dumps(data)
+    _, records = records_from_json(dumped)
+    found = [(scenarios[s.name], s.records) for s in scenarios_from_json(dumped)
              if not s.name.startswith(STAGE_TWO_PREFIX)]  # fmt: skip
-    found += [(config, cells) for _, config, cells in stage_two_groups(text, main, scenarios) if config]
+    found += [(config, cells) for _, config, cells in stage_two_groups(dumped, main, scenarios) if config]
+    text_cells = text_from_json(dumped)
+    if text is not None and text_cells is not None:
+        found.append((text, text_cells[0]))
     return {**data, "provenance": provenance_table([(main, records), *found], graph)}

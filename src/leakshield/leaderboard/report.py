@@ -9,11 +9,13 @@ import html
 import io
 import json
 import re
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from leakshield.errors import LeakshieldError
 from leakshield.experiment.rundir import STORE_FILE, load_run_config
 from leakshield.experiment.store import CellRecord, ResultStore, atomic_write_bytes
 from leakshield.leaderboard.budgets import family
@@ -324,6 +326,7 @@ def build_leaderboard(
         [(config, records)]
         + [(load_run_config(run_dir / "scenarios" / s.name), s.records) for s in preset_scenarios]
         + [(load_run_config(run_dir / FOLDER / rerun.name), cells) for rerun, cells in second]
+        + ([(found, text[0]) for found in [_text_config(run_dir)] if found is not None] if text else [])
     )
     reruns = [(rerun.as_json(), cells) for rerun, cells in second]
     exported = export_json(records, facts, preset_scenarios, provenance, text, reruns)
@@ -338,6 +341,20 @@ def load_text_section(run_dir: Path) -> tuple[list[CellRecord], int] | None:
         return None
     stored = json.loads((where / "config.json").read_text()).get("config", {})
     return ResultStore(where / STORE_FILE).records(), int((stored.get("training") or {}).get("rounds", 0))
+
+
+def _text_config(run_dir: Path) -> Any:
+    """The text section's config as its run directory stored it (None, said so, when this code no longer
+    reads it: its cells' stamps are then left out of the provenance table, and a check reads them as
+    computed by code the export does not describe)."""
+    from leakshield.text_grid.config import parse_text_config
+
+    where = run_dir / "text" / "config.json"
+    try:
+        return parse_text_config(json.loads(where.read_text()).get("config"), source=str(where))
+    except (LeakshieldError, ValueError) as exc:
+        warnings.warn(f"text provenance left out: {exc}", stacklevel=2)
+        return None
 
 
 def _text_intro(text: tuple[list[CellRecord], int] | None) -> str:

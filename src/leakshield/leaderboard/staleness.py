@@ -2,7 +2,8 @@
 carries its components' stamps (:mod:`leakshield.experiment.stamps`); a cell is *stale* when one of them
 differs from what the current code and the shipped preset give the same cell, and a table row is stale
 when a cell it is computed from is. The export's ``provenance`` table (stamp → modules and settings)
-says what changed: ``defense gaussian-noise: leakshield.defenses.noise edited``."""
+says what changed: ``defense gaussian-noise: leakshield.defenses.noise edited``. Text cells are judged
+as image cells, by the text grid's stamps (:mod:`leakshield.text_grid.stamps`)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,33 @@ from typing import Any
 from leakshield.code_graph import CodeGraph, installed_graph
 from leakshield.experiment.cells import expand_grid
 from leakshield.experiment.config import ExperimentConfig
-from leakshield.experiment.stamps import Stamper, module_changes, stale_kinds, unstamped_fresh
+from leakshield.experiment.stamps import (
+    ComponentStamper,
+    Stamper,
+    module_changes,
+    stale_kinds,
+    unstamped_fresh,
+)
 from leakshield.experiment.store import CellRecord
 from leakshield.leaderboard.threats import threat_of
 from leakshield.provenance import tree_hash
+from leakshield.text_grid.config import TextExperimentConfig
+from leakshield.text_grid.stamps import TextStamper, text_cells
 
 #: a cell's place in an export: (scenario name or None for the main grid, cell key)
 Place = tuple[str | None, str]
+#: the place of the text section's cells in an export (its "scenario": a name no scenario can take)
+TEXT_SCOPE = "(text)"
+#: a grid an export's cells come from: an image grid's config or the text section's
+GridConfig = ExperimentConfig | TextExperimentConfig
+
+
+def grid_of(config: GridConfig, graph: CodeGraph | None = None) -> tuple[ComponentStamper, dict[str, Any]]:
+    """The stamper of ``config``'s cells under ``graph`` (default: the installed code) and its cells by
+    key."""
+    if isinstance(config, TextExperimentConfig):
+        return TextStamper(config, graph), text_cells(config)
+    return Stamper(config, graph), {c.key: c for c in expand_grid(config)}
 
 
 @dataclass(frozen=True)
@@ -59,7 +80,7 @@ def _changed(kind: str, stored: str | None, current: Any, table: dict[str, Any])
 
 
 def judge(
-    groups: Sequence[tuple[str | None, ExperimentConfig | None, Sequence[CellRecord]]],
+    groups: Sequence[tuple[str | None, GridConfig | None, Sequence[CellRecord]]],
     table: dict[str, Any],
     graph: CodeGraph | None = None,
 ) -> Staleness:
@@ -72,10 +93,10 @@ def judge(
         total += len(records)
         if config is None:
             for r in records:
-                stale[(scope, r.key)] = [f"scenario {scope}: no longer in the preset"]
+                where = "the text section" if scope == TEXT_SCOPE else f"scenario {scope}"
+                stale[(scope, r.key)] = [f"{where}: no longer in the preset"]
             continue
-        stamper = Stamper(config, graph)
-        cells = {c.key: c for c in expand_grid(config)}
+        stamper, cells = grid_of(config, graph)
         for r in records:
             cell = cells.get(r.key)
             if cell is None:
@@ -97,14 +118,13 @@ def judge(
 
 
 def provenance_table(
-    groups: Sequence[tuple[ExperimentConfig, Sequence[CellRecord]]], graph: CodeGraph | None = None
+    groups: Sequence[tuple[GridConfig, Sequence[CellRecord]]], graph: CodeGraph | None = None
 ) -> dict[str, Any]:
     """stamp → the component's kind, name, modules and settings, for every stamp the records carry that
     the installed code (or ``graph``) gives their cells (what a later check compares against)."""
     out: dict[str, Any] = {}
     for config, records in groups:
-        stamper = Stamper(config, graph)
-        cells = {c.key: c for c in expand_grid(config)}
+        stamper, cells = grid_of(config, graph)
         for r in records:
             stored = r.environment.get("components") or {}
             if r.key not in cells or not stored:

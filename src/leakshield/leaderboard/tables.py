@@ -8,7 +8,7 @@ import html
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from leakshield.experiment.store import CellRecord
 from leakshield.leaderboard.intervals import level
@@ -28,6 +28,11 @@ class Table:
     header: list[str]
     rows: list[list[str]]
     note: str = ""
+
+
+def marked_stale(table: Table, labels: set[str]) -> Table:
+    """``table`` with every cell naming a row in ``labels`` ending in :data:`STALE_MARK`."""
+    return replace(table, rows=[[c + STALE_MARK if c in labels else c for c in row] for row in table.rows])
 
 
 def _num(value: float | None, spec: str) -> str:

@@ -13,7 +13,12 @@ the PSNR slot (the tie-breaker); the tables say so in their headers. A model sta
 untrained, the grid's ``training.rounds`` trained. Utility: the test accuracy of the model trained under
 the defense (per seed, from any of its cells that succeeded); chance: always answering the test split's
 most frequent label, as the cells record it. Attacks that recover a set of words and no order (the bag
-of words) are left out: they rank no sequence."""
+of words) are left out: they rank no sequence.
+
+A row is marked stale (:mod:`.staleness`) when a cell it ranks is, or its utility: every trained cell of
+a model, defense and seed that succeeded records the same trained model's accuracy, so the utility is
+stale only when none of those cells is fresh. The no-information guess is computed by the shared core
+alone, which every cell reaches: it can be stale only when every cell is, and is not tracked apart."""
 
 from __future__ import annotations
 
@@ -21,7 +26,8 @@ import dataclasses
 from collections.abc import Sequence
 
 from leakshield.experiment.store import CellRecord
-from leakshield.leaderboard.tables import Table, letters, selection_note, threat_rankings
+from leakshield.leaderboard.staleness import TEXT_SCOPE, stale_labels
+from leakshield.leaderboard.tables import Table, letters, marked_stale, selection_note, threat_rankings
 
 #: what the text tables call the ranking's score columns
 LABELS = {"score": "ROUGE-2", "second": "ROUGE-1"}
@@ -93,9 +99,26 @@ def ranking_records(records: Sequence[CellRecord], rounds: int) -> list[CellReco
     return [*out, *references.values(), *utility.values()]
 
 
-def text_tables(records: Sequence[CellRecord], rounds: int) -> list[Table]:
-    """One ranking per threat model of a text grid's cells (see the module docstring)."""
+def stale_ranked(records: Sequence[CellRecord], rounds: int, stale: set[str]) -> set[str]:
+    """The keys of :func:`ranking_records`' records that ``stale`` (keys of stale text cells) reaches:
+    the stale cells themselves, and each utility none of whose cells (its model, defense and seed,
+    trained) is fresh."""
+    trained = [r for r in records if r.kind == "text" and r.environment.get("state") == "trained"
+               and r.status == "ok" and r.metrics.get("accuracy") is not None]  # fmt: skip
+    fresh = {(r.model, r.defense, r.seed) for r in trained if r.key not in stale}
+    return {
+        r.key
+        for r in ranking_records(records, rounds)
+        if r.key in stale or (r.kind == "utility" and (r.model, r.defense, r.seed) not in fresh)
+    }
+
+
+def text_tables(records: Sequence[CellRecord], rounds: int, stale: set[str] | None = None) -> list[Table]:
+    """One ranking per threat model of a text grid's cells (see the module docstring); with ``stale``
+    (keys of stale cells), the label of each row they feed ends in the stale mark."""
     converted = ranking_records(records, rounds)
+    reached = {(TEXT_SCOPE, key): [] for key in stale_ranked(records, rounds, stale)} if stale else {}
+    fed = [(TEXT_SCOPE, r) for r in converted]
     tables = []
     for threat, rows, active, header, body in threat_rankings(converted):
         header = [text_header(h) for h in header]
@@ -114,7 +137,8 @@ def text_tables(records: Sequence[CellRecord], rounds: int) -> list[Table]:
             )
         note += _gate_warning(converted)
         title = f"Text · {threat[0].upper()}{threat[1:]} (catalogue {letters(converted, threat)})"
-        tables.append(Table(title, header, body, note))
+        table = Table(title, header, body, note)
+        tables.append(marked_stale(table, stale_labels(fed, reached, threat)) if reached else table)
     return tables
 
 

@@ -1,6 +1,8 @@
 """The text grid runner: computes the cells of a text config not yet stored in its run directory, one
 group (shared victims' updates) at a time, each cell stored atomically in the same result store as the
-image grids, so an interrupted run resumes where it stopped and a finished one is left as it is."""
+image grids, so an interrupted run resumes where it stopped and a finished one is left as it is. Each
+cell carries its components' stamps (:mod:`leakshield.text_grid.stamps`); a stored cell whose code or
+settings changed since is computed again."""
 
 from __future__ import annotations
 
@@ -14,10 +16,13 @@ from leakshield.experiment.code_cache import CodeKeyedCache
 from leakshield.experiment.compute import environment
 from leakshield.experiment.lock import RunLock
 from leakshield.experiment.rundir import STORE_FILE, check_run_dir, prepare_run_dir
+from leakshield.experiment.runner import drop_cells, stamped
+from leakshield.experiment.stamps import stale_keys
 from leakshield.experiment.store import ResultStore
 from leakshield.experiment.world import resolve_device
 from leakshield.text_grid.cells import TextCell, compute_group, expand_text_grid
 from leakshield.text_grid.config import TextExperimentConfig
+from leakshield.text_grid.stamps import TextStamper
 from leakshield.text_grid.world import TextWorld
 
 
@@ -28,6 +33,8 @@ class TextRunSummary:
     skipped: int
     failed: int
     out: Path
+    #: stored cells computed again because their code or settings changed
+    restamped: int = 0
 
 
 class TextGridRunner:
@@ -52,13 +59,15 @@ class TextGridRunner:
         exists = check_run_dir(self.config, self.out)  # type: ignore[arg-type]
         store_path = self.out / STORE_FILE
         cells = self.cells()
+        stamper = TextStamper(self.config)
+        stamps = {cell.key: stamper.stamps(cell) for cell in cells}
         done: set[str] = set()
         if exists and store_path.exists():
             existing = ResultStore(store_path)
             existing.check(self.config.fingerprint())
-            done = existing.finished_keys(include_failed=not retry_failed)
+            done = existing.finished_keys(include_failed=not retry_failed) - stale_keys(existing, stamps)
         todo = [c for c in cells if c.key not in done]
-        failed = computed = 0
+        failed = computed = restamped = 0
         if todo:
             self.cache.ensure_usable()
             world = TextWorld(self.config, self.device, progress=self.progress, cache=self.cache)
@@ -68,6 +77,12 @@ class TextGridRunner:
                 store.claim(self.config.fingerprint())
                 if retry_failed:
                     store.drop_failed()
+                restamped = drop_cells(store, stale_keys(store, stamps))
+                if restamped and self.progress:
+                    tqdm.write(
+                        f"{self.config.name}: recomputing {restamped} stored cell(s) whose code or "
+                        "settings changed since they were computed"
+                    )
                 done = store.finished_keys(include_failed=not retry_failed)
                 todo = [c for c in cells if c.key not in done]
                 bar = tqdm(total=len(todo), desc=self.config.name, unit="cell", disable=not self.progress)
@@ -75,7 +90,7 @@ class TextGridRunner:
                     members = list(group)
                     bar.set_postfix_str(members[0].key.split("|", 2)[-1][:60])
                     for record in compute_group(world, members, environment(self.device)):
-                        store.put(record)
+                        store.put(stamped(record, stamps))
                         computed += 1
                         if record.status == "failed":
                             failed += 1
@@ -86,4 +101,4 @@ class TextGridRunner:
         elif exists:
             with RunLock(self.out):
                 prepare_run_dir(self.config, self.out)  # type: ignore[arg-type]
-        return TextRunSummary(len(cells), computed, len(cells) - len(todo), failed, self.out)
+        return TextRunSummary(len(cells), computed, len(cells) - len(todo), failed, self.out, restamped)
