@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,27 +79,24 @@ class Protocol:
         from leakshield.leaderboard.presets import load_leaderboard, load_scenarios
 
         where = {"path": self.path, "data_root": self.data_root}
-        try:
-            main = load_leaderboard(preset, **where)
-        except LeakshieldError as exc:
-            file = "the shipped leaderboard file" if self.path is None else str(self.path)
-            raise LeakshieldError(
-                f"the export's preset {preset!r} cannot be read from {file} ({exc}); give the leaderboard "
-                "file it was run with: --config FILE"
-            ) from None
+        main = self._read(preset, "", lambda: load_leaderboard(preset, **where))
         return main, {name: config for name, config, _ in load_scenarios(preset, **where)}
 
     def text(self, preset: str) -> Any:
         """The text section's grid of ``preset`` as the installed code reads it (None: it has none)."""
         from leakshield.leaderboard.presets import load_text_leaderboard
 
+        return self._read(preset, " (text)", lambda: load_text_leaderboard(preset, path=self.path))
+
+    def _read(self, preset: str, what: str, load: Callable[[], Any]) -> Any:
+        """``load()``, a failure said in one line naming the file and the option that gives another."""
         try:
-            return load_text_leaderboard(preset, path=self.path)
+            return load()
         except LeakshieldError as exc:
             file = "the shipped leaderboard file" if self.path is None else str(self.path)
             raise LeakshieldError(
-                f"the export's preset {preset!r}: its text section cannot be read from {file} ({exc}); give "
-                "the leaderboard file it was run with: --config FILE"
+                f"the export's preset {preset!r}{what} cannot be read from {file} ({exc}); give the "
+                "leaderboard file it was run with: --config FILE"
             ) from None
 
 
