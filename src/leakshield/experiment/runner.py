@@ -128,12 +128,7 @@ class ExperimentRunner:
                 store.claim(self.config.fingerprint())
                 if retry_failed:
                     store.drop_failed()
-                restamped = drop_cells(store, stale_keys(store, stamps))
-                if restamped and self.progress:
-                    tqdm.write(
-                        f"{self.config.name}: recomputing {restamped} stored cell(s) whose code or "
-                        "settings changed since they were computed"
-                    )
+                restamped = drop_stale(store, stamps, self.config.name, self.progress)
                 done = store.finished_keys(include_failed=not retry_failed)
                 todo = [c for c in cells if c.key not in done]
                 bar = tqdm(todo, desc=self.config.name, unit="cell", disable=not self.progress)
@@ -206,6 +201,16 @@ def stamped(record: CellRecord, stamps: dict[str, dict[str, str]]) -> CellRecord
     workers computed: both run the same installed code)."""
     environment = {**record.environment, "components": stamps[record.key]}
     return dataclasses.replace(record, environment=environment)
+
+
+def drop_stale(store: ResultStore, stamps: dict[str, dict[str, str]], name: str, progress: bool) -> int:
+    """Delete the stored cells of a grid whose stamps differ from ``stamps`` (they are computed again),
+    said in one line when ``progress``; how many."""
+    restamped = drop_cells(store, stale_keys(store, stamps))
+    if restamped and progress:
+        tqdm.write(f"{name}: recomputing {restamped} stored cell(s) whose code or settings changed since "
+                   "they were computed")  # fmt: skip
+    return restamped
 
 
 def drop_cells(store: ResultStore, keys: set[str]) -> int:

@@ -99,8 +99,9 @@ def ranking_records(records: Sequence[CellRecord], rounds: int) -> list[CellReco
     return [*out, *references.values(), *utility.values()]
 
 
-def stale_ranked(records: Sequence[CellRecord], rounds: int, stale: set[str]) -> set[str]:
-    """The keys of :func:`ranking_records`' records that ``stale`` (keys of stale text cells) reaches:
+def stale_ranked(records: Sequence[CellRecord], converted: Sequence[CellRecord], stale: set[str]) -> set[str]:
+    """The keys of ``converted`` (:func:`ranking_records` of ``records``) that ``stale`` (keys of stale
+    text cells) reaches:
     the stale cells themselves, and each utility none of whose cells (its model, defense and seed,
     trained) is fresh."""
     trained = [r for r in records if r.kind == "text" and r.environment.get("state") == "trained"
@@ -108,7 +109,7 @@ def stale_ranked(records: Sequence[CellRecord], rounds: int, stale: set[str]) ->
     fresh = {(r.model, r.defense, r.seed) for r in trained if r.key not in stale}
     return {
         r.key
-        for r in ranking_records(records, rounds)
+        for r in converted
         if r.key in stale or (r.kind == "utility" and (r.model, r.defense, r.seed) not in fresh)
     }
 
@@ -117,7 +118,7 @@ def text_tables(records: Sequence[CellRecord], rounds: int, stale: set[str] | No
     """One ranking per threat model of a text grid's cells (see the module docstring); with ``stale``
     (keys of stale cells), the label of each row they feed ends in the stale mark."""
     converted = ranking_records(records, rounds)
-    reached = {(TEXT_SCOPE, key): [] for key in stale_ranked(records, rounds, stale)} if stale else {}
+    reached = {(TEXT_SCOPE, key): [] for key in stale_ranked(records, converted, stale)} if stale else {}
     fed = [(TEXT_SCOPE, r) for r in converted]
     tables = []
     for threat, rows, active, header, body in threat_rankings(converted):

@@ -16,7 +16,7 @@ from leakshield.experiment.code_cache import CodeKeyedCache
 from leakshield.experiment.compute import environment
 from leakshield.experiment.lock import RunLock
 from leakshield.experiment.rundir import STORE_FILE, check_run_dir, prepare_run_dir
-from leakshield.experiment.runner import drop_cells, stamped
+from leakshield.experiment.runner import drop_stale, stamped
 from leakshield.experiment.stamps import stale_keys
 from leakshield.experiment.store import ResultStore
 from leakshield.experiment.world import resolve_device
@@ -77,12 +77,7 @@ class TextGridRunner:
                 store.claim(self.config.fingerprint())
                 if retry_failed:
                     store.drop_failed()
-                restamped = drop_cells(store, stale_keys(store, stamps))
-                if restamped and self.progress:
-                    tqdm.write(
-                        f"{self.config.name}: recomputing {restamped} stored cell(s) whose code or "
-                        "settings changed since they were computed"
-                    )
+                restamped = drop_stale(store, stamps, self.config.name, self.progress)
                 done = store.finished_keys(include_failed=not retry_failed)
                 todo = [c for c in cells if c.key not in done]
                 bar = tqdm(total=len(todo), desc=self.config.name, unit="cell", disable=not self.progress)
