@@ -116,8 +116,10 @@ class Stamper(ComponentStamper):
         self.config = config
         # defaults left out: a setting written out at its default value computes the same cell (and a run
         # directory's stored config, written out in full, stamps as the config it came from)
-        self._shared = config.model_dump(mode="json", exclude_defaults=True, exclude=NOT_SETTINGS)
-        (self._shared.get("attack") or {}).pop("rounds", None)  # an axis: another round is another cell
+        shared = config.model_dump(mode="json", exclude_defaults=True, exclude=NOT_SETTINGS)
+        (shared.get("attack") or {}).pop("rounds", None)  # an axis: another round is another cell
+        # a section left empty by the pop is no setting (``attack: {rounds: …}`` alone stamps as none)
+        self._shared = {k: v for k, v in shared.items() if v != {}}
 
     def components(self, cell: Cell) -> dict[str, ComponentCode]:
         """Every component ``cell`` runs through, by kind."""
