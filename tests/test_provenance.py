@@ -428,7 +428,6 @@ def test_a_components_stamp_follows_its_settings_and_its_code() -> None:
     assert module_changes({"a": "1"}, {"a": "3", "d": "4"}) == ["a edited", "d added"]
 
 
-
 def test_an_axis_alone_in_a_section_is_no_setting() -> None:
     """``attack: {rounds: [...]}`` names only the rounds axis: its cells compute what a config without the
     section computes, so the core stamps agree; a real attack setting still changes the core."""
@@ -440,6 +439,7 @@ def test_an_axis_alone_in_a_section_is_no_setting() -> None:
         next(c for c in expand_grid(config) if c.kind == "attack" and c.round == 0)
     )["core"]
     assert core(rounds) == core(plain) != core(tuned)
+
 
 @pytest.mark.parametrize(
     ("section", "name", "hint"), [("params", "igg", "did you mean 'ig'?"), ("training", "nosuchdef", "")]
