@@ -188,6 +188,13 @@ def test_the_standard_preset_is_fair_and_realistic() -> None:
     assert secagg.seeds == scenarios["model-state"][0].seeds == config.seeds
     assert scenarios["batch"][0].seeds == [0, 1, 2]
     assert next(a for a in scenarios["batch"][0].attacks if a.name == "ig").params["iterations"] == 200
+    # the screening presets leave out the generic attacks IG dominates (full runs them); every adaptive
+    # attack, GGL, the imprint and the participant's GAN attack stay
+    screened = {a.name for a in config.attacks}
+    assert {"ig", "ggl", "imprint", "hitaj", "carlini", "noise-aware", "ggl-adaptive"} <= screened
+    assert not {"dlg", "cpl", "gradinversion"} & screened
+    assert {"dlg", "cpl", "gradinversion"} <= {a.name for a in load_leaderboard("full").attacks}
+    assert screened == {a.name for a in load_leaderboard("quick").attacks}
 
 
 def test_a_defense_trains_with_its_own_training() -> None:
