@@ -82,6 +82,14 @@ class ComponentStamper:
             self._made[key] = ComponentCode(kind, name, self.graph.closure(roots), _json(settings))
         return self._made[key]
 
+    @staticmethod
+    def _settings(shared: dict[str, Any], axes: dict[str, str]) -> dict[str, Any]:
+        """A config's shared sections as settings: ``axes`` (section → key) popped, since another value of
+        an axis is another cell, and a section those pops leave empty dropped (it is no setting)."""
+        for section, key in axes.items():
+            (shared.get(section) or {}).pop(key, None)
+        return {k: v for k, v in shared.items() if v != {}}
+
     def _registered(
         self, kind: str, label: str, registry: Registry, name: str, settings: Any
     ) -> ComponentCode:
@@ -117,9 +125,7 @@ class Stamper(ComponentStamper):
         # defaults left out: a setting written out at its default value computes the same cell (and a run
         # directory's stored config, written out in full, stamps as the config it came from)
         shared = config.model_dump(mode="json", exclude_defaults=True, exclude=NOT_SETTINGS)
-        (shared.get("attack") or {}).pop("rounds", None)  # an axis: another round is another cell
-        # a section left empty by the pop is no setting (``attack: {rounds: …}`` alone stamps as none)
-        self._shared = {k: v for k, v in shared.items() if v != {}}
+        self._shared = self._settings(shared, {"attack": "rounds"})  # ``attack: {rounds: …}`` alone: none
 
     def components(self, cell: Cell) -> dict[str, ComponentCode]:
         """Every component ``cell`` runs through, by kind."""

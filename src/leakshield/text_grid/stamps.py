@@ -34,10 +34,9 @@ class TextStamper(ComponentStamper):
         self.config = config
         # defaults left out, as for image grids: a config written out in full stamps as the one it came from
         shared = config.model_dump(mode="json", exclude_defaults=True, exclude=TEXT_NOT_SETTINGS)
-        (shared.get("corpus") or {}).pop("path", None)  # where the file is computes nothing
-        (shared.get("victims") or {}).pop("batches", None)  # an axis: another batch size is another cell
-        # a section left empty by the pops is no setting (``corpus: {path: …}`` alone stamps as no corpus)
-        self._shared = {k: v for k, v in shared.items() if v != {}}
+        # where the corpus file is computes nothing; the batch sizes are an axis (``corpus: {path: …}``
+        # alone stamps as no corpus)
+        self._shared = self._settings(shared, {"corpus": "path", "victims": "batches"})
 
     def components(self, cell: TextCell) -> dict[str, ComponentCode]:
         """Every component ``cell`` runs through, by kind."""
