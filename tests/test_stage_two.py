@@ -20,7 +20,7 @@ from leakshield.leaderboard.tables import ranking_rows
 from leakshield.leaderboard.threats import HONEST, threat_of
 
 from helpers import leaderboard_cell as cell
-from helpers import tiny_config
+from helpers import tiny_config, watchdog
 
 
 def _images(batches) -> list[bytes]:
@@ -109,3 +109,21 @@ def test_a_guard_is_gated_on_the_honest_models_it_refuses() -> None:
     assert rows["lenient"].trains and rows["lenient"].rank == 1
     _, body = ranking_rows([rows["lenient"], rows["strict"]], active=False)
     assert body[1][0] == "refuses honest models" and body[0][9] == "refuses 25% of honest models"
+
+
+def test_a_deadline_that_passes_leaves_the_later_reruns_unstarted_with_workers(tmp_path) -> None:
+    """With workers, a rerun is handed to a process only when one is free and the deadline has not
+    passed: here the deadline passes as the first rerun finishes, so only the two first reruns run (the
+    old loop handed all six to the pool at once, before any deadline could pass)."""
+    from leakshield.leaderboard.stage_two import run_reruns
+
+    from helpers import marked_rerun
+
+    jobs = [(str(tmp_path), i) for i in range(6)]
+    with watchdog(120):
+        results, stopped = run_reruns(jobs, 2, progress=False, task=marked_rerun,
+                                      keep_going=lambda: not any(tmp_path.iterdir()))  # fmt: skip
+    assert stopped and results == [(1, 0, 0)] * 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0", "1"]
+    done, stopped = run_reruns(jobs[:3], 2, progress=False, task=marked_rerun)  # no deadline: all run
+    assert done == [(1, 0, 0)] * 3 and not stopped

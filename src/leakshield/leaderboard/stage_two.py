@@ -168,18 +168,22 @@ def run_rerun(
 
 def run_reruns(
     jobs: Sequence[tuple], workers: int, *, progress: bool = True,
-    keep_going: Callable[[], bool] | None = None,
+    keep_going: Callable[[], bool] | None = None, task: Callable[..., tuple[int, int, int]] | None = None,
 ) -> tuple[list[tuple[int, int, int]], bool]:  # fmt: skip
-    """Each rerun of ``jobs`` (:func:`run_rerun`'s arguments): in this process, or with ``workers`` > 1
-    that many at a time in single-threaded processes that stay up between reruns (Ctrl-C, or a rerun
-    that raised, stops them at once). ``keep_going``: asked before each rerun starts (a deadline).
-    Returns each finished rerun's counts, and whether some rerun was left unstarted."""
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    """Each rerun of ``jobs`` (``task``'s arguments, :func:`run_rerun` by default): in this process, or with
+    ``workers`` > 1 that many at a time in single-threaded processes that stay up between reruns (Ctrl-C,
+    or a rerun that raised, stops them at once). ``keep_going``: asked before each rerun starts (a
+    deadline): with workers, a rerun is handed to a process only when one is free, so a deadline that
+    passes leaves the rest unstarted. Returns each finished rerun's counts, and whether some rerun was
+    left unstarted."""
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from multiprocessing import get_context
 
     from tqdm.auto import tqdm
 
     from leakshield.workers import init_single_threaded_worker, stop_workers
+
+    task = task or run_rerun
 
     def go() -> bool:
         return keep_going is None or keep_going()
@@ -191,15 +195,18 @@ def run_reruns(
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
                                    initializer=init_single_threaded_worker)  # fmt: skip
         try:
-            pending = []
-            for job in jobs:
-                if not go():
+            running: set = set()
+            while True:
+                # a free process takes the next rerun unless the deadline passed (the running ones finish)
+                while started < len(jobs) and len(running) < workers and go():
+                    running.add(pool.submit(task, *jobs[started]))
+                    started += 1
+                if not running:
                     break
-                pending.append(pool.submit(run_rerun, *job))
-            started = len(pending)
-            for future in as_completed(pending):
-                results.append(future.result())
-                bar.update(1)
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    results.append(future.result())
+                    bar.update(1)
         except BaseException:
             stop_workers(pool)
             bar.close()
@@ -210,7 +217,7 @@ def run_reruns(
             if not go():
                 break
             started += 1
-            results.append(run_rerun(*job))
+            results.append(task(*job))
             bar.update(1)
     bar.close()
     return results, started < len(jobs)
