@@ -95,7 +95,7 @@ def local_results(
         def start(keys: list[str]) -> Any:
             return pool.submit(run_chain, *task(keys))
 
-        _top_up(queue, pending, slots, start, lambda: True)
+        top_up(queue, pending, slots, start, lambda: True)
         try:
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -104,7 +104,7 @@ def local_results(
                     pending.pop(future)
                     finished.extend(future.result())
                 # the freed worker starts before the driver stores the results
-                _top_up(queue, pending, slots, start, keep_going)
+                top_up(queue, pending, slots, start, keep_going)
                 yield from finished
         except BrokenProcessPool as exc:
             left = sum(len(keys) for keys in [*pending.values(), *queue])
@@ -141,30 +141,32 @@ def ray_results(
         def start(keys: list[str]) -> Any:
             return remote.remote(*task(keys))
 
-        _top_up(queue, pending, slots, start, lambda: True)
+        top_up(queue, pending, slots, start, lambda: True)
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
                 pending.pop(ref)
                 yield from ray.get(ref)
-            _top_up(queue, pending, slots, start, keep_going)
+            top_up(queue, pending, slots, start, keep_going)
     finally:
         if started:
             ray.shutdown()
 
 
-def _top_up(
-    queue: list[list[str]],
-    pending: dict[Any, list[str]],
+def top_up(
+    queue: list[Any],
+    pending: dict[Any, Any],
     slots: int,
-    start: Callable[[list[str]], Any],
+    start: Callable[[Any], Any],
     keep_going: Callable[[], bool] | None,
 ) -> None:
-    """Start chains from the head of ``queue`` while fewer than ``slots`` run and ``keep_going()`` (None:
-    every chain was started in the first wave, so there is nothing left to start)."""
+    """Start jobs from the head of ``queue`` (``pending[start(job)] = job``) while fewer than ``slots`` run
+    and ``keep_going()`` (None: every job was started in the first wave, so there is nothing left to
+    start). The grids' runners and the leaderboard's stage 2 hand work to processes through it, so a
+    deadline leaves the jobs after it unstarted."""
     while queue and len(pending) < slots and keep_going is not None and keep_going():
-        keys = queue.pop(0)
-        pending[start(keys)] = keys
+        job = queue.pop(0)
+        pending[start(job)] = job
 
 
 def _ray_chain(*args: Any) -> list[Any]:

@@ -181,6 +181,7 @@ def run_reruns(
 
     from tqdm.auto import tqdm
 
+    from leakshield.experiment.parallel import top_up
     from leakshield.workers import init_single_threaded_worker, stop_workers
 
     task = task or run_rerun
@@ -190,21 +191,24 @@ def run_reruns(
 
     bar = tqdm(total=len(jobs), desc="stage 2", unit="rerun", disable=not progress or not jobs)
     results: list[tuple[int, int, int]] = []
-    started = 0
+    queue: list[tuple] = list(jobs)
     if workers > 1:
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
                                    initializer=init_single_threaded_worker)  # fmt: skip
         try:
-            running: set = set()
+            pending: dict = {}
+
+            def start(job: tuple) -> Any:
+                return pool.submit(task, *job)
+
             while True:
                 # a free process takes the next rerun unless the deadline passed (the running ones finish)
-                while started < len(jobs) and len(running) < workers and go():
-                    running.add(pool.submit(task, *jobs[started]))
-                    started += 1
-                if not running:
+                top_up(queue, pending, workers, start, go)
+                if not pending:
                     break
-                done, running = wait(running, return_when=FIRST_COMPLETED)
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
+                    pending.pop(future)
                     results.append(future.result())
                     bar.update(1)
         except BaseException:
@@ -213,11 +217,8 @@ def run_reruns(
             raise
         pool.shutdown()
     else:
-        for job in jobs:
-            if not go():
-                break
-            started += 1
-            results.append(task(*job))
+        while queue and go():
+            results.append(task(*queue.pop(0)))
             bar.update(1)
     bar.close()
-    return results, started < len(jobs)
+    return results, bool(queue)
