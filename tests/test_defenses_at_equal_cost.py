@@ -87,6 +87,17 @@ def test_a_cost_fits_only_within_the_budget() -> None:
     assert fits(Cost(0.02, None, 1), 2.0) and not fits(None, 5.0)
 
 
+def test_a_costs_bound_is_printed_rounded_up_so_a_rung_left_out_never_reads_within_the_budget() -> None:
+    from leakshield.leaderboard.budgets import Cost
+
+    assert Cost(0.015, 0.0204, 3).text() == "+1.5 pts (≤ 2.1, 3 seeds)"  # left out of 2 points: not "≤ 2.0"
+    assert not fits(Cost(0.015, 0.0204, 3), 2.0)
+    assert Cost(0.015, 0.02, 3).text() == "+1.5 pts (≤ 2.0, 3 seeds)" and fits(Cost(0.015, 0.02, 3), 2.0)
+    assert Cost(-0.004, -0.0012, 3).text() == "−0.4 pts (≤ −0.1, 3 seeds)"
+    assert Cost(0.0, 0.0, 3).text() == "+0.0 pts (≤ 0.0, 3 seeds)"
+    assert Cost(-0.0003, -0.0001, 3).text() == "−0.0 pts (≤ 0.0, 3 seeds)"
+
+
 def test_a_table_whose_attack_does_not_leak_no_defense_ranks_nothing() -> None:
     """Every attack reconstructs the guess (protection 1 on no defense): no row is ranked, compared or on
     the front, the rank column and the note say why, and no budget table is made."""

@@ -66,10 +66,13 @@ class Cost:
         return self.mean if self.upper is None else self.upper
 
     def text(self) -> str:
-        points = f"{100 * self.mean:+.1f}"
+        """``+1.5 pts (≤ 2.1, 3 seeds)``: the bound rounded up to a tenth of a point, so a rung left out of
+        a budget never prints a bound within it; minus signs as the tables write them."""
+        points = f"{100 * self.mean:+.1f}".replace("-", "−")
         if self.upper is None:
             return f"{points} pts (1 seed, no bound)"
-        return f"{points} pts (≤ {100 * self.upper:.1f}, {self.seeds} seeds)"
+        upper = math.ceil(round(1000 * self.upper, 6)) / 10  # a tenth of a point, rounded outward
+        return f"{points} pts (≤ {upper:.1f}, {self.seeds} seeds)".replace("-", "−").replace("−0.0,", "0.0,")
 
 
 def accuracy_costs(records: Sequence[CellRecord]) -> dict[tuple[str, str], Cost]:
