@@ -15,7 +15,8 @@ from leakshield.data import load_dataset
 from leakshield.errors import ConfigError, LeakshieldError
 from leakshield.experiment.compatibility import check_attacks_fit_models
 from leakshield.experiment.config import parse_config
-from leakshield.leaderboard.front_door import compact_results, compact_table
+from leakshield.leaderboard.budget_tables import TITLE as BUDGET_TITLE
+from leakshield.leaderboard.front_door import budget_summary, compact_results, compact_table
 from leakshield.leaderboard.published import check, rerender
 from leakshield.leaderboard.tables import Table
 
@@ -90,6 +91,42 @@ def test_the_text_sections_tables_are_compacted_after_the_images_under_their_own
     assert "| 0/16 = 0.00 [0.00, 0.21] | 0.660 ± 0.004 | ● |" in tail  # ROUGE-1 and -2 dropped
     assert "not compared): bert · pruning (accuracy 0.556 ± 0.000)" in tail
     assert "### Text" not in compact_results([image], 0.4, "p.md")  # no text section: no heading
+
+
+BUDGET_HEADER = ["budget", "rank · letters", "model · defense", "rung", "strongest attack",
+                 "margin ↓ (95 % CI)", "vs no defense (simultaneous CI)", "leaked victims (95 % CI)",
+                 "accuracy cost", "accuracy (95 % CI)"]  # fmt: skip
+
+
+def budget_row(budget: str, rank: str, defense: str, versus: str, cost: str = "0.010 [≤ 0.015]") -> list[str]:
+    margin = "0.1 [0.0, 0.2]"
+    return [budget, rank, f"lenet · {defense}", "σ 0.01", "ig@0", margin, versus, "0/16", cost, "0.95"]
+
+
+def test_the_readme_names_the_most_private_defense_within_two_points_per_adversary() -> None:
+    """Per threat: the best-placed defended row at ≤ 2 points (not no defense, not a row of another
+    budget, not a gated row), its difference from no defense and cost, and the defended rows sharing its
+    letter; a threat with no defended row at that budget is left out."""
+    honest = Table(f"{BUDGET_TITLE}: Honest-but-curious server (catalogue C, D, E)", BUDGET_HEADER, [
+        budget_row("≤ 1 pts", "1 · a", "clipping", "−0.50 [−0.60, −0.40] *"),
+        budget_row("≤ 2 pts", "1 · a", "none", "reference", "0"),
+        budget_row("≤ 2 pts", "3 · ab", "pruning", "−0.30 [−0.50, −0.10] *"),
+        budget_row("≤ 2 pts", "2 · a", "dp-sgd", "−0.59 [−0.60, −0.58] *", "0.018 [≤ 0.019]"),
+        budget_row("≤ 2 pts", "4 · c", "mixup", "−0.10 [−0.20, 0.00]"),
+        budget_row("≤ 2 pts", "does not train", "instahide", "—"),
+        budget_row("≤ 5 pts", "1 · a", "dm", "−0.59 [−0.60, −0.58] *"),
+    ])  # fmt: skip
+    server = Table(f"{BUDGET_TITLE}: Malicious server", BUDGET_HEADER,
+                   [budget_row("≤ 2 pts", "1 · a", "none", "reference", "0")])  # fmt: skip
+    ranking = Table("Honest-but-curious server", HEADER, [row("1 · a", "none", "8/8", "0.967")])
+    out = budget_summary([ranking, honest, server], "p.md")
+    body = [line for line in out.splitlines() if line.startswith("| ") and "adversary" not in line]
+    assert body == ["| Honest-but-curious server | lenet · dp-sgd | σ 0.01 | −0.59 [−0.60, −0.58] * | 0/16 | "
+                    "0.018 [≤ 0.019] | 1 |"]  # fmt: skip
+    assert out.startswith("### Within 2 points of accuracy") and "[results page](p.md)" in out
+    assert budget_summary([ranking, server], "p.md") == "" and budget_summary([], "p.md") == ""
+    assert "### Within 2 points" in compact_results([ranking, honest], 0.4, "p.md")
+    assert "rows not shown different" in budget_summary([honest], "p.md", budget=5)  # any budget
 
 
 def test_the_published_readme_and_results_page_are_checked_together(tmp_path: Path) -> None:

@@ -77,12 +77,63 @@ def compact_table(table: Table, page: str) -> str:
     return "\n".join(lines) + ("\n" + " ".join(words) + "\n" if words else "")
 
 
+#: the accuracy budget the README answers for (the results page has every budget)
+README_BUDGET = 2.0
+#: the columns of the README's budget summary, from the matched-utility tables
+BUDGET_KEPT = ("model · defense", "rung", "vs no defense (simultaneous CI)", "leaked victims (95 % CI)",
+               "accuracy cost")  # fmt: skip
+
+
+def _place(rank: str) -> int | None:
+    """The place of a ``3 · ab`` rank (None for a gate's verdict)."""
+    head = rank.split(" · ")[0]
+    return int(head) if head.isdigit() else None
+
+
+def budget_summary(tables: Sequence[Table], page: str, budget: float = README_BUDGET) -> str:
+    """Per threat model, the most private defense whose accuracy cost fits ``budget`` points: the first
+    defended row of that budget in the matched-utility tables (:mod:`.budget_tables`), with its difference
+    from no defense and its cost, and how many other defenses of that budget share its letter; "" when
+    none ranks."""
+    label = f"≤ {budget:g} pts"
+    lines = []
+    for table in tables:
+        if not table.title.startswith(BUDGET_TITLE) or any(n not in table.header for n in BUDGET_KEPT):
+            continue
+        at = {name: table.header.index(name) for name in ("budget", "rank · letters", *BUDGET_KEPT)}
+        rank = at["rank · letters"]
+        rows = [r for r in table.rows if r[at["budget"]] == label and _place(r[rank])]
+        defended = [r for r in rows if _parts(r[at["model · defense"]])[1] != "none"]
+        if not defended:
+            continue
+        best = min(defended, key=lambda r: _place(r[rank]) or 0)
+        letters = set(best[rank].split(" · ")[-1])
+        shared = sum(bool(set(r[rank].split(" · ")[-1]) & letters) for r in defended if r is not best)
+        threat = table.title.split(": ", 1)[-1].split(" (catalogue")[0]
+        threat = threat[:1].upper() + threat[1:]
+        cells = [threat, *(best[at[name]].replace("|", "\\|") for name in BUDGET_KEPT), str(shared)]
+        lines.append("| " + " | ".join(cells) + " |")
+    if not lines:
+        return ""
+    head = ["adversary", "most private within the budget", "rung", "vs no defense (simultaneous CI)",
+            "leaked victims (95 % CI)", "accuracy cost", "rows not shown different"]  # fmt: skip
+    intro = (
+        f"### Within {budget:g} points of accuracy\n\n"
+        f"Per adversary, the defense that leaks least among those whose accuracy cost (no defense's "
+        f"accuracy minus its own, paired by seed) has a one-sided 95 % upper bound within {budget:g} points, "
+        f"each at the rung that spends most of it; the last column counts the other defenses within it "
+        f"that share its letter (not shown different). Every budget (1, 2, 5 points) and every row: the "
+        f"[results page]({page})."
+    )
+    return "\n".join([intro, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head), *lines, ""])
+
+
 def compact_results(
     tables: Sequence[Table], baseline: float | None, page: str, text: Sequence[Table] = ()
 ) -> str:
-    """The README's tables: one compact table per ranked threat model (realism and accuracy-budget tables
-    are on the ``page`` only), after one line on how to read them; then the ``text`` section's, after its
-    own line."""
+    """The README's tables: one compact table per ranked threat model and the most private defense within
+    :data:`README_BUDGET` points per threat (realism and accuracy-budget tables are on the ``page``
+    only), after one line on how to read them; then the ``text`` section's, after its own line."""
     level = "" if baseline is None else f", {baseline:.3f} here for the public mean image"
     intro = (
         "Per threat model: the most private defenses that train, listed by the margin of the strongest "
@@ -93,7 +144,8 @@ def compact_results(
         f"FedAvg under the defense; ● the privacy–utility front. How to read them, every row and column, "
         f"and the realism scenarios: the [results page]({page})."
     )
-    parts = [compact_table(t, page) for t in tables if not t.title.startswith(BUDGET_TITLE)]  # page only
+    parts = [compact_table(t, page) for t in tables if not t.title.startswith(BUDGET_TITLE)]
+    parts.append(budget_summary(tables, page))  # the budget tables themselves are on the page only
     out = intro + "\n\n" + "\n".join(p for p in parts if p)
     found = [p for p in (compact_table(t, page) for t in text) if p]
     if not found:
