@@ -339,17 +339,57 @@ def test_the_epsilon_column_says_the_level_of_each_guarantee() -> None:
     assert text == {"client-dp": "4.50 per client", "dp": "1.25 per record", "none": "—"}
 
 
-def test_frontier_labels_of_points_under_each_others_labels_are_listed_together() -> None:
-    """The standard run's plot drew dropout (0.922, 0.968) with its label over quantization's point
-    (1.000, 0.972): points within a label's width to the side share one listed group."""
+def test_frontier_labels_of_points_at_one_spot_are_listed_together() -> None:
+    """Points this close (quantization and clipping) are one spot on the plot and share one block; dropout
+    beside them (0.922 against 1.000) gets its own, placed by :func:`place_labels`."""
     from leakshield.leaderboard.report import frontier_png, label_clusters
 
     rows = [_standing("quantization", 1.0, 0.972), _standing("dropout", 0.922, 0.968),
-            _standing("precode", 0.852, 0.953), _standing("dm", 0.429, 0.950),
-            _standing("instahide", 0.674, 0.099)]  # fmt: skip
+            _standing("clipping", 0.995, 0.966), _standing("precode", 0.852, 0.953),
+            _standing("dm", 0.429, 0.950), _standing("instahide", 0.674, 0.099)]  # fmt: skip
     groups = [[r.defense for r in group] for group in label_clusters(rows)]
-    assert groups == [["quantization", "dropout"], ["precode"], ["dm"], ["instahide"]]
+    assert groups == [["quantization", "clipping"], ["dropout"], ["precode"], ["dm"], ["instahide"]]
     assert frontier_png(rows, 0.403)[:4] == b"\x89PNG"
+
+
+#: the regenerated standard export's honest-server frontier (mean margin, accuracy), where the labels of
+#: LODA and Anti-GAN, MixUp and the noise rungs, and the right-hand spot's names were drawn over each other
+CROWDED = [("dp-sgd", 0.080, 0.884), ("ats", 0.082, 0.749), ("dp-sgd@noise_multiplier=2", 0.064, 0.659),
+           ("dp-sgd@noise_multiplier=0.1", 0.181, 0.932), ("dm", 0.185, 0.952),
+           ("augmentation", 0.194, 0.910),
+           ("loda", 0.283, 0.936), ("antigan", 0.344, 0.957), ("precode", 0.502, 0.948),
+           ("gaussian-noise@sigma=0.1", 0.546, 0.937), ("mixup", 0.557, 0.952), ("dropout", 0.620, 0.968),
+           ("dcs2", 0.636, 0.933), ("quantization\nclipping\nsoteria\nnone\npruning", 0.755, 0.967),
+           ("gaussian-noise@sigma=0.01", 0.746, 0.966)]  # fmt: skip
+
+
+def test_frontier_labels_overlap_neither_one_another_nor_the_points() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.transforms import Bbox
+
+    from leakshield.leaderboard.labels import MARKER_HALF, _overlap, place_labels
+
+    fig, ax = plt.subplots(figsize=(7.5, 5), dpi=110)
+    points = [(x, y) for _, x, y in CROWDED]
+    ax.scatter(*zip(*points, strict=True), s=36)
+    ax.set_xlim(-0.03, 1.0)
+    ax.set_ylim(0.05, 1.03)  # as the plot's: the rows that do not train sit near 0.1
+    boxes = place_labels(ax, [((x, y), name) for name, x, y in CROWDED], points)
+    frame = ax.get_window_extent(fig.canvas.get_renderer())
+    markers = []
+    for point in points:
+        px, py = ax.transData.transform(point)
+        half = MARKER_HALF
+        markers.append(Bbox.from_extents(px - half, py - half, px + half, py + half))
+    plt.close(fig)
+    assert len(boxes) == len(CROWDED)
+    for k, box in enumerate(boxes):
+        assert not [b for b in boxes[k + 1:] if _overlap(box, b)], CROWDED[k][0]  # no two blocks meet
+        assert not [m for m in markers if _overlap(box, m)], CROWDED[k][0]  # no block covers a point
+        assert _overlap(box, frame) == box.width * box.height  # inside the axes
 
 
 def test_the_dry_run_adds_the_probed_fits_of_the_grids_that_left_kinds_out(monkeypatch, capsys) -> None:

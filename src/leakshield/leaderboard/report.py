@@ -30,6 +30,7 @@ from leakshield.leaderboard.export import (
     run_facts,
     source_line,
 )
+from leakshield.leaderboard.labels import place_labels
 from leakshield.leaderboard.ranking import Standing, standings
 from leakshield.leaderboard.stage_two import FOLDER, as_scenarios, load_stage_two
 from leakshield.leaderboard.staleness import provenance_table
@@ -67,10 +68,9 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.+-]+", "_", text)
 
 
-#: how close (privacy, accuracy) two points may be before their labels are listed together: a label of
-#: about ten characters at 8 pt spans some 0.1 of the x axis, so a point that close to the right of
-#: another would sit under its label
-LABEL_ROOM = (0.1, 0.06)
+#: how close (privacy, accuracy) two points may be before their labels are listed together in one block
+#: (points this close are one spot on the plot; :func:`.labels.place_labels` keeps the blocks apart)
+LABEL_ROOM = (0.03, 0.02)
 
 
 def privacy_x(row: Standing) -> float:
@@ -142,13 +142,6 @@ def frontier_png(rows: list[Standing], baseline: float | None) -> bytes | None:
     if not by_ssim:
         ax.scatter([], [], marker="o", color="#34495e", label="no measurable leakage")
         ax.scatter([], [], marker="^", color="#34495e", label="a victim leaked in some cell and seed")
-    for cluster in label_clusters(points):
-        top = cluster[0]
-        for k, row in enumerate(cluster):
-            label_y = top.accuracy - 0.03 * k  # type: ignore[operator]
-            text = (privacy_x(top) + 0.015, label_y)
-            name = row.defense + ("" if row.trains else " (does not train)")
-            ax.annotate(name, (privacy_x(row), row.accuracy), xytext=text, fontsize=8, va="center")
     _curves(ax, points)
     front = sorted((r for r in points if r.pareto), key=privacy_x)
     if len(front) > 1:
@@ -166,6 +159,10 @@ def frontier_png(rows: list[Standing], baseline: float | None) -> bytes | None:
     if ax.get_legend_handles_labels()[0]:  # below the axes: inside, it hid labels of points it covered
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, fontsize=8, frameon=False)
     fig.tight_layout()
+    groups = [((privacy_x(c[0]), c[0].accuracy),
+               "\n".join(r.defense + ("" if r.trains else " (does not train)") for r in c))
+              for c in label_clusters(points)]  # fmt: skip
+    place_labels(ax, groups, [(privacy_x(r), r.accuracy) for r in points])  # type: ignore[misc]
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     plt.close(fig)
