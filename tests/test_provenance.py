@@ -29,7 +29,7 @@ from leakshield.experiment.cells import expand_grid
 from leakshield.experiment.config import parse_config
 from leakshield.experiment.runner import ExperimentRunner
 from leakshield.experiment.stamps import ComponentCode, Stamper, module_changes
-from leakshield.leaderboard.export import STALE_MARK, readme_block
+from leakshield.leaderboard.export import STAGE_TWO_PREFIX, STALE_MARK, readme_block, stage_two_name
 from leakshield.leaderboard.presets import leaderboard_data, load_leaderboard, load_scenarios
 from leakshield.leaderboard.published import Protocol, check, judge_export, rerender, stamp_export
 from leakshield.leaderboard.staleness import TEXT_SCOPE
@@ -206,7 +206,7 @@ def test_registering_a_new_attack_stales_nothing(tmp_path: Path) -> None:
     init.write_text(init.read_text().replace("    active,\n", "    active,\n    dummy,\n"))
     assert "dummy" in init.read_text()
     staleness = judge_export(fresh_export(), CodeGraph(package), PUBLISHED)
-    assert staleness.cells == 3331 + 336 and not staleness.stale  # the text section's cells judged too
+    assert staleness.cells == 1942 + 932 + 1056 + 336 and not staleness.stale  # stage 2 and text judged too
     assert tree_hash(package) != published_source()  # the old rule: every row stale
 
 
@@ -220,16 +220,23 @@ def test_editing_the_noise_defense_stales_exactly_its_rows_and_the_rerendered_bl
     staleness = judge_export(fresh_export(), graph, PUBLISHED)
     assert staleness.changes == [  # DP-FedAvg draws its noise through noise.py
         "leakshield.defenses.noise edited (defense dp-fedavg-local, defense dp-fedavg, "
-        "defense gaussian-noise, defense laplacian-noise)"
+        "defense gaussian-noise, defense gaussian-noise@sigma=0.01, defense gaussian-noise@sigma=0.1, "
+        "defense gaussian-noise@sigma=1, defense laplacian-noise, defense noise-1, defense noise-1e-1, "
+        "defense noise-1e-2)"
     ]
     data = json.loads(fresh_export())
     cells = [(None, c) for c in data["cells"]] + [
         (s["name"], c) for s in data["scenarios"] for c in s["cells"]
     ]
     cells += [(TEXT_SCOPE, c) for c in data["text"]["cells"]]  # the text grid noises its updates too
+    cells += [(STAGE_TWO_PREFIX + stage_two_name(e["rerun"]), c) for e in data["stage2"] for c in e["cells"]]
+    # the noise defenses, their rungs (``@``) and the learning attackers' noise rows (``noise-1e-2``, …)
     noisy_defenses = ("gaussian-noise", "laplacian-noise", "dp-fedavg", "dp-fedavg-local")
-    noisy = {(scope, c["key"]) for scope, c in cells if c["defense"] in noisy_defenses}
-    assert set(staleness.stale) == noisy and len(noisy) == 672 + 2 * 48
+    labels = {(scope, c["key"]): c["defense"] or "" for scope, c in cells}
+    noisy = {k for k, label in labels.items()
+             if label.split("@")[0] in noisy_defenses or label.startswith("noise-")}
+    # main grid 549, scenarios 225, stage 2's noise reruns 128, text 96
+    assert set(staleness.stale) == noisy and len(noisy) == 549 + 225 + 128 + 96
     repo = scratch_repo(tmp_path / "repo")
     readme = repo / "README.md"
     rerender(readme, repo / "docs" / "leaderboard" / "standard.json", graph, PUBLISHED)
@@ -237,6 +244,12 @@ def test_editing_the_noise_defense_stales_exactly_its_rows_and_the_rerendered_bl
     page = repo / "docs" / "leaderboard" / "standard.md"
     noise_rows = {
         "lenet-tanh · gaussian-noise",
+        "lenet-tanh · gaussian-noise@sigma=0.01",
+        "lenet-tanh · gaussian-noise@sigma=0.1",
+        "lenet-tanh · gaussian-noise@sigma=1",
+        "lenet-tanh · noise-1e-2",  # the learning attackers' scenario labels its noise rows so
+        "lenet-tanh · noise-1e-1",
+        "lenet-tanh · noise-1",
         "lenet-tanh · laplacian-noise",
         "lenet-tanh · dp-fedavg",
         "lenet-tanh · dp-fedavg-local",
@@ -247,10 +260,10 @@ def test_editing_the_noise_defense_stales_exactly_its_rows_and_the_rerendered_bl
     }
     assert marked_rows(page.read_text()) == noise_rows  # every table is on the results page
     assert marked_rows(block) <= noise_rows and marked_rows(block)  # the README shows its top rows
-    assert "**Stale: 20 of 91 rows**" in block and "leakshield.defenses.noise edited" in block
+    assert "**Stale: 29 of 107 rows**" in block and "leakshield.defenses.noise edited" in block
     verdict = check(readme, graph, PUBLISHED)
     assert verdict.faithful and not verdict.fresh  # the block says what is stale: the suite stays green
-    assert any("20 of 91 rows" in line for line in verdict.lines)
+    assert any("29 of 107 rows" in line for line in verdict.lines)
 
     marked = page.read_text()
     page.write_text(marked.replace(STALE_MARK, ""))  # a page claiming a freshness it does not have
@@ -309,13 +322,14 @@ def test_git_mv_of_a_defense_module_stales_nothing_as_the_cli_sees_it(tmp_path: 
 def test_an_edited_number_in_the_block_is_reported(tmp_path: Path) -> None:
     repo = scratch_repo(tmp_path)
     readme = repo / "README.md"
-    row = "| 1 · a | lenet-tanh · dp-sgd | ggl-adaptive@2 · best of 14 · stage 1: 16 victims, 8 seeds | 0.002"
+    row = ("| 1 · a | lenet-tanh · dp-sgd@noise_multiplier=2 | ggl-adaptive@2 · best of 8 · "
+           "stage 2: 128 victims, 8 seeds | 0.064")
     assert row in readme.read_text()
-    readme.write_text(readme.read_text().replace(row, row.replace("| 0.002", "| 0.000")))
+    readme.write_text(readme.read_text().replace(row, row.replace("| 0.064", "| 0.046")))
     verdict = check(readme, None, PUBLISHED)
     assert not verdict.faithful and not verdict.staleness.stale  # the cells are fresh; the block is not
     assert verdict.lines[0].startswith("differs")
-    assert "0.000" in verdict.lines[1] and "0.002" in verdict.lines[1]
+    assert "0.046" in verdict.lines[1] and "0.064" in verdict.lines[1]
 
 
 def test_the_published_results_mark_exactly_their_stale_rows() -> None:
