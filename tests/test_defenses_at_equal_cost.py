@@ -96,6 +96,9 @@ def test_a_costs_bound_is_printed_rounded_up_so_a_rung_left_out_never_reads_with
     assert Cost(-0.004, -0.0012, 3).text() == "−0.4 pts (≤ −0.1, 3 seeds)"
     assert Cost(0.0, 0.0, 3).text() == "+0.0 pts (≤ 0.0, 3 seeds)"
     assert Cost(-0.0003, -0.0001, 3).text() == "−0.0 pts (≤ 0.0, 3 seeds)"
+    one_seed = Cost(0.0204, None, 1)  # the mean is what the budget sees: rounded up too
+    assert one_seed.text() == "+2.1 pts (1 seed, no bound)" and not fits(one_seed, 2.0)
+    assert Cost(0.02 + 5e-13, 0.02 + 5e-13, 3).text().endswith("(≤ 2.0, 3 seeds)")  # noise: fits, prints 2.0
 
 
 def test_a_table_whose_attack_does_not_leak_no_defense_ranks_nothing() -> None:

@@ -127,6 +127,12 @@ def test_the_readme_names_the_most_private_defense_within_two_points_per_adversa
     assert budget_summary([ranking, server], "p.md") == "" and budget_summary([], "p.md") == ""
     assert "### Within 2 points" in compact_results([ranking, honest], 0.4, "p.md")
     assert "rows not shown different" in budget_summary([honest], "p.md", budget=5)  # any budget
+    secure = Table(f"{BUDGET_TITLE}: Malicious server under secure aggregation", BUDGET_HEADER, [
+        budget_row("≤ 2 pts", "1 · a", "gaussian-noise", "−0.001 [−0.006, +0.004]"),
+        budget_row("≤ 2 pts", "2 · a", "none", "reference", "0"),
+    ])  # fmt: skip
+    assert "| −0.001 [−0.006, +0.004] (not shown to leak less) |" in budget_summary([secure], "p.md")
+    assert "to leak less)" not in budget_summary([honest], "p.md")  # a starred row needs no such words
 
 
 def test_the_published_readme_and_results_page_are_checked_together(tmp_path: Path) -> None:

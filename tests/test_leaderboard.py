@@ -352,43 +352,55 @@ def test_frontier_labels_of_points_at_one_spot_are_listed_together() -> None:
     assert frontier_png(rows, 0.403)[:4] == b"\x89PNG"
 
 
-#: the regenerated standard export's honest-server frontier (mean margin, accuracy), where the labels of
-#: LODA and Anti-GAN, MixUp and the noise rungs, and the right-hand spot's names were drawn over each other
-CROWDED = [("dp-sgd", 0.080, 0.884), ("ats", 0.082, 0.749), ("dp-sgd@noise_multiplier=2", 0.064, 0.659),
-           ("dp-sgd@noise_multiplier=0.1", 0.181, 0.932), ("dm", 0.185, 0.952),
-           ("augmentation", 0.194, 0.910),
-           ("loda", 0.283, 0.936), ("antigan", 0.344, 0.957), ("precode", 0.502, 0.948),
-           ("gaussian-noise@sigma=0.1", 0.546, 0.937), ("mixup", 0.557, 0.952), ("dropout", 0.620, 0.968),
-           ("dcs2", 0.636, 0.933), ("quantization\nclipping\nsoteria\nnone\npruning", 0.755, 0.967),
-           ("gaussian-noise@sigma=0.01", 0.746, 0.966)]  # fmt: skip
+#: the regenerated standard export's honest-server frontier (mean margin, accuracy), where LODA's label was
+#: drawn over Anti-GAN's, PRECODE's under a marker and MixUp's block over the right-hand spot's
+FRONTIER = [("dp-sgd@noise_multiplier=2", 0.064, 0.659), ("dp-sgd", 0.080, 0.884), ("ats", 0.082, 0.749),
+            ("dp-sgd@noise_multiplier=0.1", 0.181, 0.932), ("dm", 0.185, 0.952),
+            ("augmentation", 0.194, 0.910), ("loda", 0.283, 0.936), ("antigan", 0.344, 0.957),
+            ("precode", 0.502, 0.948), ("gaussian-noise@sigma=0.1", 0.546, 0.937), ("mixup", 0.557, 0.952),
+            ("dropout", 0.620, 0.968), ("dcs2", 0.636, 0.933), ("gaussian-noise@sigma=0.01", 0.746, 0.966),
+            ("pruning", 0.754, 0.966), ("quantization", 0.755, 0.972), ("clipping", 0.755, 0.970),
+            ("soteria", 0.755, 0.968), ("gaussian-noise", 0.755, 0.967), ("none", 0.755, 0.967),
+            ("laplacian-noise", 0.755, 0.966), ("censor (does not train)", 0.003, 0.116),
+            ("dp-fedavg-local (does not train)", 0.048, 0.114),
+            ("gaussian-noise@sigma=1 (does not train)", 0.152, 0.363),
+            ("instahide (does not train)", 0.396, 0.099),
+            ("dp-fedavg (does not train)", 0.755, 0.147)]  # fmt: skip
 
 
 def test_frontier_labels_overlap_neither_one_another_nor_the_points() -> None:
+    """The blocks the frontier draws (its groups, its axes' size and limits), measured after drawing: as
+    many as the groups, none meeting another or a marker, all inside the axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.text import Text
     from matplotlib.transforms import Bbox
 
-    from leakshield.leaderboard.labels import MARKER_HALF, _overlap, place_labels
+    from leakshield.leaderboard.labels import _overlap, marker_half, place_labels
+    from leakshield.leaderboard.report import label_groups
 
+    rows = [_standing(name, x, y) for name, x, y in FRONTIER]
+    groups = label_groups(rows)
+    assert max(text.count("\n") for _, text in groups) >= 6  # the right-hand spot: one block of seven names
     fig, ax = plt.subplots(figsize=(7.5, 5), dpi=110)
-    points = [(x, y) for _, x, y in CROWDED]
+    points = [(x, y) for _, x, y in FRONTIER]
     ax.scatter(*zip(*points, strict=True), s=36)
-    ax.set_xlim(-0.03, 1.0)
-    ax.set_ylim(0.05, 1.03)  # as the plot's: the rows that do not train sit near 0.1
-    boxes = place_labels(ax, [((x, y), name) for name, x, y in CROWDED], points)
-    frame = ax.get_window_extent(fig.canvas.get_renderer())
-    markers = []
-    for point in points:
-        px, py = ax.transData.transform(point)
-        half = MARKER_HALF
-        markers.append(Bbox.from_extents(px - half, py - half, px + half, py + half))
+    ax.set_xlim(-0.04, 1.005)  # as the plot's: room for the labels right of the points
+    place_labels(ax, groups, points)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    drawn = [Text.get_window_extent(t, renderer) for t in ax.texts]
+    half = marker_half(fig)
+    markers = [Bbox.from_extents(px - half, py - half, px + half, py + half)
+               for px, py in (ax.transData.transform(p) for p in points)]  # fmt: skip
     plt.close(fig)
-    assert len(boxes) == len(CROWDED)
-    for k, box in enumerate(boxes):
-        assert not [b for b in boxes[k + 1:] if _overlap(box, b)], CROWDED[k][0]  # no two blocks meet
-        assert not [m for m in markers if _overlap(box, m)], CROWDED[k][0]  # no block covers a point
+    assert len(drawn) == len(groups)  # every rejected place was taken off the axes
+    for k, box in enumerate(drawn):
+        assert not [b for b in drawn[k + 1:] if _overlap(box, b)], groups[k][1]  # no two blocks meet
+        assert not [m for m in markers if _overlap(box, m)], groups[k][1]  # no block covers a point
         assert _overlap(box, frame) == box.width * box.height  # inside the axes
 
 

@@ -66,13 +66,19 @@ class Cost:
         return self.mean if self.upper is None else self.upper
 
     def text(self) -> str:
-        """``+1.5 pts (≤ 2.1, 3 seeds)``: the bound rounded up to a tenth of a point, so a rung left out of
-        a budget never prints a bound within it; minus signs as the tables write them."""
-        points = f"{100 * self.mean:+.1f}".replace("-", "−")
+        """``+1.5 pts (≤ 2.1, 3 seeds)``: what a budget is compared with (the bound; from one seed, the
+        mean) rounded up to a tenth of a point, so a rung left out of a budget never prints a figure within
+        it; minus signs as the tables write them."""
         if self.upper is None:
-            return f"{points} pts (1 seed, no bound)"
-        upper = math.ceil(round(1000 * self.upper, 6)) / 10  # a tenth of a point, rounded outward
-        return f"{points} pts (≤ {upper:.1f}, {self.seeds} seeds)".replace("-", "−").replace("−0.0,", "0.0,")
+            return f"{_tenth_up(self.mean):+.1f} pts (1 seed, no bound)".replace("-", "−")
+        points = f"{100 * self.mean:+.1f}"
+        return f"{points} pts (≤ {_tenth_up(self.upper):.1f}, {self.seeds} seeds)".replace("-", "−")
+
+
+def _tenth_up(fraction: float) -> float:
+    """A fraction of accuracy in points, rounded up to a tenth (float noise within :func:`fits`'s 1e-12
+    tolerance rounds down, as it fits); never −0.0."""
+    return math.ceil(1000 * fraction - 1e-9) / 10 + 0.0
 
 
 def accuracy_costs(records: Sequence[CellRecord]) -> dict[tuple[str, str], Cost]:

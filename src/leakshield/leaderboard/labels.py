@@ -20,8 +20,14 @@ _RING = [(8, 0, "left", "center"), (8, 10, "left", "bottom"), (8, -10, "left", "
 _REACH = (1, 2, 3, 4, 6, 8, 10, 14)
 #: the line joining a block moved off its point to that point
 LEADER = {"arrowstyle": "-", "lw": 0.5, "color": "#7f8c8d"}
-#: half the side of the square a marker occupies, in pixels
-MARKER_HALF = 5.0
+#: half the side of the square a marker occupies, in points (the frontier's markers: size 36, 6 pt wide,
+#: with their edge)
+MARKER_HALF = 3.5
+
+
+def marker_half(figure: Any) -> float:
+    """:data:`MARKER_HALF` in the pixels of ``figure``."""
+    return MARKER_HALF * figure.dpi / 72
 
 
 def _overlap(a: Any, b: Any) -> float:
@@ -51,7 +57,7 @@ def place_labels(
     taken = []
     for x, y in points:
         px, py = ax.transData.transform((x, y))
-        half = MARKER_HALF
+        half = marker_half(ax.figure)
         taken.append(Bbox.from_extents(px - half, py - half, px + half, py + half))
     placed = []
     for anchor, text in groups:

@@ -95,6 +95,14 @@ def label_clusters(points: list[Standing]) -> list[list[Standing]]:
     return clusters
 
 
+def label_groups(points: list[Standing]) -> list[tuple[tuple[float, float], str]]:
+    """One block of names per :func:`label_clusters` group, anchored at its first point (what
+    :func:`.labels.place_labels` places)."""
+    return [((privacy_x(c[0]), c[0].accuracy),  # type: ignore[misc]
+             "\n".join(r.defense + ("" if r.trains else " (does not train)") for r in c))
+            for c in label_clusters(points)]  # fmt: skip
+
+
 #: the colours of the defenses' curves over their rungs, in turn
 CURVE_COLORS = ["#2980b9", "#27ae60", "#8e44ad", "#d35400", "#16a085", "#7f8c8d", "#2c3e50"]
 
@@ -159,10 +167,7 @@ def frontier_png(rows: list[Standing], baseline: float | None) -> bytes | None:
     if ax.get_legend_handles_labels()[0]:  # below the axes: inside, it hid labels of points it covered
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, fontsize=8, frameon=False)
     fig.tight_layout()
-    groups = [((privacy_x(c[0]), c[0].accuracy),
-               "\n".join(r.defense + ("" if r.trains else " (does not train)") for r in c))
-              for c in label_clusters(points)]  # fmt: skip
-    place_labels(ax, groups, [(privacy_x(r), r.accuracy) for r in points])  # type: ignore[misc]
+    place_labels(ax, label_groups(points), [(privacy_x(r), r.accuracy) for r in points])  # type: ignore[arg-type]
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     plt.close(fig)
